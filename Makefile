@@ -1,0 +1,33 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+ENGINE := .tools/bin/durabletask-go
+
+.PHONY: test demo bench engine postgres venv lint clean
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+engine: $(ENGINE)
+$(ENGINE): scripts/install-engine.sh
+	scripts/install-engine.sh
+
+postgres:
+	scripts/ensure-postgres.sh
+
+test: venv engine postgres
+	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) -m pytest -q
+
+demo: venv engine
+	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) examples/triage/demo.py
+
+bench: venv engine postgres
+	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .tools demo-out
