@@ -1,0 +1,43 @@
+"""One error tree for histaudit.
+
+Every error the library raises derives from :class:`HistauditError`. The CLI turns any
+of them into one line on stderr and exit status 2; they never escape as tracebacks.
+"""
+
+from __future__ import annotations
+
+
+class HistauditError(Exception):
+    """Root of every histaudit error."""
+
+
+class UsageError(HistauditError):
+    """The caller asked for something that cannot be done (bad flag, bad combination)."""
+
+
+class InputError(HistauditError):
+    """Input data is missing, unreadable or malformed (database, bundle, history, JSON)."""
+
+
+class FormatError(InputError):
+    """An entry, head or bundle does not follow docs/format.md (or has an unknown version)."""
+
+
+class KeyProblem(HistauditError):
+    """A key is missing, unreadable, malformed, or unsafe (a private key others can read)."""
+
+
+class StoreError(HistauditError):
+    """The ledger database cannot be opened, is not a histaudit ledger, or refused a write."""
+
+
+class EngineError(HistauditError):
+    """The Dapr workflow engine could not be found, started or reached."""
+
+
+class VerificationError(HistauditError):
+    """Raised by the raising variants of verification when the report is not clean."""
+
+    def __init__(self, message: str, report: object | None = None) -> None:
+        super().__init__(message)
+        self.report = report
