@@ -1,0 +1,183 @@
+"""The ledger's record format (docs/format.md is the normative spec).
+
+Two signed record types, both canonical JSON (see :mod:`histaudit.canonical`):
+
+* an **entry** — one event of one workflow instance, chained to the previous entry of the
+  same instance by SHA-256 and numbered by a contiguous per-instance ``seq`` and a
+  ledger-wide ``leaf`` index;
+* a **head** — the newest entry of an instance, re-signed on every append, so that a cut
+  tail is detectable.
+
+The signature is Ed25519 over exactly the stored body bytes; the entry hash is SHA-256
+over the same bytes. Nothing here re-serializes a stored record to check it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from .canonical import canonical_bytes
+from .errors import FormatError
+
+FORMAT_VERSION = 1
+GENESIS_PREV = "0" * 64
+COMMIT_DOMAIN = b"histaudit.commit.v1\x00"
+SALT_BYTES = 32
+MAX_ID_CHARS = 1024
+
+ENTRY_FIELDS = frozenset({"v", "type", "instance", "seq", "leaf", "prev", "kind", "ts", "kid",
+                          "data"})
+HEAD_FIELDS = frozenset({"v", "type", "instance", "seq", "leaf", "hash", "ts", "kid"})
+
+
+def now_ts() -> str:
+    """The current time as RFC 3339 UTC with microseconds, the only form histaudit writes."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- payload commitments ------------------------------------------------------------
+
+def commit(payload: bytes, salt: bytes) -> str:
+    """Salted commitment: hex SHA-256(domain || 32-byte salt || payload bytes).
+
+    The random salt is what keeps a short erased value (``"yes"``, a small number) from
+    being recovered by hashing guesses against the commitment left in the chain.
+    """
+    if len(salt) != SALT_BYTES:
+        raise FormatError(f"salt must be {SALT_BYTES} bytes, got {len(salt)}")
+    return hashlib.sha256(COMMIT_DOMAIN + salt + payload).hexdigest()
+
+
+def new_salt() -> bytes:
+    return secrets.token_bytes(SALT_BYTES)
+
+
+def commitment_matches(commitment: str, payload: bytes, salt: bytes) -> bool:
+    return len(salt) == SALT_BYTES and hmac.compare_digest(commit(payload, salt), commitment)
+
+
+# --- records --------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A parsed entry. ``body`` is the exact signed bytes it was parsed from."""
+
+    instance: str
+    seq: int
+    leaf: int
+    prev: str
+    kind: str
+    ts: str
+    kid: str
+    data: Mapping[str, Any]
+    body: bytes
+
+    @property
+    def hash(self) -> str:
+        return sha256_hex(self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A parsed signed head: instance ``instance`` ends at entry ``seq`` with ``hash``."""
+
+    instance: str
+    seq: int
+    leaf: int
+    hash: str
+    ts: str
+    kid: str
+    body: bytes
+
+
+def entry_body(*, instance: str, seq: int, leaf: int, prev: str, kind: str, ts: str,
+               kid: str, data: Mapping[str, Any]) -> bytes:
+    """Build the canonical bytes of a new entry (the bytes that get signed and stored)."""
+    _check_id(instance, "instance")
+    _check_id(kind, "kind")
+    return canonical_bytes({"v": FORMAT_VERSION, "type": "entry", "instance": instance,
+                            "seq": seq, "leaf": leaf, "prev": prev, "kind": kind, "ts": ts,
+                            "kid": kid, "data": dict(data)})
+
+
+def head_body(*, instance: str, seq: int, leaf: int, hash: str, ts: str, kid: str) -> bytes:
+    """Build the canonical bytes of a signed head."""
+    return canonical_bytes({"v": FORMAT_VERSION, "type": "head", "instance": instance,
+                            "seq": seq, "leaf": leaf, "hash": hash, "ts": ts, "kid": kid})
+
+
+def _check_id(value: str, what: str) -> None:
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
+        raise FormatError(f"{what} must be a non-empty string of at most {MAX_ID_CHARS} chars")
+
+
+def _load(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise FormatError(f"{what} body is not JSON") from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"{what} body is not a JSON object")
+    version = doc.get("v")
+    if version != FORMAT_VERSION:
+        raise FormatError(f"{what} has unknown format version {version!r}")
+    return doc
+
+
+def _int(doc: Mapping[str, Any], field: str, what: str, minimum: int) -> int:
+    value = doc.get(field)
+    if type(value) is not int or value < minimum:
+        raise FormatError(f"{what} field '{field}' must be an integer >= {minimum}")
+    return value
+
+
+def _str(doc: Mapping[str, Any], field: str, what: str) -> str:
+    value = doc.get(field)
+    if not isinstance(value, str) or not value:
+        raise FormatError(f"{what} field '{field}' must be a non-empty string")
+    return value
+
+
+def _hex64(doc: Mapping[str, Any], field: str, what: str) -> str:
+    value = _str(doc, field, what)
+    if len(value) != 64 or value.strip("0123456789abcdef"):
+        raise FormatError(f"{what} field '{field}' must be 64 lowercase hex digits")
+    return value
+
+
+def parse_entry(body: bytes) -> Entry:
+    """Parse stored entry bytes; :class:`FormatError` names the first problem found."""
+    doc = _load(body, "entry")
+    if doc.get("type") != "entry":
+        raise FormatError(f"entry has type {doc.get('type')!r}, expected 'entry'")
+    if set(doc) != ENTRY_FIELDS:
+        extra, missing = set(doc) - ENTRY_FIELDS, ENTRY_FIELDS - set(doc)
+        raise FormatError(f"entry fields wrong (missing {sorted(missing)}, extra {sorted(extra)})")
+    data = doc["data"]
+    if not isinstance(data, dict):
+        raise FormatError("entry field 'data' must be an object")
+    return Entry(instance=_str(doc, "instance", "entry"), seq=_int(doc, "seq", "entry", 1),
+                 leaf=_int(doc, "leaf", "entry", 0), prev=_hex64(doc, "prev", "entry"),
+                 kind=_str(doc, "kind", "entry"), ts=_str(doc, "ts", "entry"),
+                 kid=_str(doc, "kid", "entry"), data=data, body=body)
+
+
+def parse_head(body: bytes) -> Head:
+    doc = _load(body, "head")
+    if doc.get("type") != "head" or set(doc) != HEAD_FIELDS:
+        raise FormatError("head has the wrong type or fields")
+    return Head(instance=_str(doc, "instance", "head"), seq=_int(doc, "seq", "head", 1),
+                leaf=_int(doc, "leaf", "head", 0), hash=_hex64(doc, "hash", "head"),
+                ts=_str(doc, "ts", "head"), kid=_str(doc, "kid", "head"), body=body)

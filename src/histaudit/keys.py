@@ -1,0 +1,240 @@
+"""Keys: the only module that touches the signing primitives.
+
+A key pair is an Ed25519 private key (PKCS#8 PEM, file mode 0600) and a public key file
+(JSON, see docs/format.md §Keys). The key id is derived from the public key, so it cannot
+be chosen to collide with another key's. A trust store is a directory of ``*.pub.json``
+files or one JSON file; each key may carry a validity window.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import orjson
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+from .errors import KeyProblem
+
+ALGORITHM = "ed25519"
+PUBLIC_SUFFIX = ".pub.json"
+PRIVATE_SUFFIX = ".key"
+
+
+def key_id(raw_public: bytes) -> str:
+    """Key id: the first 8 bytes of SHA-256 over the raw 32-byte public key, in hex."""
+    return hashlib.sha256(raw_public).hexdigest()[:16]
+
+
+def parse_time(text: str) -> datetime:
+    """Parse an RFC 3339 UTC timestamp ending in ``Z`` (the only form histaudit writes)."""
+    if not isinstance(text, str) or not text.endswith("Z"):
+        raise ValueError(f"timestamp {text!r} is not RFC 3339 UTC ending in Z")
+    return datetime.fromisoformat(text[:-1] + "+00:00")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublicKey:
+    """A trusted public key with its optional validity window (inclusive bounds)."""
+
+    kid: str
+    raw: bytes
+    not_before: str | None = None
+    not_after: str | None = None
+    name: str | None = None
+
+    def verify(self, signature: bytes, message: bytes) -> bool:
+        """True when ``signature`` is this key's Ed25519 signature over exactly ``message``."""
+        try:
+            Ed25519PublicKey.from_public_bytes(self.raw).verify(signature, message)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+    def valid_at(self, ts: str) -> bool:
+        """True when the timestamp ``ts`` lies inside this key's validity window."""
+        when = parse_time(ts)
+        if self.not_before is not None and when < parse_time(self.not_before):
+            return False
+        if self.not_after is not None and when > parse_time(self.not_after):
+            return False
+        return True
+
+    def to_json(self) -> dict[str, str]:
+        doc = {"alg": ALGORITHM, "kid": self.kid,
+               "public_key": base64.b64encode(self.raw).decode("ascii")}
+        if self.name:
+            doc["name"] = self.name
+        if self.not_before:
+            doc["not_before"] = self.not_before
+        if self.not_after:
+            doc["not_after"] = self.not_after
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: object, *, source: str) -> PublicKey:
+        if not isinstance(doc, Mapping):
+            raise KeyProblem(f"{source}: a public key must be a JSON object")
+        if doc.get("alg") != ALGORITHM:
+            raise KeyProblem(f"{source}: unsupported key algorithm {doc.get('alg')!r}")
+        try:
+            raw = base64.b64decode(str(doc["public_key"]), validate=True)
+            Ed25519PublicKey.from_public_bytes(raw)
+        except (KeyError, ValueError):
+            raise KeyProblem(f"{source}: public_key is not a base64 Ed25519 key") from None
+        kid = key_id(raw)
+        if doc.get("kid", kid) != kid:
+            raise KeyProblem(f"{source}: kid {doc.get('kid')!r} does not match the key ({kid})")
+        for bound in ("not_before", "not_after"):
+            if doc.get(bound) is not None:
+                try:
+                    parse_time(doc[bound])
+                except ValueError as exc:
+                    raise KeyProblem(f"{source}: {bound}: {exc}") from None
+        return cls(kid=kid, raw=raw, not_before=doc.get("not_before"),
+                   not_after=doc.get("not_after"), name=doc.get("name"))
+
+
+class Signer:
+    """Holds one private key and signs exact bytes with it."""
+
+    def __init__(self, private: Ed25519PrivateKey) -> None:
+        self._private = private
+        raw = private.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        self.public = PublicKey(kid=key_id(raw), raw=raw)
+
+    @property
+    def kid(self) -> str:
+        return self.public.kid
+
+    def sign(self, message: bytes) -> bytes:
+        return self._private.sign(message)
+
+    def __repr__(self) -> str:  # never show key material
+        return f"Signer(kid={self.kid})"
+
+    @classmethod
+    def generate(cls) -> Signer:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Signer:
+        """Load a private key file, refusing one that group or others can read."""
+        p = Path(path)
+        try:
+            mode = p.stat().st_mode
+        except FileNotFoundError:
+            raise KeyProblem(f"private key {p} does not exist") from None
+        except OSError as exc:
+            raise KeyProblem(f"private key {p}: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):
+            raise KeyProblem(f"private key {p} is not a regular file")
+        if mode & 0o077:
+            raise KeyProblem(
+                f"private key {p} is readable by others (mode {stat.S_IMODE(mode):04o}); "
+                f"run: chmod 600 {p}")
+        try:
+            data = p.read_bytes()
+            key = serialization.load_pem_private_key(data, password=None)
+        except OSError as exc:
+            raise KeyProblem(f"private key {p}: {exc.strerror}") from None
+        except (ValueError, TypeError):
+            raise KeyProblem(f"private key {p} is not an unencrypted PEM private key") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise KeyProblem(f"private key {p} is not an Ed25519 key")
+        return cls(key)
+
+    def private_pem(self) -> bytes:
+        return self._private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption())
+
+
+def signer_from_env(path: str | os.PathLike[str] | None = None) -> Signer:
+    """The signing key from ``path``, else ``$HISTAUDIT_KEY``; a clear error if neither."""
+    chosen = path or os.environ.get("HISTAUDIT_KEY")
+    if not chosen:
+        raise KeyProblem("no signing key: pass --key PATH or set HISTAUDIT_KEY")
+    return Signer.load(chosen)
+
+
+def generate_keypair(out_dir: str | os.PathLike[str], *, name: str = "histaudit",
+                     not_before: str | None = None,
+                     not_after: str | None = None) -> tuple[Path, Path, Signer]:
+    """Write ``NAME.key`` (mode 0600, created exclusively) and ``NAME.pub.json``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    signer = Signer.generate()
+    priv_path, pub_path = out / f"{name}{PRIVATE_SUFFIX}", out / f"{name}{PUBLIC_SUFFIX}"
+    for existing in (priv_path, pub_path):
+        if existing.exists():
+            raise KeyProblem(f"{existing} already exists; refusing to overwrite a key")
+    # O_EXCL + mode 0600 at creation: the private key is never briefly world-readable.
+    fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(signer.private_pem())
+    public = PublicKey(kid=signer.kid, raw=signer.public.raw, name=name,
+                       not_before=not_before, not_after=not_after)
+    pub_path.write_bytes(orjson.dumps(public.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    return priv_path, pub_path, signer
+
+
+class TrustStore:
+    """The public keys a verifier trusts, by key id."""
+
+    def __init__(self, keys: Iterable[PublicKey] = ()) -> None:
+        self._keys: dict[str, PublicKey] = {}
+        for key in keys:
+            self._keys[key.kid] = key
+
+    def __contains__(self, kid: object) -> bool:
+        return kid in self._keys
+
+    def __iter__(self) -> Iterator[PublicKey]:
+        return iter(self._keys.values())
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def get(self, kid: str) -> PublicKey | None:
+        return self._keys.get(kid)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> TrustStore:
+        """Load a directory of ``*.pub.json`` files, or one JSON file (a key or {"keys": [...]})."""
+        p = Path(path)
+        if p.is_dir():
+            files = sorted(p.glob(f"*{PUBLIC_SUFFIX}"))
+            if not files:
+                raise KeyProblem(f"trust store {p} holds no *{PUBLIC_SUFFIX} files")
+            return cls(k for f in files for k in _read_keys(f))
+        if not p.exists():
+            raise KeyProblem(f"trust store {p} does not exist")
+        return cls(_read_keys(p))
+
+
+def _read_keys(path: Path) -> list[PublicKey]:
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise KeyProblem(f"trust store {path}: {exc.strerror}") from None
+    except orjson.JSONDecodeError:
+        raise KeyProblem(f"trust store {path} is not JSON") from None
+    if isinstance(doc, Mapping) and "keys" in doc:
+        items = doc["keys"]
+        if not isinstance(items, list):
+            raise KeyProblem(f"trust store {path}: 'keys' must be a list")
+        return [PublicKey.from_json(k, source=f"{path} key {i}") for i, k in enumerate(items)]
+    return [PublicKey.from_json(doc, source=str(path))]

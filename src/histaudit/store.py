@@ -1,0 +1,390 @@
+"""The ledger store: the only module that knows SQL dialects (SQLite and PostgreSQL).
+
+Appends are serialized ledger-wide (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a
+transaction-scoped advisory lock), so the per-instance ``seq`` and the ledger-wide
+``leaf`` index are both contiguous however many threads and processes append. The
+database enforces append-only too: triggers refuse UPDATE and DELETE of entries, and a
+head may only move forward. Rows keep the exact signed bytes; nothing is re-serialized.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+
+from . import format as fmt
+from .errors import StoreError
+from .keys import Signer
+
+DEFAULT_URL = "sqlite:///histaudit.db"
+SCHEMA_VERSION = "1"
+# Any 64-bit constant: the key of the PostgreSQL advisory lock that orders appends.
+_PG_APPEND_LOCK = 0x6869_7374_6175_6474  # "histaudt"
+
+metadata = sa.MetaData()
+meta_table = sa.Table(
+    "histaudit_meta", metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+entries = sa.Table(
+    "histaudit_entries", metadata,
+    sa.Column("leaf", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("instance", sa.Text, nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=False),
+    sa.Column("sig", sa.LargeBinary, nullable=False),
+    sa.UniqueConstraint("instance", "seq", name="histaudit_entries_instance_seq"),
+)
+heads = sa.Table(
+    "histaudit_heads", metadata,
+    sa.Column("instance", sa.Text, primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=False),
+    sa.Column("sig", sa.LargeBinary, nullable=False),
+)
+payloads = sa.Table(
+    "histaudit_payloads", metadata,
+    sa.Column("commitment", sa.String(64), primary_key=True),
+    sa.Column("salt", sa.LargeBinary, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
+_SQLITE_TRIGGERS = [
+    """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_update BEFORE UPDATE
+       ON histaudit_entries BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_delete BEFORE DELETE
+       ON histaudit_entries BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_heads_forward BEFORE UPDATE
+       ON histaudit_heads WHEN NEW.seq <= OLD.seq OR NEW.instance <> OLD.instance
+       BEGIN SELECT RAISE(ABORT, 'histaudit head may only move forward'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_heads_no_delete BEFORE DELETE
+       ON histaudit_heads BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_payloads_no_update BEFORE UPDATE
+       ON histaudit_payloads BEGIN SELECT RAISE(ABORT, 'payloads can be erased, not changed'); END""",
+]
+
+_PG_TRIGGERS = [
+    """CREATE OR REPLACE FUNCTION histaudit_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN RAISE EXCEPTION 'histaudit ledger is append-only (% on %)', TG_OP, TG_TABLE_NAME;
+       END $$""",
+    """CREATE OR REPLACE FUNCTION histaudit_head_forward() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN
+         IF NEW.seq <= OLD.seq OR NEW.instance <> OLD.instance THEN
+           RAISE EXCEPTION 'histaudit head may only move forward';
+         END IF;
+         RETURN NEW;
+       END $$""",
+    """CREATE OR REPLACE TRIGGER histaudit_entries_append_only BEFORE UPDATE OR DELETE
+       ON histaudit_entries FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_entries_no_truncate BEFORE TRUNCATE
+       ON histaudit_entries FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_heads_forward BEFORE UPDATE
+       ON histaudit_heads FOR EACH ROW EXECUTE FUNCTION histaudit_head_forward()""",
+    """CREATE OR REPLACE TRIGGER histaudit_heads_no_delete BEFORE DELETE
+       ON histaudit_heads FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_heads_no_truncate BEFORE TRUNCATE
+       ON histaudit_heads FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_payloads_no_update BEFORE UPDATE
+       ON histaudit_payloads FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
+]
+
+
+def writer_role_sql(role: str = "histaudit_writer") -> list[str]:
+    """SQL (run by the owner) for a PostgreSQL role that can append and read, nothing else.
+
+    The role may INSERT entries and payloads, INSERT and UPDATE heads (a trigger lets a
+    head only move forward), and SELECT; it has no UPDATE, DELETE or TRUNCATE on entries.
+    """
+    return [
+        f"GRANT SELECT, INSERT ON histaudit_entries, histaudit_payloads TO {role}",
+        f"GRANT SELECT, INSERT, UPDATE ON histaudit_heads TO {role}",
+        f"GRANT SELECT ON histaudit_meta TO {role}",
+        f"REVOKE UPDATE, DELETE, TRUNCATE ON histaudit_entries FROM {role}",
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """One stored entry row: the exact signed bytes and the columns that index them."""
+
+    leaf: int
+    instance: str
+    seq: int
+    hash: str
+    body: bytes
+    sig: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredHead:
+    instance: str
+    seq: int
+    body: bytes
+    sig: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSummary:
+    instance: str
+    entries: int
+    last_seq: int
+    first_leaf: int
+    last_leaf: int
+
+
+def resolve_url(url: str | None) -> str:
+    return url or os.environ.get("HISTAUDIT_DB") or DEFAULT_URL
+
+
+def _redact_url(url: str) -> str:
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable URL>"
+
+
+class Ledger:
+    """A histaudit ledger in one SQLite file or one PostgreSQL database.
+
+    ``Ledger.open(url)`` opens an existing ledger (a missing or foreign database is an
+    error); ``Ledger.open(url, create=True)`` creates the schema when absent.
+    """
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self.engine = engine
+        self.url = url
+        self.dialect = engine.dialect.name
+
+    # -- opening ----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str | None = None, *, create: bool = False) -> Ledger:
+        url = resolve_url(url)
+        shown = _redact_url(url)
+        try:
+            parsed = sa.engine.make_url(url)
+        except ArgumentError:
+            raise StoreError(f"ledger URL {url!r} is not a database URL") from None
+        backend = parsed.get_backend_name()
+        if backend == "sqlite":
+            engine = _sqlite_engine(parsed, create=create, shown=shown)
+        elif backend == "postgresql":
+            if parsed.drivername == "postgresql":
+                parsed = parsed.set(drivername="postgresql+psycopg")
+            try:
+                engine = sa.create_engine(parsed, pool_pre_ping=True)
+            except (NoSuchModuleError, ArgumentError) as exc:
+                raise StoreError(f"ledger {shown}: {exc}") from None
+        else:
+            raise StoreError(f"ledger URL {shown}: only sqlite and postgresql are supported")
+        ledger = cls(engine, url)
+        try:
+            ledger._prepare(create=create)
+        except SQLAlchemyError as exc:
+            engine.dispose()
+            raise StoreError(f"ledger {shown}: {_one_line(exc)}") from None
+        return ledger
+
+    def _prepare(self, *, create: bool) -> None:
+        with self.engine.connect() as conn:
+            present = sa.inspect(conn).has_table(meta_table.name)
+        if not present:
+            if not create:
+                raise StoreError(f"ledger {_redact_url(self.url)} holds no histaudit ledger")
+            self._create_schema()
+        with self.engine.connect() as conn:
+            rows = dict(conn.execute(sa.select(meta_table.c.key, meta_table.c.value)).all())
+        if rows.get("schema_version") != SCHEMA_VERSION:
+            raise StoreError(f"ledger {_redact_url(self.url)} has unknown schema version "
+                             f"{rows.get('schema_version')!r} (this histaudit reads "
+                             f"{SCHEMA_VERSION})")
+        self.ledger_id = rows.get("ledger_id", "")
+
+    def _create_schema(self) -> None:
+        with self._write() as conn:
+            if self.dialect == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_APPEND_LOCK})
+            metadata.create_all(conn)
+            for stmt in (_PG_TRIGGERS if self.dialect == "postgresql" else _SQLITE_TRIGGERS):
+                conn.exec_driver_sql(stmt)
+            have = conn.execute(sa.select(meta_table.c.key)).scalars().all()
+            if "schema_version" not in have:
+                conn.execute(meta_table.insert(), [
+                    {"key": "schema_version", "value": SCHEMA_VERSION},
+                    {"key": "ledger_id", "value": str(uuid.uuid4())},
+                ])
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction (on SQLite it holds the database write lock from BEGIN)."""
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(histaudit_write=True)
+            with conn.begin():
+                yield conn
+
+    def append(self, instance: str, kind: str, data: Mapping[str, Any], *, signer: Signer,
+               payloads: Mapping[bytes, tuple[str, bytes]] | None = None) -> fmt.Entry:
+        """Append one signed entry to ``instance``'s chain and move its signed head.
+
+        ``payloads`` maps a salt to (commitment, payload bytes) for each payload the entry
+        commits to; they are stored beside the chain so they can be erased later.
+        """
+        try:
+            with self._write() as conn:
+                return self._append_locked(conn, instance, kind, data, signer, payloads)
+        except DBAPIError as exc:
+            raise StoreError(f"append to {instance!r} failed: {_one_line(exc)}") from None
+
+    def _append_locked(self, conn: Connection, instance: str, kind: str,
+                       data: Mapping[str, Any], signer: Signer,
+                       payload_rows: Mapping[bytes, tuple[str, bytes]] | None) -> fmt.Entry:
+        if self.dialect == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_APPEND_LOCK})
+        last = conn.execute(
+            sa.select(entries.c.seq, entries.c.hash).where(entries.c.instance == instance)
+            .order_by(entries.c.seq.desc()).limit(1)).first()
+        leaf = conn.execute(sa.select(sa.func.max(entries.c.leaf))).scalar()
+        leaf = 0 if leaf is None else leaf + 1
+        seq, prev = (1, fmt.GENESIS_PREV) if last is None else (last.seq + 1, last.hash)
+        ts = fmt.now_ts()
+        body = fmt.entry_body(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind,
+                              ts=ts, kid=signer.kid, data=data)
+        digest = fmt.sha256_hex(body)
+        conn.execute(entries.insert().values(leaf=leaf, instance=instance, seq=seq,
+                                             hash=digest, body=body, sig=signer.sign(body)))
+        hbody = fmt.head_body(instance=instance, seq=seq, leaf=leaf, hash=digest, ts=ts,
+                              kid=signer.kid)
+        hsig = signer.sign(hbody)
+        if last is None:
+            conn.execute(heads.insert().values(instance=instance, seq=seq, body=hbody, sig=hsig))
+        else:
+            conn.execute(heads.update().where(heads.c.instance == instance)
+                         .values(seq=seq, body=hbody, sig=hsig))
+        if payload_rows:
+            conn.execute(payloads.insert(), [
+                {"commitment": c, "salt": salt, "data": data_}
+                for salt, (c, data_) in payload_rows.items()])
+        return fmt.Entry(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind, ts=ts,
+                         kid=signer.kid, data=dict(data), body=body)
+
+    def erase_payload(self, commitment: str) -> bool:
+        """Erase one payload (privacy request); the chain still verifies without it."""
+        with self._write() as conn:
+            return conn.execute(payloads.delete().where(
+                payloads.c.commitment == commitment)).rowcount > 0
+
+    # -- reading ----------------------------------------------------------------------
+
+    def entries(self, instance: str, *, chunk: int = 5000) -> Iterator[StoredEntry]:
+        """Stream ``instance``'s rows in insertion (leaf) order, in constant memory."""
+        return self._stream(sa.select(entries).where(entries.c.instance == instance)
+                            .order_by(entries.c.leaf), chunk)
+
+    def all_entries(self, *, chunk: int = 5000) -> Iterator[StoredEntry]:
+        return self._stream(sa.select(entries).order_by(entries.c.leaf), chunk)
+
+    def _stream(self, query: sa.Select[Any], chunk: int) -> Iterator[StoredEntry]:
+        # Keyset pagination on leaf: constant memory on both drivers, no long-lived cursor.
+        after = -1
+        while True:
+            with self.engine.connect() as conn:
+                rows = conn.execute(query.where(entries.c.leaf > after).limit(chunk)).all()
+            for r in rows:
+                yield StoredEntry(r.leaf, r.instance, r.seq, r.hash, bytes(r.body), bytes(r.sig))
+            if len(rows) < chunk:
+                return
+            after = rows[-1].leaf
+
+    def head(self, instance: str) -> StoredHead | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(heads).where(heads.c.instance == instance)).first()
+        return None if r is None else StoredHead(r.instance, r.seq, bytes(r.body), bytes(r.sig))
+
+    def instances(self) -> list[InstanceSummary]:
+        """Every instance that has entries or a head, with entry counts."""
+        q = (sa.select(entries.c.instance, sa.func.count(), sa.func.max(entries.c.seq),
+                       sa.func.min(entries.c.leaf), sa.func.max(entries.c.leaf))
+             .group_by(entries.c.instance).order_by(sa.func.max(entries.c.leaf).desc()))
+        with self.engine.connect() as conn:
+            found = {r[0]: InstanceSummary(*r) for r in conn.execute(q)}
+            for (name,) in conn.execute(sa.select(heads.c.instance)):
+                found.setdefault(name, InstanceSummary(name, 0, 0, -1, -1))
+        return list(found.values())
+
+    def instance_ids(self) -> list[str]:
+        return [s.instance for s in self.instances()]
+
+    def payload(self, commitment: str) -> tuple[bytes, bytes] | None:
+        """The (salt, bytes) stored for a commitment, or None once erased."""
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(payloads.c.salt, payloads.c.data)
+                             .where(payloads.c.commitment == commitment)).first()
+        return None if r is None else (bytes(r.salt), bytes(r.data))
+
+
+def _sqlite_engine(parsed: sa.URL, *, create: bool, shown: str) -> Engine:
+    path = parsed.database
+    if path and path != ":memory:":
+        p = Path(path)
+        if not p.exists():
+            if not create:
+                raise StoreError(f"ledger {shown}: database file {path} does not exist")
+            if not p.parent.exists():
+                raise StoreError(f"ledger {shown}: directory {p.parent} does not exist")
+        elif p.is_dir():
+            raise StoreError(f"ledger {shown}: {path} is a directory")
+        else:
+            with p.open("rb") as fh:
+                magic = fh.read(16)
+            if magic and magic != b"SQLite format 3\x00":
+                raise StoreError(f"ledger {shown}: {path} is not a SQLite database")
+    engine = sa.create_engine(parsed, connect_args={"timeout": 60})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Take transaction control away from pysqlite so BEGIN IMMEDIATE is ours.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout = 60000")
+        if create:
+            cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = FULL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Appends take the write lock up front, so read-then-append never interleaves;
+        # readers use a plain deferred transaction and never block writers (WAL).
+        write = conn.get_execution_options().get("histaudit_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def _one_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
