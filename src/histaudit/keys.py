@@ -64,6 +64,8 @@ class PublicKey:
 
     def valid_at(self, ts: str) -> bool:
         """True when the timestamp ``ts`` lies inside this key's validity window."""
+        if self.not_before is None and self.not_after is None:
+            return True
         when = parse_time(ts)
         if self.not_before is not None and when < parse_time(self.not_before):
             return False

@@ -318,6 +318,14 @@ class Ledger:
                 return
             after = rows[-1].leaf
 
+    def entry_at(self, instance: str, seq: int) -> StoredEntry | None:
+        """The stored row of ``instance``'s entry ``seq`` (by its seq column), if any."""
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(entries).where(entries.c.instance == instance,
+                                                      entries.c.seq == seq)).first()
+        return None if r is None else StoredEntry(r.leaf, r.instance, r.seq, r.hash,
+                                                  bytes(r.body), bytes(r.sig))
+
     def head(self, instance: str) -> StoredHead | None:
         with self.engine.connect() as conn:
             r = conn.execute(sa.select(heads).where(heads.c.instance == instance)).first()

@@ -1,0 +1,290 @@
+"""The ``histaudit`` command: parse, call the library, render. No logic lives only here.
+
+One error boundary (:func:`main`) turns every library error into one line on stderr and
+exit status 2; findings exit 1; a clean result exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+import click
+import orjson
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from . import __version__
+from . import format as fmt
+from .errors import HistauditError, InputError, KeyProblem, UsageError
+from .findings import Severity
+from .keys import TrustStore, generate_keypair, signer_from_env
+from .store import Ledger
+from .verify import Report, verify_all, verify_instance
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+_SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow",
+                   Severity.INFO: "cyan"}
+
+db_option = click.option("--db", "db", metavar="URL", envvar="HISTAUDIT_DB",
+                         help="Ledger URL (default $HISTAUDIT_DB or sqlite:///histaudit.db).")
+trust_option = click.option("--trust", metavar="PATH", envvar="HISTAUDIT_TRUST",
+                            help="Trust store: directory of *.pub.json or one JSON file "
+                                 "(default $HISTAUDIT_TRUST).")
+key_option = click.option("--key", metavar="PATH", envvar="HISTAUDIT_KEY",
+                          help="Private signing key (default $HISTAUDIT_KEY).")
+
+
+def _out() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _emit_json(doc: Any) -> None:
+    sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()
+
+
+def _trust(path: str | None) -> TrustStore:
+    if not path:
+        raise UsageError("no trust store: pass --trust PATH or set HISTAUDIT_TRUST")
+    return TrustStore.load(path)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="histaudit")
+def cli() -> None:
+    """Signed, hash-chained audit ledger for Dapr Workflow, and its verifier."""
+
+
+# --- keys ------------------------------------------------------------------------------
+
+@cli.group()
+def keys() -> None:
+    """Create signing keys."""
+
+
+@keys.command("generate")
+@click.option("--out", "out_dir", required=True, metavar="DIR", help="Directory for the pair.")
+@click.option("--name", default="histaudit", show_default=True, help="File name stem.")
+@click.option("--not-before", metavar="RFC3339", help="Start of the key's validity window.")
+@click.option("--not-after", metavar="RFC3339", help="End of the key's validity window.")
+def keys_generate(out_dir: str, name: str, not_before: str | None,
+                  not_after: str | None) -> None:
+    """Write NAME.key (mode 0600) and NAME.pub.json; print the key id."""
+    for label, value in (("--not-before", not_before), ("--not-after", not_after)):
+        if value is not None:
+            try:
+                from .keys import parse_time
+                parse_time(value)
+            except ValueError as exc:
+                raise UsageError(f"{label}: {exc}") from None
+    priv, pub, signer = generate_keypair(out_dir, name=name, not_before=not_before,
+                                         not_after=not_after)
+    click.echo(f"key id {signer.kid}\nprivate {priv} (mode 0600, keep it secret)\npublic  {pub}")
+
+
+# --- verify ----------------------------------------------------------------------------
+
+@cli.command()
+@click.argument("instance_id", required=False)
+@click.option("--all", "all_", is_flag=True, help="Verify every instance in the ledger.")
+@db_option
+@trust_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (or a list).")
+@click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="error",
+              show_default=True, help="Lowest severity that makes the exit status 1.")
+@click.option("--full", is_flag=True, help="Also check every entry signature and payload.")
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="Processes for --full signature checks (default: all cores).")
+def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | None,
+           as_json: bool, fail_on: str, full: bool, workers: int | None) -> None:
+    """Prove INSTANCE_ID's chain complete and untampered; report what happened across crashes."""
+    if bool(instance_id) == all_:
+        raise UsageError("give exactly one of INSTANCE_ID or --all")
+    trust_store = _trust(trust)
+    threshold = Severity.parse(fail_on)
+    with Ledger.open(db) as ledger:
+        if all_:
+            reports = list(verify_all(ledger, trust=trust_store, full=full, workers=workers))
+        else:
+            assert instance_id is not None
+            reports = [verify_instance(ledger, instance_id, trust=trust_store, full=full,
+                                       workers=workers)]
+    if as_json:
+        _emit_json([r.to_json() for r in reports] if all_ else reports[0].to_json())
+    else:
+        _render_reports(reports)
+    sys.exit(EXIT_FINDINGS if any(r.failing(threshold) for r in reports) else EXIT_CLEAN)
+
+
+def _render_reports(reports: Iterable[Report]) -> None:
+    console = _out()
+    for report in reports:
+        status = Text("OK", style="bold green") if report.ok else Text("FAILED", style="bold red")
+        console.print(Text.assemble(f"instance {report.instance_id}: {report.entries} entries, "
+                                    f"{report.mode} check — ", status))
+        if not report.findings:
+            continue
+        table = Table(show_lines=False, header_style="bold")
+        for col in ("seq", "severity", "code", "finding"):
+            table.add_column(col, overflow="fold")
+        for f in report.findings:
+            table.add_row("-" if f.seq is None else str(f.seq),
+                          Text(str(f.severity), style=_SEVERITY_STYLE[f.severity]),
+                          f.code, f.message)
+        console.print(table)
+
+
+# --- list / show -----------------------------------------------------------------------
+
+@cli.command("list")
+@db_option
+@trust_option
+@click.option("--json", "as_json", is_flag=True)
+def list_(db: str | None, trust: str | None, as_json: bool) -> None:
+    """Instances in the ledger: entries, last activity, verification status."""
+    trust_store = TrustStore.load(trust) if trust else None
+    rows = []
+    with Ledger.open(db) as ledger:
+        for summary in ledger.instances():
+            last = None
+            for last in _last_entry(ledger, summary.instance):
+                pass
+            status = "not checked (no --trust)"
+            if trust_store is not None:
+                report = verify_instance(ledger, summary.instance, trust=trust_store)
+                status = "ok" if report.ok else f"FAILED ({len(report.failing(Severity.ERROR))})"
+                if report.ok and report.findings:
+                    status = f"ok, {len(report.findings)} warning/info"
+            rows.append({"instance": summary.instance, "entries": summary.entries,
+                         "last_ts": last.ts if last else None,
+                         "last_kind": last.kind if last else None, "status": status})
+    if as_json:
+        _emit_json(rows)
+        return
+    table = Table(header_style="bold")
+    for col in ("instance", "entries", "last activity", "last kind", "status"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["instance"], str(r["entries"]), r["last_ts"] or "-",
+                      r["last_kind"] or "-", r["status"])
+    _out().print(table)
+
+
+def _last_entry(ledger: Ledger, instance: str) -> list[fmt.Entry]:
+    head = ledger.head(instance)
+    if head is None:
+        return []
+    try:
+        seq = fmt.parse_head(head.body).seq
+    except HistauditError:
+        return []
+    row = ledger.entry_at(instance, seq)
+    if row is None:
+        return []
+    try:
+        return [fmt.parse_entry(row.body)]
+    except HistauditError:
+        return []
+
+
+@cli.command()
+@click.argument("instance_id")
+@db_option
+@click.option("--json", "as_json", is_flag=True)
+def show(instance_id: str, db: str | None, as_json: bool) -> None:
+    """INSTANCE_ID's entries as a readable timeline."""
+    with Ledger.open(db) as ledger:
+        rows = list(ledger.entries(instance_id))
+    if not rows:
+        raise InputError(f"instance {instance_id!r} has no entries in this ledger")
+    items = []
+    for row in rows:
+        try:
+            e = fmt.parse_entry(row.body)
+            items.append({"seq": e.seq, "ts": e.ts, "kind": e.kind, "kid": e.kid,
+                          "data": dict(e.data)})
+        except HistauditError as exc:
+            items.append({"seq": row.seq, "ts": None, "kind": "(malformed)", "kid": None,
+                          "data": {"error": str(exc)}})
+    if as_json:
+        _emit_json({"instance_id": instance_id, "entries": items})
+        return
+    table = Table(title=f"instance {instance_id}", header_style="bold")
+    for col in ("seq", "time (UTC)", "kind", "details"):
+        table.add_column(col, overflow="fold")
+    for it in items:
+        table.add_row(str(it["seq"]), (it["ts"] or "-").replace("T", " ").rstrip("Z"),
+                      it["kind"], _details(it["data"]))
+    _out().print(table)
+
+
+def _details(data: dict[str, Any]) -> str:
+    parts = []
+    for key in sorted(data):
+        value = data[key]
+        if isinstance(value, dict) and "c" in value:
+            value = f"⟨{str(value['c'])[:10]}… {value.get('n', '?')}B⟩"
+        parts.append(f"{key}={value}")
+    return " ".join(parts)
+
+
+# --- redact ----------------------------------------------------------------------------
+
+@cli.command()
+@click.argument("instance_id")
+@click.option("--seq", type=click.IntRange(1), required=True, help="Entry holding the payload.")
+@click.option("--field", "field_", required=True, help="Payload field, e.g. input or output.")
+@click.option("--reason", default="privacy request", show_default=True)
+@db_option
+@key_option
+def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
+           key: str | None) -> None:
+    """Erase one stored payload; the chain keeps its salted commitment and still verifies."""
+    signer = signer_from_env(key)
+    with Ledger.open(db) as ledger:
+        row = ledger.entry_at(instance_id, seq)
+        if row is None:
+            raise InputError(f"instance {instance_id!r} has no entry {seq}")
+        entry = fmt.parse_entry(row.body)
+        ref = entry.data.get(field_)
+        if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
+            raise InputError(f"entry {seq} of {instance_id!r} has no committed payload "
+                             f"{field_!r}")
+        erased = ledger.erase_payload(ref["c"])
+        ledger.append(instance_id, "payload.erased",
+                      {"entry": seq, "field": field_, "commitment": ref["c"], "reason": reason},
+                      signer=signer)
+    click.echo(f"erased {field_} of entry {seq}" if erased
+               else f"{field_} of entry {seq} was already erased; erasure recorded")
+
+
+# --- entry point -----------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Run the CLI with one error boundary: library errors become one line and exit 2."""
+    try:
+        rv = cli.main(args=argv, prog_name="histaudit", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"histaudit: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.exceptions.Abort:
+        click.echo("histaudit: aborted", err=True)
+        sys.exit(130)
+    except (HistauditError, KeyProblem) as exc:
+        click.echo(f"histaudit: error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except OSError as exc:
+        click.echo(f"histaudit: error: {exc.strerror or exc}"
+                   + (f": {exc.filename}" if exc.filename else ""), err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    sys.exit(rv if isinstance(rv, int) else EXIT_CLEAN)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Finding codes: one stable code per thing the verifier can report.
+
+Codes never change meaning once released; new classes get new codes. The table below
+is the single source of truth for code, default severity and a one-line description;
+docs/findings.md is generated from it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class Severity(enum.IntEnum):
+    INFO = 10
+    WARNING = 20
+    ERROR = 30
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        try:
+            return cls[text.upper()]
+        except KeyError:
+            raise ValueError(f"unknown severity {text!r} (use info, warning or error)") from None
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+#: code -> (severity, what it means)
+CODES: dict[str, tuple[Severity, str]] = {
+    # integrity of the chain
+    "body-changed": (E, "stored entry bytes no longer hash to the recorded entry hash"),
+    "signature-invalid": (E, "entry signature does not verify over the stored bytes"),
+    "key-untrusted": (E, "entry or head signed by a key that is not in the trust store"),
+    "key-outside-window": (E, "entry signed by a key outside that key's validity window"),
+    "link-broken": (E, "entry does not commit to the hash of the previous entry"),
+    "seq-gap": (E, "sequence numbers skip: entries are missing from the middle"),
+    "seq-duplicate": (E, "two entries carry the same sequence number (a forked chain)"),
+    "seq-reordered": (E, "entries are out of sequence order"),
+    "instance-mismatch": (E, "entry names another instance than the chain it is stored in"),
+    "entry-malformed": (E, "entry bytes are not a valid record (JSON, fields or version)"),
+    "payload-mismatch": (E, "stored payload does not match its signed commitment"),
+    "tail-truncated": (E, "signed head names entries that are no longer stored"),
+    "head-missing": (E, "instance has entries but no signed head"),
+    "head-invalid": (E, "signed head is malformed or its signature does not verify"),
+    "head-mismatch": (E, "signed head does not match the last stored entry"),
+    "instance-missing": (E, "no entries and no head are stored for this instance"),
+    # behaviour across crashes
+    "activity-reexecuted": (W, "activity body ran more than once for one task"),
+    "activity-nondeterministic": (W, "re-executions of one task returned different results"),
+    "effect-duplicate": (E, "side effect completed more than once for one idempotency key"),
+    "effect-uncertain": (W, "side effect started, never confirmed, and the activity ran again"),
+    "effect-deduplicated": (I, "re-execution found the side effect done and skipped it"),
+    "replay-mismatch": (E, "replayed result differs from the signed checkpoint"),
+    "workflow-nondeterministic": (E, "workflow code scheduled something else on replay"),
+    "engine-unsigned-completion": (E, "engine history has a completion with no signed record"),
+    "engine-missing-completion": (W, "signed completion is absent from the engine history"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing the verifier found, at one position of one instance's chain."""
+
+    code: str
+    instance: str
+    seq: int | None
+    message: str
+    severity: Severity
+
+    @classmethod
+    def make(cls, code: str, instance: str, seq: int | None, message: str) -> Finding:
+        return cls(code=code, instance=instance, seq=seq, message=message,
+                   severity=CODES[code][0])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "severity": str(self.severity), "instance": self.instance,
+                "seq": self.seq, "message": self.message}
