@@ -218,7 +218,9 @@ class Ledger:
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_APPEND_LOCK})
             metadata.create_all(conn)
             for stmt in (_PG_TRIGGERS if self.dialect == "postgresql" else _SQLITE_TRIGGERS):
-                conn.exec_driver_sql(stmt)
+                # text() escapes the '%' in the PL/pgSQL RAISE format for psycopg's
+                # pyformat paramstyle; exec_driver_sql would hand it over unescaped.
+                conn.execute(sa.text(stmt))
             have = conn.execute(sa.select(meta_table.c.key)).scalars().all()
             if "schema_version" not in have:
                 conn.execute(meta_table.insert(), [
