@@ -141,7 +141,8 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
             entry = fmt.parse_entry(row.body)
         except FormatError as exc:
             add(Finding.make("entry-malformed", instance, row.seq, f"entry {row.seq}: {exc}"))
-            last_seq, last_hash = max(last_seq, row.seq), digest
+            if row.seq >= last_seq:
+                last_seq, last_hash = row.seq, digest
             continue
         if entry.instance != instance:
             add(Finding.make("instance-mismatch", instance, entry.seq,
@@ -168,7 +169,10 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
         if payload_lookup is not None:
             _check_payloads(entry, payload_lookup, add)
         behaviour.observe(entry)
-        last_seq, last_hash = max(last_seq, entry.seq), digest
+        # A stray older entry (reordered) must not replace the hash of entry last_seq:
+        # the next entry links to, and the head signs, the newest one.
+        if entry.seq >= last_seq:
+            last_seq, last_hash = entry.seq, digest
 
     if sigs is not None:
         for seq in sigs.finish():
