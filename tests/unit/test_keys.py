@@ -1,0 +1,357 @@
+"""histaudit.keys: key files, key ids, trust stores and validity windows."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from histaudit.errors import KeyProblem
+from histaudit.keys import (
+    PublicKey,
+    Signer,
+    TrustStore,
+    generate_keypair,
+    key_id,
+    parse_time,
+    signer_from_env,
+)
+
+SEED = bytes(range(32))
+
+
+def _raw_public(private: Ed25519PrivateKey) -> bytes:
+    return private.public_key().public_bytes(serialization.Encoding.Raw,
+                                             serialization.PublicFormat.Raw)
+
+
+def _pub_doc(seed: bytes = SEED, **extra: str) -> dict[str, str]:
+    raw = _raw_public(Ed25519PrivateKey.from_private_bytes(seed))
+    return {"alg": "ed25519", "kid": hashlib.sha256(raw).hexdigest()[:16],
+            "public_key": base64.b64encode(raw).decode(), **extra}
+
+
+def _write_private(path: Path, pem: bytes, mode: int = 0o600) -> Path:
+    path.write_bytes(pem)
+    path.chmod(mode)
+    return path
+
+
+# --- generating and loading private keys ---------------------------------------------
+
+def test_generate_writes_private_0600_and_public_json(tmp_path: Path) -> None:
+    priv, pub, signer = generate_keypair(tmp_path / "keys", name="ops",
+                                         not_before="2025-01-01T00:00:00Z")
+    assert priv == tmp_path / "keys" / "ops.key" and pub == tmp_path / "keys" / "ops.pub.json"
+    assert stat.S_IMODE(priv.stat().st_mode) == 0o600
+    assert priv.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+    doc = json.loads(pub.read_bytes())
+    assert doc["alg"] == "ed25519" and doc["kid"] == signer.kid and doc["name"] == "ops"
+    assert doc["not_before"] == "2025-01-01T00:00:00Z" and "not_after" not in doc
+    assert base64.b64decode(doc["public_key"]) == signer.public.raw
+    loaded = Signer.load(priv)
+    assert loaded.kid == signer.kid
+    assert loaded.public.verify(loaded.sign(b"m"), b"m")
+
+
+def test_generate_private_key_is_0600_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        priv, _, _ = generate_keypair(tmp_path, name="loose")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(priv.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("existing", ["ops.key", "ops.pub.json"])
+def test_generate_refuses_to_overwrite(tmp_path: Path, existing: str) -> None:
+    (tmp_path / existing).write_bytes(b"precious")
+    with pytest.raises(KeyProblem, match="refusing to overwrite"):
+        generate_keypair(tmp_path, name="ops")
+    assert (tmp_path / existing).read_bytes() == b"precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [existing]
+
+
+def test_generate_twice_refuses_second(tmp_path: Path) -> None:
+    priv, pub, _ = generate_keypair(tmp_path)
+    before = priv.read_bytes(), pub.read_bytes()
+    with pytest.raises(KeyProblem):
+        generate_keypair(tmp_path)
+    assert (priv.read_bytes(), pub.read_bytes()) == before
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_load_refuses_readable_private_key(tmp_path: Path, mode: int) -> None:
+    pem = Signer(Ed25519PrivateKey.from_private_bytes(SEED)).private_pem()
+    path = _write_private(tmp_path / "k.key", pem, mode)
+    with pytest.raises(KeyProblem, match="chmod 600") as info:
+        Signer.load(path)
+    assert f"{mode:04o}" in str(info.value)
+
+
+def test_load_accepts_owner_only_modes(tmp_path: Path) -> None:
+    pem = Signer(Ed25519PrivateKey.from_private_bytes(SEED)).private_pem()
+    for mode in (0o600, 0o400):
+        path = _write_private(tmp_path / f"k{mode:o}.key", pem, mode)
+        assert Signer.load(path).kid == key_id(
+            _raw_public(Ed25519PrivateKey.from_private_bytes(SEED)))
+
+
+BAD_PEM = b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
+
+
+@pytest.mark.parametrize("content", [b"", b"not a key at all\n", BAD_PEM,
+                                     b"\x30\x2e\x02\x01\x00"],
+                         ids=["empty", "text", "bad-pem", "der"])
+def test_load_refuses_non_pem(tmp_path: Path, content: bytes) -> None:
+    path = _write_private(tmp_path / "k.key", content)
+    with pytest.raises(KeyProblem, match="not an unencrypted PEM"):
+        Signer.load(path)
+
+
+def test_load_refuses_encrypted_pem(tmp_path: Path) -> None:
+    pem = Ed25519PrivateKey.from_private_bytes(SEED).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"pw"))
+    with pytest.raises(KeyProblem, match="not an unencrypted PEM"):
+        Signer.load(_write_private(tmp_path / "k.key", pem))
+
+
+@pytest.mark.parametrize("make", [lambda: ec.generate_private_key(ec.SECP256R1()),
+                                  lambda: rsa.generate_private_key(65537, 2048)],
+                         ids=["ec-p256", "rsa"])
+def test_load_refuses_non_ed25519(tmp_path: Path, make: object) -> None:
+    pem = make().private_bytes(serialization.Encoding.PEM,  # type: ignore[operator]
+                               serialization.PrivateFormat.PKCS8,
+                               serialization.NoEncryption())
+    with pytest.raises(KeyProblem, match="not an Ed25519 key"):
+        Signer.load(_write_private(tmp_path / "k.key", pem))
+
+
+def test_load_refuses_missing_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(KeyProblem, match="does not exist"):
+        Signer.load(tmp_path / "absent.key")
+    with pytest.raises(KeyProblem, match="not a regular file"):
+        Signer.load(tmp_path)
+
+
+def test_signer_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    priv, _, signer = generate_keypair(tmp_path)
+    monkeypatch.delenv("HISTAUDIT_KEY", raising=False)
+    with pytest.raises(KeyProblem, match="HISTAUDIT_KEY"):
+        signer_from_env()
+    monkeypatch.setenv("HISTAUDIT_KEY", str(priv))
+    assert signer_from_env().kid == signer.kid
+    assert signer_from_env(priv).kid == signer.kid
+
+
+def test_signer_repr_hides_key() -> None:
+    private = Ed25519PrivateKey.from_private_bytes(SEED)
+    signer = Signer(private)
+    pem = signer.private_pem().decode()
+    secret_b64 = base64.b64encode(SEED).decode()
+    for shown in (repr(signer), str(signer), f"{signer}", repr([signer])):
+        assert signer.kid in shown
+        assert SEED.hex() not in shown and secret_b64 not in shown
+        assert "PRIVATE" not in shown and pem.splitlines()[1] not in shown
+
+
+# --- key ids and public key files ---------------------------------------------------
+
+def test_kid_is_sha256_prefix_of_raw_public_key() -> None:
+    raw = _raw_public(Ed25519PrivateKey.from_private_bytes(SEED))
+    assert key_id(raw) == hashlib.sha256(raw).hexdigest()[:16]
+    assert len(key_id(raw)) == 16
+    assert Signer(Ed25519PrivateKey.from_private_bytes(SEED)).kid == key_id(raw)
+    assert key_id(bytes(32)) != key_id(b"\x01" + bytes(31))
+
+
+def test_public_key_round_trip() -> None:
+    doc = _pub_doc(name="ops", not_before="2025-01-01T00:00:00Z",
+                   not_after="2026-01-01T00:00:00.5Z")
+    key = PublicKey.from_json(doc, source="t")
+    assert key.to_json() == doc
+    assert key.kid == doc["kid"] and len(key.raw) == 32
+
+
+def test_public_key_kid_may_be_derived() -> None:
+    doc = _pub_doc()
+    kid = doc.pop("kid")
+    assert PublicKey.from_json(doc, source="t").kid == kid
+
+
+@pytest.mark.parametrize("public_key", [
+    "not base64!",
+    "r8dirBSq2Ya39paYjzcQWTxjPnoWZkTdTmEPzhRHxKk",  # unpadded
+    base64.b64encode(bytes(31)).decode(),
+    base64.b64encode(bytes(33)).decode(),
+    "",
+], ids=["garbage", "unpadded", "31-bytes", "33-bytes", "empty"])
+def test_public_key_bad_base64_refused(public_key: str) -> None:
+    doc = _pub_doc()
+    doc["public_key"] = public_key
+    with pytest.raises(KeyProblem, match="base64 Ed25519"):
+        PublicKey.from_json(doc, source="t")
+
+
+def test_public_key_missing_key_refused() -> None:
+    doc = _pub_doc()
+    del doc["public_key"]
+    with pytest.raises(KeyProblem):
+        PublicKey.from_json(doc, source="t")
+
+
+def test_public_key_kid_mismatch_refused() -> None:
+    doc = _pub_doc()
+    doc["kid"] = _pub_doc(bytes(32))["kid"]
+    with pytest.raises(KeyProblem, match="does not match"):
+        PublicKey.from_json(doc, source="t")
+
+
+@pytest.mark.parametrize("doc", [[], "key", None, {"alg": "rsa"}, {"public_key": "x"}],
+                         ids=["list", "string", "null", "rsa", "no-alg"])
+def test_public_key_wrong_shape_refused(doc: object) -> None:
+    with pytest.raises(KeyProblem):
+        PublicKey.from_json(doc, source="t")
+
+
+@pytest.mark.parametrize("bound", ["yesterday", "2025-01-01T00:00:00+00:00",
+                                   "2025-13-01T00:00:00Z"])
+def test_public_key_bad_window_refused(bound: str) -> None:
+    with pytest.raises(KeyProblem, match="not_after"):
+        PublicKey.from_json(_pub_doc(not_after=bound), source="t")
+
+
+def test_verify_exact_bytes_only() -> None:
+    signer = Signer(Ed25519PrivateKey.from_private_bytes(SEED))
+    sig = signer.sign(b"body")
+    assert signer.public.verify(sig, b"body")
+    assert not signer.public.verify(sig, b"body ")
+    assert not signer.public.verify(sig[:-1] + bytes([sig[-1] ^ 1]), b"body")
+    assert not signer.public.verify(b"short", b"body")
+    other = PublicKey.from_json(_pub_doc(bytes(32)), source="t")
+    assert not other.verify(sig, b"body")
+
+
+# --- validity windows ---------------------------------------------------------------
+
+def _windowed(not_before: str | None, not_after: str | None) -> PublicKey:
+    extra = {k: v for k, v in (("not_before", not_before), ("not_after", not_after)) if v}
+    return PublicKey.from_json(_pub_doc(**extra), source="t")
+
+
+def test_window_bounds_are_inclusive() -> None:
+    key = _windowed("2025-01-01T00:00:00.000000Z", "2025-06-30T23:59:59.999999Z")
+    assert key.valid_at("2025-01-01T00:00:00.000000Z")
+    assert key.valid_at("2025-06-30T23:59:59.999999Z")
+    assert key.valid_at("2025-03-14T09:26:53.000001Z")
+    assert not key.valid_at("2024-12-31T23:59:59.999999Z")
+    assert not key.valid_at("2025-07-01T00:00:00.000000Z")
+
+
+def test_window_compares_instants_not_strings() -> None:
+    # The bound has no fraction, the entry ts has six digits: same instant, inside.
+    key = _windowed("2025-01-01T00:00:00Z", "2025-01-02T00:00:00Z")
+    assert key.valid_at("2025-01-01T00:00:00.000000Z")
+    assert key.valid_at("2025-01-02T00:00:00.000000Z")
+    assert not key.valid_at("2025-01-02T00:00:00.000001Z")
+    assert not key.valid_at("2024-12-31T23:59:59.999999Z")
+    key = _windowed(None, "2025-01-01T00:00:00.5Z")
+    assert key.valid_at("2025-01-01T00:00:00.500000Z")
+    assert not key.valid_at("2025-01-01T00:00:00.500001Z")
+
+
+def test_open_ended_windows() -> None:
+    assert _windowed(None, None).valid_at("1970-01-01T00:00:00.000000Z")
+    only_start = _windowed("2025-01-01T00:00:00Z", None)
+    assert only_start.valid_at("2999-01-01T00:00:00.000000Z")
+    assert not only_start.valid_at("2024-01-01T00:00:00.000000Z")
+    only_end = _windowed(None, "2025-01-01T00:00:00Z")
+    assert only_end.valid_at("1970-01-01T00:00:00.000000Z")
+    assert not only_end.valid_at("2025-01-01T00:00:00.000001Z")
+
+
+def test_window_with_bad_timestamp_raises_value_error() -> None:
+    key = _windowed("2025-01-01T00:00:00Z", None)
+    with pytest.raises(ValueError):
+        key.valid_at("2025-01-01T00:00:00+00:00")
+
+
+def test_parse_time_requires_z() -> None:
+    assert parse_time("2025-01-01T00:00:00.000001Z").microsecond == 1
+    assert parse_time("2025-01-01T00:00:00Z").utcoffset() is not None
+    for bad in ("2025-01-01T00:00:00", "2025-01-01T00:00:00+00:00", "", "Z"):
+        with pytest.raises(ValueError):
+            parse_time(bad)
+
+
+# --- trust stores -------------------------------------------------------------------
+
+def _write_json(path: Path, doc: object) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_trust_store_from_directory(tmp_path: Path) -> None:
+    a, b = _pub_doc(bytes(32)), _pub_doc(SEED)
+    _write_json(tmp_path / "a.pub.json", a)
+    _write_json(tmp_path / "b.pub.json", b)
+    (tmp_path / "ignored.json").write_text("not even json")
+    (tmp_path / "a.key").write_text("private keys are not read")
+    store = TrustStore.load(tmp_path)
+    assert len(store) == 2
+    assert a["kid"] in store and b["kid"] in store
+    assert {k.kid for k in store} == {a["kid"], b["kid"]}
+    assert store.get(a["kid"]) is not None and store.get("0" * 16) is None
+
+
+def test_trust_store_from_generated_keys(tmp_path: Path) -> None:
+    _, _, one = generate_keypair(tmp_path, name="one")
+    _, _, two = generate_keypair(tmp_path, name="two")
+    store = TrustStore.load(tmp_path)
+    assert {k.kid for k in store} == {one.kid, two.kid}
+
+
+def test_trust_store_from_single_key_file(tmp_path: Path) -> None:
+    doc = _pub_doc(not_before="2025-01-01T00:00:00Z")
+    store = TrustStore.load(_write_json(tmp_path / "trusted.json", doc))
+    assert len(store) == 1
+    key = store.get(doc["kid"])
+    assert key is not None and key.not_before == "2025-01-01T00:00:00Z"
+
+
+def test_trust_store_from_keys_list(tmp_path: Path) -> None:
+    docs = [_pub_doc(bytes(32)), _pub_doc(SEED, name="second")]
+    store = TrustStore.load(_write_json(tmp_path / "trust.json", {"keys": docs}))
+    assert {k.kid for k in store} == {d["kid"] for d in docs}
+
+
+def test_trust_store_errors(tmp_path: Path) -> None:
+    with pytest.raises(KeyProblem, match="does not exist"):
+        TrustStore.load(tmp_path / "absent")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(KeyProblem, match="no \\*.pub.json"):
+        TrustStore.load(empty)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(KeyProblem, match="not JSON"):
+        TrustStore.load(tmp_path / "bad.json")
+    with pytest.raises(KeyProblem, match="must be a list"):
+        TrustStore.load(_write_json(tmp_path / "k.json", {"keys": {"a": 1}}))
+    bad_kid = _pub_doc()
+    bad_kid["kid"] = "0" * 16
+    with pytest.raises(KeyProblem, match="key 1"):
+        TrustStore.load(_write_json(tmp_path / "list.json", {"keys": [_pub_doc(), bad_kid]}))
+    bad_dir = tmp_path / "bad-dir"
+    bad_dir.mkdir()
+    _write_json(bad_dir / "x.pub.json", {"alg": "ed25519", "public_key": "%%%"})
+    with pytest.raises(KeyProblem, match="x.pub.json"):
+        TrustStore.load(bad_dir)
