@@ -27,6 +27,9 @@ from .errors import StoreError
 from .keys import Signer
 
 DEFAULT_URL = "sqlite:///histaudit.db"
+# The drivers histaudit installs; any other (asyncpg, psycopg2, ...) is refused up front.
+_DRIVERS = {"sqlite": ("sqlite", "sqlite+pysqlite"),
+            "postgresql": ("postgresql", "postgresql+psycopg")}
 SCHEMA_VERSION = "1"
 # Any 64-bit constant: the key of the PostgreSQL advisory lock that orders appends.
 _PG_APPEND_LOCK = 0x6869_7374_6175_6474  # "histaudt"
@@ -151,7 +154,7 @@ def resolve_url(url: str | None) -> str:
 def _redact_url(url: str) -> str:
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         return "<unparseable URL>"
 
 
@@ -175,20 +178,22 @@ class Ledger:
         shown = _redact_url(url)
         try:
             parsed = sa.engine.make_url(url)
-        except ArgumentError:
+        except (ArgumentError, ValueError):
             raise StoreError(f"ledger URL {url!r} is not a database URL") from None
         backend = parsed.get_backend_name()
-        if backend == "sqlite":
-            engine = _sqlite_engine(parsed, create=create, shown=shown)
-        elif backend == "postgresql":
-            if parsed.drivername == "postgresql":
-                parsed = parsed.set(drivername="postgresql+psycopg")
-            try:
-                engine = sa.create_engine(parsed, pool_pre_ping=True)
-            except (NoSuchModuleError, ArgumentError) as exc:
-                raise StoreError(f"ledger {shown}: {exc}") from None
-        else:
+        if backend not in _DRIVERS:
             raise StoreError(f"ledger URL {shown}: only sqlite and postgresql are supported")
+        if parsed.drivername not in _DRIVERS[backend]:
+            raise StoreError(f"ledger URL {shown}: driver {parsed.drivername!r} is not "
+                             f"supported (use {' or '.join(_DRIVERS[backend])})")
+        try:
+            if backend == "sqlite":
+                engine = _sqlite_engine(parsed, create=create, shown=shown)
+            else:
+                engine = sa.create_engine(parsed.set(drivername="postgresql+psycopg"),
+                                          pool_pre_ping=True)
+        except (NoSuchModuleError, ArgumentError, ValueError, TypeError) as exc:
+            raise StoreError(f"ledger {shown}: {_one_line(exc)}") from None
         ledger = cls(engine, url)
         try:
             ledger._prepare(create=create)
@@ -236,6 +241,15 @@ class Ledger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A read connection; a database failure (corrupt file, missing table) is a StoreError."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise StoreError(f"ledger {_redact_url(self.url)}: {_one_line(exc)}") from None
 
     # -- writing ----------------------------------------------------------------------
 
@@ -294,9 +308,13 @@ class Ledger:
 
     def erase_payload(self, commitment: str) -> bool:
         """Erase one payload (privacy request); the chain still verifies without it."""
-        with self._write() as conn:
-            return conn.execute(payloads.delete().where(
-                payloads.c.commitment == commitment)).rowcount > 0
+        try:
+            with self._write() as conn:
+                return conn.execute(payloads.delete().where(
+                    payloads.c.commitment == commitment)).rowcount > 0
+        except SQLAlchemyError as exc:
+            raise StoreError(f"erasing payload {commitment[:12]}… failed: "
+                             f"{_one_line(exc)}") from None
 
     # -- reading ----------------------------------------------------------------------
 
@@ -312,7 +330,7 @@ class Ledger:
         # Keyset pagination on leaf: constant memory on both drivers, no long-lived cursor.
         after = -1
         while True:
-            with self.engine.connect() as conn:
+            with self._read() as conn:
                 rows = conn.execute(query.where(entries.c.leaf > after).limit(chunk)).all()
             for r in rows:
                 yield StoredEntry(r.leaf, r.instance, r.seq, r.hash, bytes(r.body), bytes(r.sig))
@@ -322,14 +340,14 @@ class Ledger:
 
     def entry_at(self, instance: str, seq: int) -> StoredEntry | None:
         """The stored row of ``instance``'s entry ``seq`` (by its seq column), if any."""
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             r = conn.execute(sa.select(entries).where(entries.c.instance == instance,
                                                       entries.c.seq == seq)).first()
         return None if r is None else StoredEntry(r.leaf, r.instance, r.seq, r.hash,
                                                   bytes(r.body), bytes(r.sig))
 
     def head(self, instance: str) -> StoredHead | None:
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             r = conn.execute(sa.select(heads).where(heads.c.instance == instance)).first()
         return None if r is None else StoredHead(r.instance, r.seq, bytes(r.body), bytes(r.sig))
 
@@ -338,7 +356,7 @@ class Ledger:
         q = (sa.select(entries.c.instance, sa.func.count(), sa.func.max(entries.c.seq),
                        sa.func.min(entries.c.leaf), sa.func.max(entries.c.leaf))
              .group_by(entries.c.instance).order_by(sa.func.max(entries.c.leaf).desc()))
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             found = {r[0]: InstanceSummary(*r) for r in conn.execute(q)}
             for (name,) in conn.execute(sa.select(heads.c.instance)):
                 found.setdefault(name, InstanceSummary(name, 0, 0, -1, -1))
@@ -349,7 +367,7 @@ class Ledger:
 
     def payload(self, commitment: str) -> tuple[bytes, bytes] | None:
         """The (salt, bytes) stored for a commitment, or None once erased."""
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             r = conn.execute(sa.select(payloads.c.salt, payloads.c.data)
                              .where(payloads.c.commitment == commitment)).first()
         return None if r is None else (bytes(r.salt), bytes(r.data))
