@@ -19,7 +19,7 @@ from rich.text import Text
 
 from . import __version__
 from . import format as fmt
-from .errors import HistauditError, InputError, KeyProblem, UsageError
+from .errors import FormatError, HistauditError, InputError, KeyProblem, UsageError
 from .findings import Severity
 from .keys import TrustStore, generate_keypair, signer_from_env
 from .store import Ledger
@@ -28,6 +28,8 @@ from .verify import Report, verify_all, verify_instance
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow",
                    Severity.INFO: "cyan"}
+# Longest text one table cell shows; a huge stored value must not stall the terminal render.
+CELL_CHARS = 500
 
 db_option = click.option("--db", "db", metavar="URL", envvar="HISTAUDIT_DB",
                          help="Ledger URL (default $HISTAUDIT_DB or sqlite:///histaudit.db).")
@@ -40,6 +42,12 @@ key_option = click.option("--key", metavar="PATH", envvar="HISTAUDIT_KEY",
 
 def _out() -> Console:
     return Console(highlight=False, soft_wrap=True)
+
+
+def _clip(text: object, limit: int = CELL_CHARS) -> str:
+    """``text`` for a table cell, cut to ``limit`` characters with the full length noted."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
 
 
 def _emit_json(doc: Any) -> None:
@@ -124,7 +132,8 @@ def _render_reports(reports: Iterable[Report]) -> None:
     console = _out()
     for report in reports:
         status = Text("OK", style="bold green") if report.ok else Text("FAILED", style="bold red")
-        console.print(Text.assemble(f"instance {report.instance_id}: {report.entries} entries, "
+        console.print(Text.assemble(f"instance {_clip(report.instance_id)}: "
+                                    f"{report.entries} entries, "
                                     f"{report.mode} check — ", status))
         if not report.findings:
             continue
@@ -134,7 +143,7 @@ def _render_reports(reports: Iterable[Report]) -> None:
         for f in report.findings:
             table.add_row("-" if f.seq is None else str(f.seq),
                           Text(str(f.severity), style=_SEVERITY_STYLE[f.severity]),
-                          f.code, f.message)
+                          f.code, _clip(f.message))
         console.print(table)
 
 
@@ -169,8 +178,8 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> None:
     for col in ("instance", "entries", "last activity", "last kind", "status"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["instance"], str(r["entries"]), r["last_ts"] or "-",
-                      r["last_kind"] or "-", r["status"])
+        table.add_row(_clip(r["instance"]), str(r["entries"]), _clip(r["last_ts"] or "-"),
+                      _clip(r["last_kind"] or "-"), r["status"])
     _out().print(table)
 
 
@@ -213,12 +222,12 @@ def show(instance_id: str, db: str | None, as_json: bool) -> None:
     if as_json:
         _emit_json({"instance_id": instance_id, "entries": items})
         return
-    table = Table(title=f"instance {instance_id}", header_style="bold")
+    table = Table(title=f"instance {_clip(instance_id)}", header_style="bold")
     for col in ("seq", "time (UTC)", "kind", "details"):
         table.add_column(col, overflow="fold")
     for it in items:
-        table.add_row(str(it["seq"]), (it["ts"] or "-").replace("T", " ").rstrip("Z"),
-                      it["kind"], _details(it["data"]))
+        table.add_row(str(it["seq"]), _clip((it["ts"] or "-").replace("T", " ").rstrip("Z")),
+                      _clip(it["kind"]), _clip(_details(it["data"])))
     _out().print(table)
 
 
@@ -228,7 +237,7 @@ def _details(data: dict[str, Any]) -> str:
         value = data[key]
         if isinstance(value, dict) and "c" in value:
             value = f"⟨{str(value['c'])[:10]}… {value.get('n', '?')}B⟩"
-        parts.append(f"{key}={value}")
+        parts.append(f"{_clip(key, 100)}={_clip(value, 200)}")
     return " ".join(parts)
 
 
@@ -249,7 +258,10 @@ def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
         row = ledger.entry_at(instance_id, seq)
         if row is None:
             raise InputError(f"instance {instance_id!r} has no entry {seq}")
-        entry = fmt.parse_entry(row.body)
+        try:
+            entry = fmt.parse_entry(row.body)
+        except FormatError as exc:
+            raise InputError(f"entry {seq} of {instance_id!r} is malformed: {exc}") from None
         ref = entry.data.get(field_)
         if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
             raise InputError(f"entry {seq} of {instance_id!r} has no committed payload "
@@ -264,6 +276,13 @@ def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
 
 # --- entry point -----------------------------------------------------------------------
 
+def _fail(message: str) -> NoReturn:
+    """Print ``message`` as exactly one line (newlines in paths or URLs escaped); exit 2."""
+    one_line = message.replace("\r", "\\r").replace("\n", "\\n")
+    click.echo(f"histaudit: error: {one_line}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     """Run the CLI with one error boundary: library errors become one line and exit 2."""
     try:
@@ -271,18 +290,14 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        click.echo(f"histaudit: error: {exc.format_message()}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        _fail(exc.format_message())
     except click.exceptions.Abort:
         click.echo("histaudit: aborted", err=True)
         sys.exit(130)
     except (HistauditError, KeyProblem) as exc:
-        click.echo(f"histaudit: error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        _fail(str(exc))
     except OSError as exc:
-        click.echo(f"histaudit: error: {exc.strerror or exc}"
-                   + (f": {exc.filename}" if exc.filename else ""), err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        _fail(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
     sys.exit(rv if isinstance(rv, int) else EXIT_CLEAN)
 
 
