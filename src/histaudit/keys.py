@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from .errors import KeyProblem
 ALGORITHM = "ed25519"
 PUBLIC_SUFFIX = ".pub.json"
 PRIVATE_SUFFIX = ".key"
+# A key pair's file name stem: no path separators, no hidden or empty names.
+_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def key_id(raw_public: bytes) -> str:
@@ -176,7 +179,19 @@ def generate_keypair(out_dir: str | os.PathLike[str], *, name: str = "histaudit"
                      not_before: str | None = None,
                      not_after: str | None = None) -> tuple[Path, Path, Signer]:
     """Write ``NAME.key`` (mode 0600, created exclusively) and ``NAME.pub.json``."""
+    if not _KEY_NAME.fullmatch(name):
+        raise KeyProblem(f"key name {name!r} must be 1-100 letters, digits, '.', '_' or '-' "
+                         f"and start with a letter or digit")
+    try:
+        window = [parse_time(t) if t is not None else None for t in (not_before, not_after)]
+    except ValueError as exc:
+        raise KeyProblem(f"validity window: {exc}") from None
+    if window[0] is not None and window[1] is not None and window[0] > window[1]:
+        raise KeyProblem(f"validity window is empty: not_before {not_before} is after "
+                         f"not_after {not_after}")
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise KeyProblem(f"key directory {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     signer = Signer.generate()
     priv_path, pub_path = out / f"{name}{PRIVATE_SUFFIX}", out / f"{name}{PUBLIC_SUFFIX}"
