@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ GENESIS_PREV = "0" * 64
 COMMIT_DOMAIN = b"histaudit.commit.v1\x00"
 SALT_BYTES = 32
 MAX_ID_CHARS = 1024
+_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 
 ENTRY_FIELDS = frozenset({"v", "type", "instance", "seq", "leaf", "prev", "kind", "ts", "kid",
                           "data"})
@@ -131,7 +133,7 @@ def _load(body: bytes, what: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise FormatError(f"{what} body is not a JSON object")
     version = doc.get("v")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise FormatError(f"{what} has unknown format version {version!r}")
     return doc
 
@@ -147,6 +149,20 @@ def _str(doc: Mapping[str, Any], field: str, what: str) -> str:
     value = doc.get(field)
     if not isinstance(value, str) or not value:
         raise FormatError(f"{what} field '{field}' must be a non-empty string")
+    return value
+
+
+def _ts(doc: Mapping[str, Any], what: str) -> str:
+    value = _str(doc, "ts", what)
+    if not _TS.fullmatch(value):
+        raise FormatError(f"{what} field 'ts' must be YYYY-MM-DDTHH:MM:SS.ffffffZ")
+    return value
+
+
+def _kid(doc: Mapping[str, Any], what: str) -> str:
+    value = _str(doc, "kid", what)
+    if len(value) != 16 or value.strip("0123456789abcdef"):
+        raise FormatError(f"{what} field 'kid' must be 16 lowercase hex digits")
     return value
 
 
@@ -170,8 +186,8 @@ def parse_entry(body: bytes) -> Entry:
         raise FormatError("entry field 'data' must be an object")
     return Entry(instance=_str(doc, "instance", "entry"), seq=_int(doc, "seq", "entry", 1),
                  leaf=_int(doc, "leaf", "entry", 0), prev=_hex64(doc, "prev", "entry"),
-                 kind=_str(doc, "kind", "entry"), ts=_str(doc, "ts", "entry"),
-                 kid=_str(doc, "kid", "entry"), data=data, body=body)
+                 kind=_str(doc, "kind", "entry"), ts=_ts(doc, "entry"),
+                 kid=_kid(doc, "entry"), data=data, body=body)
 
 
 def parse_head(body: bytes) -> Head:
@@ -180,4 +196,4 @@ def parse_head(body: bytes) -> Head:
         raise FormatError("head has the wrong type or fields")
     return Head(instance=_str(doc, "instance", "head"), seq=_int(doc, "seq", "head", 1),
                 leaf=_int(doc, "leaf", "head", 0), hash=_hex64(doc, "hash", "head"),
-                ts=_str(doc, "ts", "head"), kid=_str(doc, "kid", "head"), body=body)
+                ts=_ts(doc, "head"), kid=_kid(doc, "head"), body=body)

@@ -40,10 +40,16 @@ def key_id(raw_public: bytes) -> str:
     return hashlib.sha256(raw_public).hexdigest()[:16]
 
 
+_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+
+
 def parse_time(text: str) -> datetime:
-    """Parse an RFC 3339 UTC timestamp ending in ``Z`` (the only form histaudit writes)."""
-    if not isinstance(text, str) or not text.endswith("Z"):
-        raise ValueError(f"timestamp {text!r} is not RFC 3339 UTC ending in Z")
+    """Parse an RFC 3339 UTC timestamp ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``.
+
+    Entries always carry six fraction digits; key windows may omit the fraction.
+    """
+    if not isinstance(text, str) or not _TS.fullmatch(text):
+        raise ValueError(f"timestamp {text!r} is not RFC 3339 UTC (YYYY-MM-DDTHH:MM:SS[.ffffff]Z)")
     return datetime.fromisoformat(text[:-1] + "+00:00")
 
 

@@ -15,7 +15,10 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from . import format as fmt
+from .canonical import canonical_bytes
 from .behaviour import BehaviourAnalyzer
 from .errors import FormatError, VerificationError
 from .findings import Finding, Severity
@@ -144,6 +147,10 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
             if row.seq >= last_seq:
                 last_seq, last_hash = row.seq, digest
             continue
+        if full and not _is_canonical(entry):
+            add(Finding.make("entry-malformed", instance, entry.seq,
+                             f"entry {entry.seq}: bytes are not in canonical form "
+                             f"(docs/format.md §Canonical JSON)"))
         if entry.instance != instance:
             add(Finding.make("instance-mismatch", instance, entry.seq,
                              f"entry {entry.seq} names instance {entry.instance!r}"))
@@ -187,6 +194,18 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
     findings.sort(key=lambda f: (f.seq if f.seq is not None else 1 << 62, -f.severity))
     return Report(instance_id=instance, entries=count, mode="full" if full else "default",
                   findings=tuple(findings))
+
+
+def _is_canonical(entry: fmt.Entry) -> bool:
+    """Do the stored bytes equal the canonical form of what they parse to?
+
+    Signatures hold over any bytes; this catches bodies that two parsers could read
+    differently (duplicate keys, whitespace, ``-0``). Checked in ``--full`` mode.
+    """
+    try:
+        return canonical_bytes(orjson.loads(entry.body)) == entry.body
+    except (FormatError, orjson.JSONDecodeError):
+        return False
 
 
 def _check_key(kid: str, ts: str, seq: int | None, instance: str, trust: TrustStore,
