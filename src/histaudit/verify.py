@@ -131,7 +131,7 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
     add = findings.append
     behaviour = BehaviourAnalyzer(instance)
     sigs = _SignatureChecker(trust, workers or os.cpu_count() or 1) if full else None
-    last_seq, last_hash, count = 0, fmt.GENESIS_PREV, 0
+    last_seq, last_hash, last_leaf, count = 0, fmt.GENESIS_PREV, -1, 0
 
     for row in rows:
         count += 1
@@ -170,6 +170,10 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
         else:
             add(Finding.make("seq-reordered", instance, entry.seq,
                              f"entry {entry.seq} stored after entry {last_seq}"))
+        if entry.leaf <= last_leaf:
+            add(Finding.make("seq-reordered", instance, entry.seq,
+                             f"entry {entry.seq} has ledger leaf {entry.leaf}, not after the "
+                             f"previous entry's leaf {last_leaf}"))
         _check_key(entry.kid, entry.ts, entry.seq, instance, trust, add, "entry")
         if sigs is not None and entry.kid in trust:
             sigs.add(entry.seq, entry.kid, row.body, row.sig)
@@ -189,7 +193,7 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
         add(Finding.make("instance-missing", instance, None,
                          f"no entries and no head stored for {instance!r}"))
     else:
-        _check_head(instance, head, last_seq, last_hash, trust, add)
+        _check_head(instance, head, last_seq, last_hash, last_leaf, trust, add)
     findings.extend(behaviour.finish())
     findings.sort(key=lambda f: (f.seq if f.seq is not None else 1 << 62, -f.severity))
     return Report(instance_id=instance, entries=count, mode="full" if full else "default",
@@ -241,7 +245,7 @@ def _check_payloads(entry: fmt.Entry, lookup: Any, add: Any) -> None:
 
 
 def _check_head(instance: str, head: StoredHead | None, last_seq: int, last_hash: str,
-                trust: TrustStore, add: Any) -> None:
+                last_leaf: int, trust: TrustStore, add: Any) -> None:
     if head is None:
         add(Finding.make("head-missing", instance, last_seq,
                          f"{last_seq} entries stored but no signed head"))
@@ -276,6 +280,10 @@ def _check_head(instance: str, head: StoredHead | None, last_seq: int, last_hash
         add(Finding.make("head-mismatch", instance, parsed.seq,
                          f"signed head hash {parsed.hash[:12]}… differs from entry "
                          f"{parsed.seq} ({last_hash[:12]}…)"))
+    elif parsed.leaf != last_leaf:
+        add(Finding.make("head-mismatch", instance, parsed.seq,
+                         f"signed head names leaf {parsed.leaf}, entry {parsed.seq} is leaf "
+                         f"{last_leaf}"))
 
 
 def verify_instance(ledger: Ledger, instance: str, *, trust: TrustStore, full: bool = False,
