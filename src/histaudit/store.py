@@ -400,6 +400,8 @@ def _sqlite_engine(parsed: sa.URL, *, create: bool, shown: str) -> Engine:
         if create:
             cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = FULL")
+        # An erased payload must not survive in a freed page, whatever SQLite's build default.
+        cur.execute("PRAGMA secure_delete = ON")
         cur.close()
 
     @event.listens_for(engine, "begin")
