@@ -23,6 +23,7 @@ from .errors import FormatError, HistauditError, InputError, KeyProblem, UsageEr
 from .findings import Severity
 from .keys import TrustStore, generate_keypair, signer_from_env
 from .store import Ledger
+from .checkpoint import ConsistencyReport, check_consistency, make_checkpoint, parse_note
 from .verify import Report, verify_all, verify_instance
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
@@ -107,25 +108,82 @@ def keys_generate(out_dir: str, name: str, not_before: str | None,
 @click.option("--full", is_flag=True, help="Also check every entry signature and payload.")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="Processes for --full signature checks (default: all cores).")
+@click.option("--since-checkpoint", "since", metavar="FILE",
+              help="Also prove the ledger is an append-only extension of this signed "
+                   "checkpoint (catches rollback, fork, deleted instances).")
 def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | None,
-           as_json: bool, fail_on: str, full: bool, workers: int | None) -> None:
+           as_json: bool, fail_on: str, full: bool, workers: int | None,
+           since: str | None) -> None:
     """Prove INSTANCE_ID's chain complete and untampered; report what happened across crashes."""
-    if bool(instance_id) == all_:
-        raise UsageError("give exactly one of INSTANCE_ID or --all")
+    if instance_id and all_:
+        raise UsageError("give INSTANCE_ID or --all, not both")
+    if not (instance_id or all_ or since):
+        raise UsageError("give INSTANCE_ID, --all or --since-checkpoint FILE")
     trust_store = _trust(trust)
     threshold = Severity.parse(fail_on)
+    old = parse_note(_read_file(since, "checkpoint"), trust_store, source=since) if since else None
     with Ledger.open(db) as ledger:
+        consistency = check_consistency(ledger, old) if old is not None else None
+        if consistency is not None and not (instance_id or all_):
+            _finish_consistency(consistency, as_json, threshold)
         if all_:
             reports = list(verify_all(ledger, trust=trust_store, full=full, workers=workers))
         else:
             assert instance_id is not None
             reports = [verify_instance(ledger, instance_id, trust=trust_store, full=full,
                                        workers=workers)]
+    if consistency is not None:
+        reports.append(_consistency_report(consistency))
     if as_json:
-        _emit_json([r.to_json() for r in reports] if all_ else reports[0].to_json())
+        _emit_json([r.to_json() for r in reports] if len(reports) > 1 else reports[0].to_json())
     else:
         _render_reports(reports)
     sys.exit(EXIT_FINDINGS if any(r.failing(threshold) for r in reports) else EXIT_CLEAN)
+
+
+def _consistency_report(c: ConsistencyReport) -> Report:
+    return Report(instance_id="(ledger)", entries=c.size,
+                  mode=f"consistency {c.old_size}->{c.size}", findings=c.findings)
+
+
+def _finish_consistency(c: ConsistencyReport, as_json: bool, threshold: Severity) -> NoReturn:
+    report = _consistency_report(c)
+    if as_json:
+        _emit_json(report.to_json())
+    else:
+        _render_reports([report])
+    sys.exit(EXIT_FINDINGS if report.failing(threshold) else EXIT_CLEAN)
+
+
+def _read_file(path: str, what: str, limit: int = 1 << 20) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"{what} {path}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise InputError(f"{what} {path} is larger than {limit} bytes")
+    return data
+
+
+# --- checkpoint ------------------------------------------------------------------------
+
+@cli.command("checkpoint")
+@db_option
+@key_option
+@click.option("--out", "out_file", metavar="FILE", help="Also write the note to FILE.")
+def checkpoint_cmd(db: str | None, key: str | None, out_file: str | None) -> None:
+    """Sign and store a checkpoint of the whole ledger; print it (C2SP signed note)."""
+    signer = signer_from_env(key)
+    with Ledger.open(db) as ledger:
+        cp = make_checkpoint(ledger, signer)
+    if out_file:
+        try:
+            with open(out_file, "wb") as fh:
+                fh.write(cp.note)
+        except OSError as exc:
+            raise InputError(f"cannot write {out_file}: {exc.strerror}") from None
+    sys.stdout.write(cp.note.decode())
 
 
 def _render_reports(reports: Iterable[Report]) -> None:

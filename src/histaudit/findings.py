@@ -49,6 +49,11 @@ CODES: dict[str, tuple[Severity, str]] = {
     "head-invalid": (E, "signed head is malformed or its signature does not verify"),
     "head-mismatch": (E, "signed head does not match the last stored entry"),
     "instance-missing": (E, "no entries and no head are stored for this instance"),
+    # the ledger-wide tree and its checkpoints
+    "leaves-missing": (E, "ledger-wide leaf indices have a gap: entries or instances deleted"),
+    "checkpoint-rollback": (E, "ledger is smaller than an earlier signed checkpoint"),
+    "checkpoint-inconsistent": (E, "ledger is not an append-only extension of a checkpoint"),
+    "inclusion-invalid": (E, "entry's inclusion proof does not lead to the checkpoint root"),
     # behaviour across crashes
     "activity-reexecuted": (W, "activity body ran more than once for one task"),
     "activity-nondeterministic": (W, "re-executions of one task returned different results"),

@@ -63,6 +63,12 @@ payloads = sa.Table(
     sa.Column("salt", sa.LargeBinary, nullable=False),
     sa.Column("data", sa.LargeBinary, nullable=False),
 )
+checkpoints = sa.Table(
+    "histaudit_checkpoints", metadata,
+    sa.Column("size", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("root", sa.String(64), nullable=False),
+    sa.Column("note", sa.LargeBinary, nullable=False),
+)
 
 _SQLITE_TRIGGERS = [
     """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_update BEFORE UPDATE
@@ -74,8 +80,28 @@ _SQLITE_TRIGGERS = [
        BEGIN SELECT RAISE(ABORT, 'histaudit head may only move forward'); END""",
     """CREATE TRIGGER IF NOT EXISTS histaudit_heads_no_delete BEFORE DELETE
        ON histaudit_heads BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_checkpoints_no_update BEFORE UPDATE
+       ON histaudit_checkpoints BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_checkpoints_no_delete BEFORE DELETE
+       ON histaudit_checkpoints BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
     """CREATE TRIGGER IF NOT EXISTS histaudit_payloads_no_update BEFORE UPDATE
        ON histaudit_payloads BEGIN SELECT RAISE(ABORT, 'payloads can be erased, not changed'); END""",
+    # INSERT OR REPLACE deletes the conflicting row without firing DELETE triggers (unless
+    # recursive_triggers is on), so an insert that would replace a row is refused up front.
+    """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_replace BEFORE INSERT
+       ON histaudit_entries
+       WHEN EXISTS (SELECT 1 FROM histaudit_entries WHERE leaf = NEW.leaf)
+         OR EXISTS (SELECT 1 FROM histaudit_entries
+                    WHERE instance = NEW.instance AND seq = NEW.seq)
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_heads_no_replace BEFORE INSERT
+       ON histaudit_heads
+       WHEN EXISTS (SELECT 1 FROM histaudit_heads WHERE instance = NEW.instance)
+       BEGIN SELECT RAISE(ABORT, 'histaudit head may only move forward'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_payloads_no_replace BEFORE INSERT
+       ON histaudit_payloads
+       WHEN EXISTS (SELECT 1 FROM histaudit_payloads WHERE commitment = NEW.commitment)
+       BEGIN SELECT RAISE(ABORT, 'payloads can be erased, not changed'); END""",
 ]
 
 _PG_TRIGGERS = [
@@ -99,6 +125,10 @@ _PG_TRIGGERS = [
        ON histaudit_heads FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
     """CREATE OR REPLACE TRIGGER histaudit_heads_no_truncate BEFORE TRUNCATE
        ON histaudit_heads FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_checkpoints_append_only BEFORE UPDATE OR DELETE
+       ON histaudit_checkpoints FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_checkpoints_no_truncate BEFORE TRUNCATE
+       ON histaudit_checkpoints FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
     """CREATE OR REPLACE TRIGGER histaudit_payloads_no_update BEFORE UPDATE
        ON histaudit_payloads FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
 ]
@@ -111,7 +141,8 @@ def writer_role_sql(role: str = "histaudit_writer") -> list[str]:
     head only move forward), and SELECT; it has no UPDATE, DELETE or TRUNCATE on entries.
     """
     return [
-        f"GRANT SELECT, INSERT ON histaudit_entries, histaudit_payloads TO {role}",
+        f"GRANT SELECT, INSERT ON histaudit_entries, histaudit_payloads, histaudit_checkpoints "
+        f"TO {role}",
         f"GRANT SELECT, INSERT, UPDATE ON histaudit_heads TO {role}",
         f"GRANT SELECT ON histaudit_meta TO {role}",
         f"REVOKE UPDATE, DELETE, TRUNCATE ON histaudit_entries FROM {role}",
@@ -350,6 +381,43 @@ class Ledger:
         with self._read() as conn:
             r = conn.execute(sa.select(heads).where(heads.c.instance == instance)).first()
         return None if r is None else StoredHead(r.instance, r.seq, bytes(r.body), bytes(r.sig))
+
+    def leaf_count(self) -> int:
+        """Number of leaves in the ledger-wide tree: max(leaf) + 1 (leaves are contiguous)."""
+        with self.engine.connect() as conn:
+            top = conn.execute(sa.select(sa.func.max(entries.c.leaf))).scalar()
+        return 0 if top is None else top + 1
+
+    def leaves(self, *, below: int | None = None, chunk: int = 5000
+               ) -> Iterator[tuple[int, bytes]]:
+        """(leaf index, exact body bytes) in leaf order, optionally only leaves < ``below``."""
+        query = sa.select(entries.c.leaf, entries.c.body).order_by(entries.c.leaf)
+        if below is not None:
+            query = query.where(entries.c.leaf < below)
+        after = -1
+        while True:
+            with self.engine.connect() as conn:
+                rows = conn.execute(query.where(entries.c.leaf > after).limit(chunk)).all()
+            for leaf, body in rows:
+                yield leaf, bytes(body)
+            if len(rows) < chunk:
+                return
+            after = rows[-1].leaf
+
+    def add_checkpoint(self, size: int, root_hex: str, note: bytes) -> None:
+        """Store a signed checkpoint (one per tree size; append-only)."""
+        with self._write() as conn:
+            have = conn.execute(sa.select(checkpoints.c.note)
+                                .where(checkpoints.c.size == size)).scalar()
+            if have is None:
+                conn.execute(checkpoints.insert().values(size=size, root=root_hex, note=note))
+
+    def checkpoint_notes(self) -> list[tuple[int, bytes]]:
+        """Every stored checkpoint as (size, signed note), oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(checkpoints.c.size, checkpoints.c.note)
+                                .order_by(checkpoints.c.size)).all()
+        return [(r.size, bytes(r.note)) for r in rows]
 
     def instances(self) -> list[InstanceSummary]:
         """Every instance that has entries or a head, with entry counts."""

@@ -131,7 +131,8 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
     add = findings.append
     behaviour = BehaviourAnalyzer(instance)
     sigs = _SignatureChecker(trust, workers or os.cpu_count() or 1) if full else None
-    last_seq, last_hash, last_leaf, count = 0, fmt.GENESIS_PREV, -1, 0
+    last_seq, last_hash, count = 0, fmt.GENESIS_PREV, 0
+    last_leaf = tip_leaf = -1  # leaf of the previous row; leaf of entry last_seq
 
     for row in rows:
         count += 1
@@ -183,7 +184,8 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
         # A stray older entry (reordered) must not replace the hash of entry last_seq:
         # the next entry links to, and the head signs, the newest one.
         if entry.seq >= last_seq:
-            last_seq, last_hash = entry.seq, digest
+            last_seq, last_hash, tip_leaf = entry.seq, digest, entry.leaf
+        last_leaf = entry.leaf
 
     if sigs is not None:
         for seq in sigs.finish():
@@ -193,7 +195,7 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
         add(Finding.make("instance-missing", instance, None,
                          f"no entries and no head stored for {instance!r}"))
     else:
-        _check_head(instance, head, last_seq, last_hash, last_leaf, trust, add)
+        _check_head(instance, head, last_seq, last_hash, tip_leaf, trust, add)
     findings.extend(behaviour.finish())
     findings.sort(key=lambda f: (f.seq if f.seq is not None else 1 << 62, -f.severity))
     return Report(instance_id=instance, entries=count, mode="full" if full else "default",

@@ -1,0 +1,168 @@
+"""Signed checkpoints of the ledger-wide Merkle tree (C2SP tlog-checkpoint in a signed note).
+
+A checkpoint note is::
+
+    histaudit/<ledger id>\\n
+    <tree size>\\n
+    <base64 root hash>\\n
+    \\n
+    — histaudit/<ledger id> <base64(4-byte key hash || 64-byte Ed25519 signature)>\\n
+
+The signature covers the note text (the first three lines, newline included); the key
+hash is SHA-256(name || "\\n" || 0x01 || raw public key)[:4], as C2SP signed-note
+defines it for Ed25519, so Go's ``golang.org/x/mod/sumdb/note`` can read these notes.
+Anyone who keeps a checkpoint can later prove the ledger only grew since.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass
+
+from . import merkle
+from .errors import InputError
+from .findings import Finding
+from .keys import PublicKey, Signer, TrustStore
+from .store import Ledger
+
+ED25519_ALG = b"\x01"
+SIG_PREFIX = "\u2014 "  # an em dash and a space start every signature line
+
+
+def origin_of(ledger: Ledger) -> str:
+    return f"histaudit/{ledger.ledger_id}"
+
+
+def note_key_hash(name: str, key: PublicKey) -> bytes:
+    return hashlib.sha256(name.encode() + b"\n" + ED25519_ALG + key.raw).digest()[:4]
+
+
+def verifier_key(name: str, key: PublicKey) -> str:
+    """The key in signed-note verifier-key form: ``name+hash+base64(0x01||pubkey)``."""
+    return (f"{name}+{note_key_hash(name, key).hex()}+"
+            f"{base64.b64encode(ED25519_ALG + key.raw).decode()}")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A verified checkpoint: ``size`` leaves whose tree has ``root``."""
+
+    origin: str
+    size: int
+    root: bytes
+    note: bytes
+    kid: str
+
+
+def sign_note(origin: str, size: int, root: bytes, signer: Signer) -> bytes:
+    text = f"{origin}\n{size}\n{base64.b64encode(root).decode()}\n".encode()
+    sig = signer.sign(text)
+    line = (f"{SIG_PREFIX}{origin} "
+            f"{base64.b64encode(note_key_hash(origin, signer.public) + sig).decode()}\n")
+    return text + b"\n" + line.encode()
+
+
+def parse_note(note: bytes, trust: TrustStore, *, source: str = "checkpoint") -> Checkpoint:
+    """Parse a checkpoint note and verify one of its signatures with a trusted key."""
+    try:
+        text_str = note.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{source} is not UTF-8 text") from None
+    text_end = text_str.rfind("\n\n")
+    if text_end < 0:
+        raise InputError(f"{source} is not a signed note (no blank line before signatures)")
+    text, sig_block = text_str[:text_end + 1], text_str[text_end + 2:]
+    lines = text.split("\n")[:-1]
+    if len(lines) < 3 or any(not ln for ln in lines):
+        raise InputError(f"{source}: note text must have origin, size and root lines")
+    origin, size_s, root_b64 = lines[:3]
+    if not size_s.isdigit() or (size_s != "0" and size_s.startswith("0")):
+        raise InputError(f"{source}: tree size {size_s!r} is not a decimal number")
+    try:
+        root = base64.b64decode(root_b64, validate=True)
+    except binascii.Error:
+        root = b""
+    if len(root) != 32:
+        raise InputError(f"{source}: root hash is not base64 of 32 bytes")
+    signed_by = _verify_signatures(text.encode(), sig_block, origin, trust, source)
+    return Checkpoint(origin=origin, size=int(size_s), root=root, note=note, kid=signed_by)
+
+
+def _verify_signatures(text: bytes, block: str, origin: str, trust: TrustStore,
+                       source: str) -> str:
+    if not block.endswith("\n") or not block.strip():
+        raise InputError(f"{source}: note has no signature lines")
+    by_hash = {note_key_hash(origin, k): k for k in trust}
+    for line in block[:-1].split("\n"):
+        if not line.startswith(SIG_PREFIX) or line.count(" ") != 2:
+            raise InputError(f"{source}: malformed signature line")
+        _, name, blob_b64 = line.split(" ")
+        try:
+            blob = base64.b64decode(blob_b64, validate=True)
+        except binascii.Error:
+            raise InputError(f"{source}: signature line is not base64") from None
+        key = by_hash.get(blob[:4]) if name == origin and len(blob) == 68 else None
+        if key is not None and key.verify(blob[4:], text):
+            return key.kid
+    raise InputError(f"{source}: no valid signature by a trusted key for origin {origin}")
+
+
+def make_checkpoint(ledger: Ledger, signer: Signer) -> Checkpoint:
+    """Sign and store a checkpoint over every leaf the ledger holds now."""
+    size = ledger.leaf_count()
+    got, root = merkle.root_of(merkle.leaf_hash(body) for _, body in ledger.leaves(below=size))
+    if got != size:
+        raise InputError(f"ledger has {got} leaves below index {size}: leaves are missing; "
+                         f"run `histaudit verify --all` before checkpointing")
+    note = sign_note(origin_of(ledger), size, root, signer)
+    ledger.add_checkpoint(size, root.hex(), note)
+    return Checkpoint(origin=origin_of(ledger), size=size, root=root, note=note,
+                      kid=signer.kid)
+
+
+@dataclass(frozen=True)
+class ConsistencyReport:
+    """Is the ledger today an append-only extension of what an old checkpoint saw?"""
+
+    old_size: int
+    size: int
+    proof: tuple[bytes, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def check_consistency(ledger: Ledger, old: Checkpoint) -> ConsistencyReport:
+    """Prove (RFC 9162 consistency proof) that the ledger extends the checkpoint ``old``."""
+    if old.origin != origin_of(ledger):
+        raise InputError(f"checkpoint is from another ledger ({old.origin}, this is "
+                         f"{origin_of(ledger)})")
+    scope = "ledger"
+    findings: list[Finding] = []
+    hashes: list[bytes] = []
+    for leaf, body in ledger.leaves():
+        if leaf != len(hashes):
+            findings.append(Finding.make(
+                "leaves-missing", scope, None,
+                f"ledger leaves {len(hashes)}..{leaf - 1} are gone (a deleted instance or "
+                f"entries)"))
+            hashes.extend([b""] * (leaf - len(hashes)))  # keep positions; roots will differ
+        hashes.append(merkle.leaf_hash(body))
+    tree = merkle.Tree(hashes)
+    if tree.size < old.size:
+        findings.append(Finding.make(
+            "checkpoint-rollback", scope, None,
+            f"ledger holds {tree.size} leaves, the checkpoint saw {old.size}: restored from "
+            f"an older copy or cut"))
+        return ConsistencyReport(old.size, tree.size, (), tuple(findings))
+    proof = tree.consistency_proof(old.size)
+    if not merkle.verify_consistency(old.size, tree.size, old.root, tree.root(), proof):
+        findings.append(Finding.make(
+            "checkpoint-inconsistent", scope, None,
+            f"the first {old.size} leaves no longer hash to the checkpoint's root: the ledger "
+            f"was rewritten, forked or rolled back"))
+    return ConsistencyReport(old.size, tree.size, tuple(proof), tuple(findings))
