@@ -21,8 +21,9 @@ from . import __version__
 from . import format as fmt
 from .errors import FormatError, HistauditError, InputError, KeyProblem, UsageError
 from .findings import Severity
-from .keys import TrustStore, generate_keypair, signer_from_env
+from .keys import TrustStore, generate_keypair, parse_time, signer_from_env
 from .store import Ledger
+from .bundle import export, verify_bundle
 from .checkpoint import ConsistencyReport, check_consistency, make_checkpoint, parse_note
 from .verify import Report, verify_all, verify_instance
 
@@ -108,13 +109,30 @@ def keys_generate(out_dir: str, name: str, not_before: str | None,
 @click.option("--full", is_flag=True, help="Also check every entry signature and payload.")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="Processes for --full signature checks (default: all cores).")
+@click.option("--bundle", "bundle_path", metavar="DIR",
+              help="Verify an exported bundle offline instead of a database.")
 @click.option("--since-checkpoint", "since", metavar="FILE",
               help="Also prove the ledger is an append-only extension of this signed "
                    "checkpoint (catches rollback, fork, deleted instances).")
 def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | None,
            as_json: bool, fail_on: str, full: bool, workers: int | None,
-           since: str | None) -> None:
+           since: str | None, bundle_path: str | None) -> None:
     """Prove INSTANCE_ID's chain complete and untampered; report what happened across crashes."""
+    if bundle_path:
+        if instance_id or all_ or since:
+            raise UsageError("--bundle verifies the whole bundle; drop INSTANCE_ID, --all and "
+                             "--since-checkpoint")
+        result = verify_bundle(bundle_path, _trust(trust))
+        reports = result.all_reports()
+        if as_json:
+            _emit_json({"bundle": bundle_path, "ok": result.ok,
+                        "checkpoint": {"size": result.checkpoint.size,
+                                       "origin": result.checkpoint.origin},
+                        "reports": [r.to_json() for r in reports]})
+        else:
+            _render_reports(reports)
+        threshold = Severity.parse(fail_on)
+        sys.exit(EXIT_FINDINGS if any(r.failing(threshold) for r in reports) else EXIT_CLEAN)
     if instance_id and all_:
         raise UsageError("give INSTANCE_ID or --all, not both")
     if not (instance_id or all_ or since):
@@ -164,6 +182,38 @@ def _read_file(path: str, what: str, limit: int = 1 << 20) -> bytes:
     if len(data) > limit:
         raise InputError(f"{what} {path} is larger than {limit} bytes")
     return data
+
+
+# --- export ----------------------------------------------------------------------------
+
+@cli.command("export")
+@click.argument("instance_ids", nargs=-1)
+@click.option("--out", "out_dir", required=True, metavar="DIR", help="Bundle directory.")
+@click.option("--since", metavar="RFC3339", help="Only instances with entries at or after.")
+@click.option("--until", metavar="RFC3339", help="Only instances with entries at or before.")
+@click.option("--with-payloads", is_flag=True, help="Include kept (unerased) payloads.")
+@db_option
+@key_option
+@trust_option
+def export_cmd(instance_ids: tuple[str, ...], out_dir: str, since: str | None,
+               until: str | None, with_payloads: bool, db: str | None, key: str | None,
+               trust: str | None) -> None:
+    """Write a self-contained signed bundle of INSTANCE_IDS (default: all) for auditors."""
+    for label, value in (("--since", since), ("--until", until)):
+        if value is not None:
+            try:
+                parse_time(value)
+            except ValueError as exc:
+                raise UsageError(f"{label}: {exc}") from None
+    signer = signer_from_env(key)
+    trust_store = _trust(trust)
+    if signer.kid not in trust_store:
+        raise UsageError(f"the signing key {signer.kid} is not in the trust store {trust}")
+    with Ledger.open(db) as ledger:
+        result = export(ledger, instance_ids, out_dir, signer=signer, trust=trust_store,
+                        since=since, until=until, with_payloads=with_payloads)
+    click.echo(f"exported {result.instances} instance(s), {result.entries} entries, "
+               f"{result.bytes} bytes to {result.path}")
 
 
 # --- checkpoint ------------------------------------------------------------------------

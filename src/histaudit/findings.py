@@ -54,6 +54,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "checkpoint-rollback": (E, "ledger is smaller than an earlier signed checkpoint"),
     "checkpoint-inconsistent": (E, "ledger is not an append-only extension of a checkpoint"),
     "inclusion-invalid": (E, "entry's inclusion proof does not lead to the checkpoint root"),
+    "bundle-file-changed": (E, "a bundle file differs from what the signed manifest lists"),
     # behaviour across crashes
     "activity-reexecuted": (W, "activity body ran more than once for one task"),
     "activity-nondeterministic": (W, "re-executions of one task returned different results"),
