@@ -85,6 +85,11 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
     chosen = [i for i in wanted if _in_window(ledger, i, since, until)]
     if not chosen:
         raise UsageError("no instance has entries in the chosen time window")
+    # Heads are read before the checkpoint is signed: the entry a head names was committed
+    # before the head could be read, so it lies below the checkpoint. Entries appended
+    # meanwhile stay out of this bundle; a head read later could name one of them, and
+    # the bundle would then look cut (tail-truncated) without anything being wrong.
+    heads = {instance: ledger.head(instance) for instance in chosen}
     cp = make_checkpoint(ledger, signer)
     tree = merkle.Tree([merkle.leaf_hash(body) for _, body in ledger.leaves(below=cp.size)])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -94,8 +99,9 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
     reports: list[Report] = []
     timelines: dict[str, list[tuple[int, str, str, str]]] = {}
     for instance in chosen:
-        rows = [r for r in ledger.entries(instance) if r.leaf < cp.size]
-        head = ledger.head(instance)
+        head = heads[instance]
+        upto = fmt.parse_head(head.body).leaf if head is not None else -1
+        rows = [r for r in ledger.entries(instance) if r.leaf < cp.size and r.leaf <= upto]
         if head is None or not rows:
             raise InputError(f"instance {instance!r} has no signed head or no entries")
         for r in rows:
