@@ -34,7 +34,7 @@ from . import merkle
 from .checkpoint import Checkpoint, make_checkpoint, parse_note
 from .errors import FormatError, InputError, UsageError
 from .findings import Finding
-from .keys import PublicKey, Signer, TrustStore
+from .keys import PublicKey, Signer, TrustStore, parse_time
 from .store import Ledger, StoredEntry, StoredHead
 from .verify import Report, verify_chain
 
@@ -168,9 +168,14 @@ def _detail(data: Mapping[str, Any]) -> str:
 def _in_window(ledger: Ledger, instance: str, since: str | None, until: str | None) -> bool:
     if since is None and until is None:
         return True
+    # Compared as instants, not strings: "…:00.5Z" sorts before "…:00Z" as text.
+    try:
+        lo, hi = (None if t is None else parse_time(t) for t in (since, until))
+    except ValueError as exc:
+        raise UsageError(f"time window: {exc}") from None
     for row in ledger.entries(instance):
-        ts = fmt.parse_entry(row.body).ts
-        if (since is None or ts >= since) and (until is None or ts <= until):
+        ts = parse_time(fmt.parse_entry(row.body).ts)
+        if (lo is None or ts >= lo) and (hi is None or ts <= hi):
             return True
     return False
 
