@@ -1,0 +1,102 @@
+"""Shared fixtures: real PostgreSQL, real SQLite files, and a real workflow engine.
+
+Nothing here skips: a test that needs the engine or PostgreSQL fails with a message saying
+how to install it, because a silently skipped crash test proves nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+# Make `from support.postgres import PostgresServer` work whatever pytest's import mode.
+_TESTS_DIR = Path(__file__).resolve().parent
+if str(_TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(_TESTS_DIR))
+
+from histaudit.engine import Engine, find_engine_binary  # noqa: E402
+from histaudit.errors import EngineError  # noqa: E402
+from support.postgres import PostgresError, PostgresServer  # noqa: E402
+
+
+def _attempt(action: Callable[[], object], errors: tuple[type[Exception], ...]) -> str:
+    """Run ``action``; return its error message ('' on success).
+
+    Lets fixtures call ``pytest.fail`` outside the ``except`` block, so the failure shows
+    the one-line hint instead of a chained traceback.
+    """
+    try:
+        action()
+    except errors as exc:
+        return str(exc) or type(exc).__name__
+    return ""
+
+
+def _db_name_for(request: pytest.FixtureRequest) -> str:
+    """A unique, readable database name derived from the test's name."""
+    stem = re.sub(r"[^a-z0-9_]+", "_", request.node.name.lower()).strip("_")[:40]
+    return f"t_{stem}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL server for the whole run, deleted at the end."""
+    server = PostgresServer()
+    problem = _attempt(server.start, (PostgresError, OSError))
+    if problem:
+        pytest.fail(f"cannot start PostgreSQL for tests: {problem}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    """SQLAlchemy URL of a fresh, empty PostgreSQL database, dropped after the test."""
+    name = _db_name_for(request)
+    url = pg_server.create_database(name)
+    try:
+        yield url
+    finally:
+        pg_server.drop_database(name)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """SQLAlchemy URL of a not-yet-existing SQLite ledger file in the test's tmp dir."""
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """A fresh ledger URL, once on SQLite and once on PostgreSQL."""
+    name = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return str(request.getfixturevalue(name))
+
+
+@pytest.fixture(scope="session")
+def engine_binary() -> Path:
+    """Path of the durabletask-go binary; fails the test with a hint when missing."""
+    problem = _attempt(find_engine_binary, (EngineError,))
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    return find_engine_binary()
+
+
+@pytest.fixture
+def engine(engine_binary: Path, tmp_path: Path) -> Iterator[Engine]:
+    """A running workflow engine with its state in the test's tmp dir, killed afterwards."""
+    eng = Engine(binary=engine_binary, state_dir=tmp_path / "engine")
+    problem = _attempt(eng.start, (EngineError,))
+    if problem:
+        pytest.fail(f"cannot start the workflow engine: {problem}", pytrace=False)
+    try:
+        yield eng
+    finally:
+        eng.kill()
