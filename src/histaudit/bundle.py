@@ -305,8 +305,10 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     # The signed records below prove themselves; a changed file is reported above and
     # then verified anyway, so the finding says what was changed inside it.
     cp = parse_note(contents["checkpoint.note"], trust, source="bundle checkpoint.note")
-    if cp.origin != manifest.get("origin") or cp.size != manifest.get("checkpoint", {}).get(
-            "size"):
+    named = manifest.get("checkpoint")
+    named = named if isinstance(named, dict) else {}
+    if (cp.origin != manifest.get("origin") or cp.size != named.get("size")
+            or _b64(cp.root) != named.get("root")):
         findings.append(Finding.make("bundle-file-changed", "(bundle)", None,
                                      "checkpoint.note is not the checkpoint the manifest names"))
     bundle_keys = _bundle_keys(contents["keys.json"])
@@ -332,6 +334,11 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
             findings.append(Finding.make(
                 "inclusion-invalid", row.instance, row.seq,
                 f"entry {row.seq} (leaf {row.leaf}) is not in the signed checkpoint's tree"))
+        elif (claimed := _body_leaf(row.body)) is not None and claimed != row.leaf:
+            findings.append(Finding.make(
+                "inclusion-invalid", row.instance, row.seq,
+                f"entry {row.seq} says it is leaf {claimed}, but its proof puts it at leaf "
+                f"{row.leaf}"))
         rows[row.instance].append(row)
     heads = {}
     for n, h in enumerate(_jsonl(contents["heads.jsonl"], "heads.jsonl"), 1):
@@ -368,6 +375,16 @@ def _entry_row(e: Mapping[str, Any], n: int) -> StoredEntry:
         raise InputError(f"bundle entries.jsonl line {n}: leaf, seq or instance has the "
                          f"wrong type")
     return StoredEntry(leaf, instance, seq, fmt.sha256_hex(body), body, sig)
+
+
+def _body_leaf(body: bytes) -> int | None:
+    """The ``leaf`` a body claims, or None when it has none (verify_chain reports that)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    leaf = doc.get("leaf") if isinstance(doc, dict) else None
+    return leaf if type(leaf) is int else None
 
 
 def _bundle_keys(data: bytes) -> dict[str, PublicKey]:
