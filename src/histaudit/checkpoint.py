@@ -78,7 +78,8 @@ def parse_note(note: bytes, trust: TrustStore, *, source: str = "checkpoint") ->
     if len(lines) < 3 or any(not ln for ln in lines):
         raise InputError(f"{source}: note text must have origin, size and root lines")
     origin, size_s, root_b64 = lines[:3]
-    if not size_s.isdigit() or (size_s != "0" and size_s.startswith("0")):
+    # isdigit() alone admits non-ASCII digits ("١٢", "²"); C2SP requires ASCII decimal.
+    if not (size_s.isascii() and size_s.isdigit()) or (size_s != "0" and size_s.startswith("0")):
         raise InputError(f"{source}: tree size {size_s!r} is not a decimal number")
     try:
         root = base64.b64decode(root_b64, validate=True)
