@@ -7,11 +7,15 @@ again after a crash, and what the verifier concluded.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from html import escape
 
 from .checkpoint import Checkpoint
 from .verify import Report
+
+# The "attempt=N" member of an entry's detail text; N > 1 marks a re-execution.
+_ATTEMPT = re.compile(r"(?:^| )attempt=(\d+)(?= |$)")
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#222;max-width:72em}
@@ -50,7 +54,8 @@ def render_html(reports: Sequence[Report], *, origin: str, checkpoint: Checkpoin
             parts.append("<table><tr><th>seq</th><th>time (UTC)</th><th>event</th>"
                          "<th>details</th></tr>")
             for seq, ts, kind, detail in rows:
-                cls = " class=retry" if "attempt=1" not in detail and "attempt=" in detail else ""
+                attempt = _ATTEMPT.search(detail)
+                cls = " class=retry" if attempt and attempt.group(1) != "1" else ""
                 parts.append(f"<tr{cls}><td>{seq}</td><td>{escape(ts)}</td>"
                              f"<td>{escape(kind)}</td><td>{escape(detail)}</td></tr>")
             parts.append("</table>")
