@@ -259,7 +259,8 @@ def load_manifest(root: Path, trust: TrustStore) -> tuple[dict[str, Any], str]:
         raise InputError("bundle manifest envelope is malformed") from None
     signer_kid = None
     for s in sigs:
-        key = trust.get(s.get("keyid", "")) if isinstance(s, dict) else None
+        kid = s.get("keyid") if isinstance(s, dict) else None
+        key = trust.get(kid) if isinstance(kid, str) else None
         try:
             sig = _unb64(s.get("sig"), "manifest signature") if key else b""
         except FormatError:
@@ -273,7 +274,8 @@ def load_manifest(root: Path, trust: TrustStore) -> tuple[dict[str, Any], str]:
     manifest = _json(payload, "bundle manifest payload")
     if not isinstance(manifest, dict) or manifest.get("format") != "histaudit-bundle":
         raise InputError("bundle manifest is not a histaudit bundle manifest")
-    if manifest.get("version") != BUNDLE_VERSION:
+    version = manifest.get("version")
+    if type(version) is not int or version != BUNDLE_VERSION:  # not true, not 1.0
         raise InputError(f"bundle has unknown version {manifest.get('version')!r} "
                          f"(this histaudit reads {BUNDLE_VERSION})")
     return manifest, signer_kid
@@ -328,7 +330,10 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     rows: dict[str, list[StoredEntry]] = defaultdict(list)
     for n, e in enumerate(_jsonl(contents["entries.jsonl"], "entries.jsonl"), 1):
         row = _entry_row(e, n)
-        proof = [_unb64(p, f"entries.jsonl line {n} proof") for p in e.get("inclusion", [])]
+        inclusion = e.get("inclusion", [])
+        if not isinstance(inclusion, list):
+            raise InputError(f"bundle entries.jsonl line {n}: inclusion is not a list")
+        proof = [_unb64(p, f"entries.jsonl line {n} proof") for p in inclusion]
         if not merkle.verify_inclusion(row.leaf, cp.size, merkle.leaf_hash(row.body), proof,
                                        cp.root):
             findings.append(Finding.make(
