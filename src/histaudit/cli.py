@@ -153,7 +153,9 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
     if consistency is not None:
         reports.append(_consistency_report(consistency))
     if as_json:
-        _emit_json([r.to_json() for r in reports] if len(reports) > 1 else reports[0].to_json())
+        # --all is always a list (also of one instance, or none); one instance is an object.
+        _emit_json([r.to_json() for r in reports] if all_ or len(reports) != 1
+                   else reports[0].to_json())
     else:
         _render_reports(reports)
     sys.exit(EXIT_FINDINGS if any(r.failing(threshold) for r in reports) else EXIT_CLEAN)
