@@ -1,0 +1,541 @@
+"""Signed checkpoints and consistency proofs, on SQLite and on a real PostgreSQL server.
+
+A checkpoint (docs/bundle.md §4) is a C2SP signed note over the ledger-wide Merkle tree.
+Whoever keeps one can later prove that the ledger only grew (§5). These tests keep one,
+then play the ways a ledger stops being an extension of it — the database restored from
+an older copy, an old entry rewritten, a whole instance deleted — each with its finding;
+notes that do not authenticate, or belong to another ledger, are input errors. Writers in
+four processes must leave contiguous leaves that every checkpoint taken meanwhile is
+consistent with. Finally the same is driven through the real ``histaudit`` command.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
+                                                              Ed25519PublicKey)
+
+from histaudit import merkle
+from histaudit.checkpoint import (Checkpoint, check_consistency, make_checkpoint,
+                                  note_key_hash, origin_of, parse_note, sign_note,
+                                  verifier_key)
+from histaudit.errors import InputError
+from histaudit.keys import Signer, TrustStore, generate_keypair
+from histaudit.store import Ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTANCES = ("wf-a", "wf-b", "wf-c")
+ROUNDS = 6  # 18 interleaved entries: each instance's leaves are spread over the tree
+
+
+# --- building ledgers -------------------------------------------------------------------
+
+@dataclass
+class World:
+    url: str
+    tmp: Path
+    signer: Signer
+    trust: TrustStore
+    key: Path  # the signer's private key file (0600), for the CLI
+    pub: Path  # its public key file, a trust store for the CLI
+
+
+def append_rounds(url: str, signer: Signer, rounds: int = ROUNDS, start: int = 1,
+                  instances: tuple[str, ...] = INSTANCES) -> None:
+    with Ledger.open(url, create=True) as ledger:
+        for rnd in range(start, start + rounds):
+            for instance in instances:
+                ledger.append(instance, "step.done", {"round": rnd, "note": f"{instance} {rnd}"},
+                              signer=signer)
+
+
+@pytest.fixture
+def world(db_url: str, tmp_path: Path) -> World:
+    key, pub, signer = generate_keypair(tmp_path / "keys", name="ops")
+    append_rounds(db_url, signer)
+    return World(db_url, tmp_path, signer, TrustStore([signer.public]), key, pub)
+
+
+def checkpoint(url: str, signer: Signer) -> Checkpoint:
+    with Ledger.open(url) as ledger:
+        return make_checkpoint(ledger, signer)
+
+
+def codes(url: str, old: Checkpoint) -> set[str]:
+    with Ledger.open(url) as ledger:
+        return {f.code for f in check_consistency(ledger, old).findings}
+
+
+def size_of(url: str) -> int:
+    with Ledger.open(url) as ledger:
+        return ledger.leaf_count()
+
+
+# --- raw database access: an attacker, or an operator restoring a backup ------------------
+
+GUARDED = ("histaudit_entries", "histaudit_heads", "histaudit_checkpoints")
+
+
+class Db:
+    """Plain SQL on the ledger database as its owner (SQLite file) or superuser (PG)."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+        self.dialect = self.engine.dialect.name
+
+    def __enter__(self) -> Db:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.engine.dispose()
+
+    def run(self, stmt: str, **params: Any) -> list[Any]:
+        with self.engine.connect() as conn:
+            result = conn.execute(sa.text(stmt), params)
+            return list(result.all()) if result.returns_rows else []
+
+    def lift_guards(self) -> None:
+        """Remove the append-only triggers: SQLite drops them, PostgreSQL disables them."""
+        if self.dialect == "sqlite":
+            for (name,) in self.run("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+                self.run(f'DROP TRIGGER "{name}"')
+        else:
+            for table in GUARDED:
+                self.run(f"ALTER TABLE {table} DISABLE TRIGGER ALL")
+
+    def restore_guards(self) -> None:
+        if self.dialect == "postgresql":
+            for table in GUARDED:
+                self.run(f"ALTER TABLE {table} ENABLE TRIGGER ALL")
+
+    def rewrite_body(self, leaf: int, old: bytes, new: bytes) -> None:
+        (body,) = self.run("SELECT body FROM histaudit_entries WHERE leaf = :l", l=leaf)[0]
+        forged = bytes(body).replace(old, new)
+        assert forged != bytes(body), (old, body)
+        self.run("UPDATE histaudit_entries SET body = :b, hash = :h WHERE leaf = :l",
+                 b=forged, h=hashlib.sha256(forged).hexdigest(), l=leaf)
+
+
+@dataclass
+class Backup:
+    """An older copy of the whole database, restored later.
+
+    SQLite: the database file (and its WAL, if one is left) copied aside while no
+    connection is open, copied back over the live files. PostgreSQL: what the backup held
+    is remembered, and restoring deletes, as superuser with the triggers disabled, every
+    entry appended since, puts the old heads back and drops the newer checkpoints.
+    """
+
+    url: str
+    where: Path
+    size: int = 0
+    heads: list[Any] = field(default_factory=list)
+
+    def _files(self) -> list[Path]:
+        db = Path(sa.engine.make_url(self.url).database or "")
+        return [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
+
+    def take(self) -> Backup:
+        self.size = size_of(self.url)
+        if self.url.startswith("sqlite"):
+            self.where.mkdir(parents=True)
+            for f in self._files()[:2]:
+                if f.exists():
+                    shutil.copy2(f, self.where / f.name)
+        else:
+            with Db(self.url) as db:
+                self.heads = db.run("SELECT instance, seq, body, sig FROM histaudit_heads")
+        return self
+
+    def restore(self) -> None:
+        if self.url.startswith("sqlite"):
+            for f in self._files():
+                f.unlink(missing_ok=True)
+                if (self.where / f.name).exists():
+                    shutil.copy2(self.where / f.name, f)
+            return
+        with Db(self.url) as db:
+            db.lift_guards()
+            db.run("DELETE FROM histaudit_entries WHERE leaf >= :n", n=self.size)
+            db.run("DELETE FROM histaudit_heads")
+            for h in self.heads:
+                db.run("INSERT INTO histaudit_heads (instance, seq, body, sig) "
+                       "VALUES (:i, :s, :b, :g)", i=h.instance, s=h.seq, b=h.body, g=h.sig)
+            db.run("DELETE FROM histaudit_checkpoints WHERE size > :n", n=self.size)
+            db.restore_guards()
+
+
+# --- the note ---------------------------------------------------------------------------
+
+def test_checkpoint_is_a_signed_note_over_the_whole_tree(world: World) -> None:
+    cp = checkpoint(world.url, world.signer)
+    with Ledger.open(world.url) as ledger:
+        bodies = [body for _, body in ledger.leaves()]
+        origin = origin_of(ledger)
+        stored = ledger.checkpoint_notes()
+        assert origin == f"histaudit/{ledger.ledger_id}"
+    assert (cp.origin, cp.size, cp.kid) == (origin, len(INSTANCES) * ROUNDS, world.signer.kid)
+    assert cp.root == merkle.root_of(merkle.leaf_hash(b) for b in bodies)[1]
+    assert stored == [(cp.size, cp.note)]
+    # The note, byte for byte as docs/bundle.md §4.1 describes it.
+    text = f"{origin}\n{cp.size}\n{base64.b64encode(cp.root).decode()}\n".encode()
+    assert cp.note.startswith(text + b"\n\xe2\x80\x94 " + origin.encode() + b" ")
+    assert cp.note.endswith(b"\n") and cp.note.count(b"\n") == 5
+    blob = base64.b64decode(cp.note.split(b" ")[-1])
+    assert len(blob) == 68
+    raw = world.signer.public.raw
+    assert blob[:4] == hashlib.sha256(origin.encode() + b"\n\x01" + raw).digest()[:4]
+    assert blob[:4] == note_key_hash(origin, world.signer.public)
+    Ed25519PublicKey.from_public_bytes(raw).verify(blob[4:], text)  # raises if it fails
+    typed_key = base64.b64encode(b"\x01" + raw).decode()
+    assert verifier_key(origin, world.signer.public) == f"{origin}+{blob[:4].hex()}+{typed_key}"
+    # It reads back to the same checkpoint.
+    again = parse_note(cp.note, world.trust)
+    assert (again.origin, again.size, again.root, again.kid) == (
+        cp.origin, cp.size, cp.root, cp.kid)
+
+
+def test_docs_example_note_is_reproduced() -> None:
+    """docs/bundle.md §4.3: the golden test key signing the tree of a, b, c."""
+    seed = hashlib.sha256(b"histaudit golden vectors: signing key seed, v1").digest()
+    signer = Signer(Ed25519PrivateKey.from_private_bytes(seed))
+    origin = "histaudit/00000000-0000-4000-8000-000000000000"
+    root = merkle.root_of(merkle.leaf_hash(x) for x in (b"a", b"b", b"c"))[1]
+    note = sign_note(origin, 3, root, signer)
+    docs = (ROOT / "docs" / "bundle.md").read_text(encoding="utf-8")
+    assert "\n" + note.decode() in docs
+    assert verifier_key(origin, signer.public) in docs
+    assert f"key hash is `{note_key_hash(origin, signer.public).hex()}`" in docs
+    assert parse_note(note, TrustStore([signer.public])).size == 3
+
+
+# --- consistency ------------------------------------------------------------------------
+
+def test_appends_after_a_checkpoint_are_consistent(world: World) -> None:
+    old = checkpoint(world.url, world.signer)
+    append_rounds(world.url, world.signer, rounds=5, start=ROUNDS + 1)
+    with Ledger.open(world.url) as ledger:
+        report = check_consistency(ledger, old)
+        now = merkle.root_of(merkle.leaf_hash(b) for _, b in ledger.leaves())
+    assert report.ok and report.findings == ()
+    assert (report.old_size, report.size) == (old.size, now[0]) == (18, 33)
+    assert report.proof and merkle.verify_consistency(old.size, now[0], old.root, now[1],
+                                                      report.proof)
+    new = checkpoint(world.url, world.signer)
+    assert codes(world.url, new) == set()  # same size: equal roots
+    assert codes(world.url, old) == set()
+    with Ledger.open(world.url) as ledger:
+        assert [size for size, _ in ledger.checkpoint_notes()] == [18, 33]
+
+
+def test_checkpoint_of_an_empty_ledger(db_url: str) -> None:
+    signer = Signer.generate()
+    Ledger.open(db_url, create=True).close()
+    empty = checkpoint(db_url, signer)
+    assert (empty.size, empty.root) == (0, merkle.EMPTY_ROOT)
+    assert parse_note(empty.note, TrustStore([signer.public])).size == 0
+    append_rounds(db_url, signer, rounds=1)
+    assert codes(db_url, empty) == set()
+
+
+def test_restored_older_copy_is_a_rollback(world: World) -> None:
+    early = checkpoint(world.url, world.signer)
+    backup = Backup(world.url, world.tmp / "backup").take()
+    append_rounds(world.url, world.signer, rounds=3, start=ROUNDS + 1)
+    late = checkpoint(world.url, world.signer)
+    assert late.size == early.size + 9
+    backup.restore()
+    assert size_of(world.url) == early.size
+    assert codes(world.url, late) == {"checkpoint-rollback"}
+    assert codes(world.url, early) == set()  # the copy is what the early checkpoint saw
+    # Writing on after the restore forks the ledger: it grows past the late checkpoint's
+    # size again, but not as an extension of it.
+    append_rounds(world.url, world.signer, rounds=4, start=ROUNDS + 1)
+    assert size_of(world.url) > late.size
+    assert codes(world.url, late) == {"checkpoint-inconsistent"}
+    assert codes(world.url, early) == set()
+
+
+def test_rewritten_old_entry_is_inconsistent(world: World) -> None:
+    cp = checkpoint(world.url, world.signer)
+    append_rounds(world.url, world.signer, rounds=1, start=ROUNDS + 1)
+    with Db(world.url) as db:
+        db.lift_guards()
+        # After the checkpoint's size: not the checkpoint's business (the chain's is).
+        db.rewrite_body(cp.size + 1, b'"round":7', b'"round":8')
+        db.restore_guards()
+    assert codes(world.url, cp) == set()
+    with Db(world.url) as db:
+        db.lift_guards()
+        db.rewrite_body(4, b'"round":2', b'"round":9')  # wf-b's second entry
+        db.restore_guards()
+    assert codes(world.url, cp) == {"checkpoint-inconsistent"}
+
+
+def test_deleted_instance_is_missing_leaves_and_inconsistent(world: World) -> None:
+    cp = checkpoint(world.url, world.signer)
+    with Db(world.url) as db:
+        db.lift_guards()
+        gone = [r.leaf for r in db.run("SELECT leaf FROM histaudit_entries "
+                                       "WHERE instance = 'wf-b' ORDER BY leaf")]
+        assert gone == list(range(1, 18, 3))  # interleaved, none of them the last leaf
+        db.run("DELETE FROM histaudit_entries WHERE instance = 'wf-b'")
+        db.run("DELETE FROM histaudit_heads WHERE instance = 'wf-b'")
+        db.restore_guards()
+    with Ledger.open(world.url) as ledger:
+        report = check_consistency(ledger, cp)
+        assert "wf-b" not in ledger.instance_ids()  # per instance, nothing is left to check
+    assert {f.code for f in report.findings} == {"leaves-missing", "checkpoint-inconsistent"}
+    assert sum(f.code == "leaves-missing" for f in report.findings) == len(gone)
+    with pytest.raises(InputError, match="leaves are missing"):
+        checkpoint(world.url, world.signer)
+
+
+# --- notes that must not be accepted ----------------------------------------------------
+
+def _sig_blob(note: bytes) -> bytes:
+    return base64.b64decode(note.rstrip(b"\n").split(b" ")[-1])
+
+
+def _with_blob(note: bytes, blob: bytes) -> bytes:
+    head, _, _ = note.rstrip(b"\n").rpartition(b" ")
+    return head + b" " + base64.b64encode(blob) + b"\n"
+
+
+def _signed(text: str, origin: str, signer: Signer) -> bytes:
+    """A note over arbitrary ``text`` with a well-formed signature line by ``signer``."""
+    raw = text.encode()
+    blob = note_key_hash(origin, signer.public) + signer.sign(raw)
+    return raw + b"\n" + f"\u2014 {origin} {base64.b64encode(blob).decode()}\n".encode()
+
+
+def test_note_from_another_ledger_is_an_input_error(world: World) -> None:
+    other_url = f"sqlite:///{world.tmp / 'other.db'}"
+    append_rounds(other_url, world.signer, rounds=2)
+    other = checkpoint(other_url, world.signer)  # same trusted key, other ledger
+    assert parse_note(other.note, world.trust).origin == other.origin
+    with Ledger.open(world.url) as ledger:
+        assert origin_of(ledger) != other.origin
+        with pytest.raises(InputError, match="another ledger"):
+            check_consistency(ledger, other)
+
+
+def test_altered_or_untrusted_notes_are_input_errors(world: World) -> None:
+    cp = checkpoint(world.url, world.signer)
+    note, origin, root64 = cp.note, cp.origin, base64.b64encode(cp.root).decode()
+    blob = _sig_blob(note)
+    stranger = Signer.generate()
+    text = f"{origin}\n{cp.size}\n{root64}\n"
+    bad: dict[str, bytes] = {
+        "signature byte flipped": _with_blob(note, blob[:40] + bytes([blob[40] ^ 1]) + blob[41:]),
+        "key hash altered": _with_blob(note, bytes([blob[0] ^ 0x80]) + blob[1:]),
+        "signature cut short": _with_blob(note, blob[:-1]),
+        "signature not base64": note.replace(note.split(b" ")[-1], b"%%%%\n"),
+        "size line altered": note.replace(f"\n{cp.size}\n".encode(),
+                                          f"\n{cp.size - 1}\n".encode()),
+        "root line altered": note.replace(root64.encode(), base64.b64encode(
+            hashlib.sha256(b"x").digest())),
+        "origin line altered": note.replace(f"{origin}\n".encode(), f"{origin}x\n".encode(), 1),
+        "signature line names another key": note.replace(f"\u2014 {origin} ".encode(),
+                                                         f"\u2014 {origin}x ".encode()),
+        "signed by an untrusted key": sign_note(origin, cp.size, cp.root, stranger),
+        "no signature lines": text.encode() + b"\n",
+        "no blank line": text.encode() + note.split(b"\n\n")[1],
+        "signature line without em dash": note.replace("\u2014 ".encode(), b"- "),
+        "garbage": b"this is not a checkpoint\n",
+        "empty": b"",
+        "not UTF-8": b"\xff\xfe" + note,
+        "two lines of text": _signed(f"{origin}\n{cp.size}\n", origin, world.signer),
+        "non-ASCII digits, trusted signature": _signed(
+            f"{origin}\n\u0661\u0668\n{root64}\n", origin, world.signer),
+        "superscript digit, trusted signature": _signed(
+            f"{origin}\n\u00b2\n{root64}\n", origin, world.signer),
+        "leading zero, trusted signature": _signed(f"{origin}\n0{cp.size}\n{root64}\n",
+                                                   origin, world.signer),
+        "short root, trusted signature": _signed(
+            f"{origin}\n{cp.size}\n{base64.b64encode(cp.root[:31]).decode()}\n", origin,
+            world.signer),
+    }
+    for name, variant in bad.items():
+        assert variant != note, name
+        with pytest.raises(InputError):
+            parse_note(variant, world.trust)
+            pytest.fail(f"accepted: {name}")
+    # The right note under a trust store that lacks its key.
+    with pytest.raises(InputError, match="no valid signature by a trusted key"):
+        parse_note(note, TrustStore([stranger.public]))
+
+
+def test_cosignatures_and_extension_lines_are_tolerated(world: World) -> None:
+    """C2SP: signatures by unknown keys are skipped; extension lines after the root too."""
+    cp = checkpoint(world.url, world.signer)
+    witness = Signer.generate()
+    text = cp.note.split(b"\n\n")[0] + b"\n"
+    foreign = (f"\u2014 witness.example/w1 "
+               f"{base64.b64encode(b'1234' + witness.sign(text)).decode()}\n").encode()
+    ours = cp.note.split(b"\n\n")[1]
+    for variant in (text + b"\n" + foreign + ours, text + b"\n" + ours + foreign):
+        assert parse_note(variant, world.trust).size == cp.size
+    extended = _signed(text.decode() + "extension line\n", cp.origin, world.signer)
+    assert parse_note(extended, world.trust).root == cp.root
+
+
+# --- concurrent writers -----------------------------------------------------------------
+
+WRITERS, PER_WRITER = 4, 40
+
+
+def _append_worker(url: str, key_path: str, worker: int, count: int, barrier: Any) -> None:
+    signer = Signer.load(key_path)
+    with Ledger.open(url) as ledger:
+        barrier.wait(timeout=120)
+        for i in range(count):
+            ledger.append(f"wf-writer-{worker}", "step.done", {"i": i}, signer=signer)
+            ledger.append("wf-shared", "step.done", {"worker": worker, "i": i}, signer=signer)
+
+
+def test_concurrent_appends_give_contiguous_leaves_and_consistent_checkpoints(
+        world: World) -> None:
+    first = checkpoint(world.url, world.signer)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(WRITERS + 1)
+    procs = [ctx.Process(target=_append_worker, daemon=True,
+                         args=(world.url, str(world.key), w, PER_WRITER, barrier))
+             for w in range(WRITERS)]
+    for p in procs:
+        p.start()
+    taken = [first]
+    try:
+        barrier.wait(timeout=120)
+        deadline = time.monotonic() + 240
+        while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+            taken.append(checkpoint(world.url, world.signer))  # while the writers write
+            time.sleep(0.02)
+        for p in procs:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        assert [p.exitcode for p in procs] == [0] * WRITERS
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    total = first.size + WRITERS * PER_WRITER * 2
+    last = checkpoint(world.url, world.signer)
+    taken.append(last)
+    assert last.size == total
+    assert len({cp.size for cp in taken}) > 2, "no checkpoint was taken during the appends"
+    with Ledger.open(world.url) as ledger:
+        assert [leaf for leaf, _ in ledger.leaves()] == list(range(total))
+        for instance in [f"wf-writer-{w}" for w in range(WRITERS)] + ["wf-shared"]:
+            seqs = [r.seq for r in ledger.entries(instance)]
+            assert seqs == list(range(1, len(seqs) + 1)), instance
+        tree = merkle.Tree([merkle.leaf_hash(b) for _, b in ledger.leaves()])
+        for cp in taken:
+            report = check_consistency(ledger, cp)
+            assert report.ok, (cp.size, report.findings)
+            assert tree.root(cp.size) == cp.root
+    # Every checkpoint taken during the run extends the one before it.
+    for a, b in zip(taken, taken[1:]):
+        assert merkle.verify_consistency(a.size, b.size, a.root, b.root,
+                                         tree.consistency_proof(a.size, b.size))
+
+
+# --- the command ------------------------------------------------------------------------
+
+_SCRIPT = Path(sys.executable).with_name("histaudit")
+HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
+
+
+def cli(*args: str | os.PathLike[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
+    env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
+    return subprocess.run([*HISTAUDIT, *map(str, args)], cwd=cwd, env=env, capture_output=True,
+                          text=True, encoding="utf-8", errors="replace", timeout=180)
+
+
+def exits(result: subprocess.CompletedProcess[str], code: int) -> None:
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr == ""
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("histaudit: error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert result.stdout == ""
+    return lines[0]
+
+
+def test_cli_checkpoint_then_verify_since_checkpoint(world: World) -> None:
+    note = world.tmp / "kept.note"
+    r = cli("checkpoint", "--db", world.url, "--key", world.key, "--out", note, cwd=world.tmp)
+    exits(r, 0)
+    assert r.stdout.encode() == note.read_bytes()
+    assert parse_note(note.read_bytes(), world.trust).size == len(INSTANCES) * ROUNDS
+    verify = ("verify", "--since-checkpoint", note, "--trust", world.pub, "--db", world.url)
+    exits(cli(*verify, cwd=world.tmp), 0)
+    append_rounds(world.url, world.signer, rounds=2, start=ROUNDS + 1)
+    r = cli(*verify, "--json", cwd=world.tmp)
+    exits(r, 0)
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is True and doc["mode"] == "consistency 18->24"
+
+
+def test_cli_rollback_after_checkpoint_exits_1(world: World) -> None:
+    backup = Backup(world.url, world.tmp / "backup").take()
+    append_rounds(world.url, world.signer, rounds=2, start=ROUNDS + 1)
+    note = world.tmp / "kept.note"
+    exits(cli("checkpoint", "--db", world.url, "--key", world.key, "--out", note,
+              cwd=world.tmp), 0)
+    backup.restore()
+    verify = ("verify", "--since-checkpoint", note, "--trust", world.pub, "--db", world.url)
+    r = cli(*verify, cwd=world.tmp)
+    exits(r, 1)
+    assert "checkpoint-rollback" in r.stdout and "FAILED" in r.stdout
+    r = cli(*verify, "--json", cwd=world.tmp)
+    exits(r, 1)
+    assert [f["code"] for f in json.loads(r.stdout)["findings"]] == ["checkpoint-rollback"]
+
+
+def test_cli_bad_checkpoint_files_exit_2_with_one_line(world: World) -> None:
+    garbage = world.tmp / "garbage.note"
+    garbage.write_bytes(b"\x00\x01 not a note at all \xff\n")
+    other_url = f"sqlite:///{world.tmp / 'other.db'}"
+    append_rounds(other_url, world.signer, rounds=1)
+    foreign = world.tmp / "other-ledger.note"
+    foreign.write_bytes(checkpoint(other_url, world.signer).note)
+    own = world.tmp / "own.note"
+    own.write_bytes(checkpoint(world.url, world.signer).note)
+    altered = world.tmp / "altered.note"
+    altered.write_bytes(own.read_bytes().replace(b"\n18\n", b"\n19\n"))
+    stranger_keys = world.tmp / "stranger"
+    generate_keypair(stranger_keys, name="stranger")
+
+    def verify(note: Path, trust: Path = world.pub) -> subprocess.CompletedProcess[str]:
+        return cli("verify", "--since-checkpoint", note, "--trust", trust, "--db", world.url,
+                   cwd=world.tmp)
+
+    one_error_line(verify(garbage), "not UTF-8")
+    one_error_line(verify(foreign), "another ledger")
+    one_error_line(verify(altered), "no valid signature by a trusted key")
+    one_error_line(verify(own, stranger_keys), "no valid signature by a trusted key")
+    one_error_line(verify(world.tmp / "missing.note"), "missing.note")
+    exits(verify(own), 0)
