@@ -1,0 +1,194 @@
+"""Concurrent appends, on SQLite and on PostgreSQL.
+
+Many processes (spawned, each with its own Ledger and its own Signer loaded from a 0600
+key file) and many threads (sharing one Ledger) append at once. Appends are serialized
+ledger-wide, so afterwards every instance's ``seq`` is 1..n with no gap and no fork, the
+ledger-wide ``leaf`` index is contiguous, and the whole ledger verifies in full mode.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import stat
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from histaudit import format as fmt
+from histaudit.errors import KeyProblem
+from histaudit.keys import Signer, TrustStore, generate_keypair
+from histaudit.store import Ledger
+from histaudit.verify import verify_instance
+
+PROCS, PER_PROC = 8, 500
+THREADS, PER_THREAD = 8, 200
+MIX_PROCS, MIX_INSTANCES, MIX_ROUNDS = 4, 4, 100
+JOIN_TIMEOUT = 240.0
+
+
+# --- run inside spawned worker processes (module level, so spawn can import them) --------
+
+def _append_worker(url: str, key_path: str, instances: list[str], rounds: int, worker: int,
+                   barrier: threading.Barrier) -> None:
+    signer = Signer.load(key_path)  # refuses a key file others can read
+    with Ledger.open(url) as ledger:
+        barrier.wait(timeout=120)  # start together, so the appends really contend
+        for i in range(rounds):
+            for instance in instances:
+                data = {"worker": worker, "i": i}
+                stored = None
+                if i % 50 == 0:
+                    payload, salt = f"w{worker} i{i}".encode(), fmt.new_salt()
+                    c = fmt.commit(payload, salt)
+                    data["arg"] = {"c": c}
+                    stored = {salt: (c, payload)}
+                ledger.append(instance, "step.done", data, signer=signer, payloads=stored)
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+def _key(tmp_path: Path) -> tuple[Path, TrustStore]:
+    priv, _pub, signer = generate_keypair(tmp_path / "keys", name="writer")
+    assert stat.S_IMODE(priv.stat().st_mode) == 0o600
+    return priv, TrustStore([signer.public])
+
+
+def _run_processes(url: str, key: Path, jobs: list[list[str]], rounds: int) -> float:
+    """Start one spawned process per job, all released together; return elapsed seconds."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(jobs) + 1)
+    procs = [ctx.Process(target=_append_worker, args=(url, str(key), instances, rounds, n,
+                                                      barrier), daemon=True)
+             for n, instances in enumerate(jobs)]
+    for p in procs:
+        p.start()
+    try:
+        barrier.wait(timeout=120)
+        started = time.monotonic()
+        deadline = started + JOIN_TIMEOUT
+        for p in procs:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        elapsed = time.monotonic() - started
+        assert not [p.pid for p in procs if p.is_alive()], "append workers hung"
+        assert [p.exitcode for p in procs] == [0] * len(procs)
+        return elapsed
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+def _check_chain(ledger: Ledger, instance: str, expected: int, trust: TrustStore,
+                 per_worker: dict[int, int]) -> None:
+    """Contiguous seq, no fork, each writer's entries in its own order, full verify clean."""
+    rows = list(ledger.entries(instance))
+    assert len(rows) == expected
+    assert [r.seq for r in rows] == list(range(1, expected + 1))
+    assert len({r.seq for r in rows}) == expected  # no two entries share a seq: no fork
+    leaves = [r.leaf for r in rows]
+    assert leaves == sorted(leaves) and len(set(leaves)) == expected
+    prev, seen = fmt.GENESIS_PREV, defaultdict(list)
+    for r in rows:
+        e = fmt.parse_entry(r.body)
+        assert (e.seq, e.leaf, e.prev, e.instance) == (r.seq, r.leaf, prev, instance)
+        prev = r.hash
+        seen[e.data["worker"]].append(e.data["i"])
+    assert {w: len(v) for w, v in seen.items()} == per_worker
+    for w, order in seen.items():
+        assert order == sorted(order), f"writer {w}'s appends were reordered"
+    head = ledger.head(instance)
+    assert head is not None and head.seq == expected
+    report = verify_instance(ledger, instance, trust=trust, full=True)
+    assert report.findings == (), report.findings[:5]
+    assert report.entries == expected
+
+
+# --- tests -------------------------------------------------------------------------------
+
+def test_processes_append_to_one_instance(db_url: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    key, trust = _key(tmp_path)
+    Ledger.open(db_url, create=True).close()
+    elapsed = _run_processes(db_url, key, [["wf-hot"]] * PROCS, PER_PROC)
+    total = PROCS * PER_PROC
+    with Ledger.open(db_url) as ledger:
+        assert ledger.instance_ids() == ["wf-hot"]
+        assert [r.leaf for r in ledger.all_entries()] == list(range(total))
+        t0 = time.monotonic()
+        _check_chain(ledger, "wf-hot", total, trust, {w: PER_PROC for w in range(PROCS)})
+        verified = time.monotonic() - t0
+    with capsys.disabled():
+        print(f"\n[concurrency] {db_url.split(':')[0]}: "
+              f"{PROCS} processes x {PER_PROC} = {total} entries appended in {elapsed:.1f}s "
+              f"({total / elapsed:.0f}/s), checked + verified --full in {verified:.1f}s")
+
+
+def test_threads_append_through_one_ledger(db_url: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    signer = Signer.generate()
+    trust = TrustStore([signer.public])
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(THREADS)
+
+    with Ledger.open(db_url, create=True) as ledger:
+        def work(worker: int) -> None:
+            try:
+                barrier.wait(timeout=60)
+                for i in range(PER_THREAD):
+                    ledger.append("wf-threads", "step.done", {"worker": worker, "i": i},
+                                  signer=signer)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(n,), daemon=True)
+                   for n in range(THREADS)]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=JOIN_TIMEOUT)
+        elapsed = time.monotonic() - started
+        assert not [t for t in threads if t.is_alive()], "append threads hung"
+        assert errors == []
+        total = THREADS * PER_THREAD
+        assert [r.leaf for r in ledger.all_entries()] == list(range(total))
+        _check_chain(ledger, "wf-threads", total, trust,
+                     {w: PER_THREAD for w in range(THREADS)})
+    with capsys.disabled():
+        print(f"\n[concurrency] {db_url.split(':')[0]}: {THREADS} threads x {PER_THREAD} = "
+              f"{total} entries in {elapsed:.1f}s")
+
+
+def test_processes_append_to_many_instances(db_url: str, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    key, trust = _key(tmp_path)
+    Ledger.open(db_url, create=True).close()
+    names = [f"wf-mix-{n}" for n in range(MIX_INSTANCES)]
+    # Every process writes to every instance, each starting at a different one.
+    jobs = [names[p % MIX_INSTANCES:] + names[:p % MIX_INSTANCES] for p in range(MIX_PROCS)]
+    elapsed = _run_processes(db_url, key, jobs, MIX_ROUNDS)
+    per_instance = MIX_PROCS * MIX_ROUNDS
+    total = per_instance * MIX_INSTANCES
+    with Ledger.open(db_url) as ledger:
+        assert sorted(ledger.instance_ids()) == names
+        leaves = [r.leaf for r in ledger.all_entries()]
+        assert leaves == list(range(total))  # ledger-wide index: contiguous, no duplicate
+        for name in names:
+            _check_chain(ledger, name, per_instance, trust,
+                         {w: MIX_ROUNDS for w in range(MIX_PROCS)})
+    with capsys.disabled():
+        print(f"\n[concurrency] {db_url.split(':')[0]}: {MIX_PROCS} processes x "
+              f"{MIX_INSTANCES} instances x {MIX_ROUNDS} = {total} entries in {elapsed:.1f}s")
+
+
+def test_worker_refuses_a_key_file_others_can_read(tmp_path: Path) -> None:
+    """The workers above load their key with Signer.load, which insists on mode 0600."""
+    key, _ = _key(tmp_path)
+    os.chmod(key, 0o644)
+    with pytest.raises(KeyProblem, match="readable by others"):
+        Signer.load(key)

@@ -1,0 +1,584 @@
+"""Tamper suite: an attacker with file or superuser access edits a real ledger directly.
+
+Each test builds a real ledger (three interleaved instances with payloads), then plays an
+attacker who first removes the append-only triggers (SQLite: ``DROP TRIGGER``;
+PostgreSQL: ``ALTER TABLE ... DISABLE TRIGGER ALL`` as superuser) and then edits rows with
+plain SQL. The verifier must name the attack with its specific, stable finding code, at
+the entry where it happened. Every case runs on SQLite and on a real PostgreSQL server
+(the ``db_url`` fixture; its postgres parameter carries the ``postgres`` marker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from histaudit import format as fmt
+from histaudit.findings import CODES
+from histaudit.keys import PublicKey, Signer, TrustStore
+from histaudit.store import Ledger, StoredHead
+from histaudit.verify import Report, verify_instance
+
+# Interleaved appends, so every instance's leaves are spread over the ledger.
+INSTANCES = {"wf-alpha": 10, "wf-beta": 10, "wf-gamma": 8}
+VICTIM = "wf-alpha"
+PAYLOAD_EVERY = 3  # entries 3, 6, 9 of each instance carry a stored payload
+
+SQLITE_TRIGGERS = {
+    "histaudit_entries_no_update", "histaudit_entries_no_delete", "histaudit_heads_forward",
+    "histaudit_heads_no_delete", "histaudit_payloads_no_update",
+}
+APPEND_ONLY_TABLES = ("histaudit_entries", "histaudit_heads", "histaudit_payloads")
+
+
+# --- building a real ledger -------------------------------------------------------------
+
+@dataclass
+class Built:
+    url: str
+    signer: Signer
+    trust: TrustStore
+    #: instance -> seq -> the signed head as it was right after entry ``seq`` was appended
+    heads: dict[str, dict[int, StoredHead]] = field(default_factory=dict)
+    #: instance -> seq -> commitment of the payload that entry carries
+    commitments: dict[str, dict[int, str]] = field(default_factory=dict)
+
+
+def _kind(seq: int, last: int) -> str:
+    # No activity.* kinds: behaviour analysis has nothing to say about these chains.
+    if seq == 1:
+        return "workflow.started"
+    if seq == last:
+        return "workflow.completed"
+    return "event.raised" if seq % 2 else "timer.fired"
+
+
+def build_ledger(url: str) -> Built:
+    signer = Signer.generate()
+    built = Built(url=url, signer=signer, trust=TrustStore([signer.public]))
+    with Ledger.open(url, create=True) as ledger:
+        for rnd in range(1, max(INSTANCES.values()) + 1):
+            for instance, count in INSTANCES.items():
+                if rnd > count:
+                    continue
+                data: dict[str, Any] = {"round": rnd, "note": f"{instance} step {rnd}",
+                                        "ok": True, "tags": ["a", "b"]}
+                stored = None
+                if rnd % PAYLOAD_EVERY == 0:
+                    payload = f"secret input of {instance} #{rnd}".encode() * 4
+                    salt = fmt.new_salt()
+                    commitment = fmt.commit(payload, salt)
+                    data["input"] = {"c": commitment, "len": len(payload)}
+                    stored = {salt: (commitment, payload)}
+                    built.commitments.setdefault(instance, {})[rnd] = commitment
+                ledger.append(instance, _kind(rnd, count), data, signer=signer,
+                              payloads=stored)
+                head = ledger.head(instance)
+                assert head is not None
+                built.heads.setdefault(instance, {})[rnd] = head
+    return built
+
+
+@pytest.fixture
+def built(db_url: str) -> Built:
+    return build_ledger(db_url)
+
+
+# --- verifying ---------------------------------------------------------------------------
+
+def verify(url: str, instance: str, trust: TrustStore, *, full: bool = False,
+           workers: int = 1) -> Report:
+    """Verify from a freshly opened ledger, as an auditor would after the fact."""
+    with Ledger.open(url) as ledger:
+        return verify_instance(ledger, instance, trust=trust, full=full, workers=workers)
+
+
+def pairs(report: Report) -> set[tuple[str, int | None]]:
+    return {(f.code, f.seq) for f in report.findings}
+
+
+def assert_clean(built: Built, *instances: str) -> None:
+    for instance in instances:
+        for full in (False, True):
+            report = verify(built.url, instance, built.trust, full=full)
+            assert report.findings == (), (instance, full, report.findings)
+            assert report.ok and report.entries == INSTANCES[instance]
+
+
+def others(*skip: str) -> list[str]:
+    return [i for i in INSTANCES if i not in skip]
+
+
+# --- the attacker ------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    leaf: int
+    seq: int
+    hash: str
+    body: bytes
+    sig: bytes
+
+
+class Attacker:
+    """Direct SQL access to the ledger database (file access, or PostgreSQL superuser)."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+        self.dialect = self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def run(self, stmt: str, **params: Any) -> list[Any]:
+        with self.engine.connect() as conn:
+            result = conn.execute(sa.text(stmt), params)
+            return list(result.all()) if result.returns_rows else []
+
+    def drop_triggers(self) -> None:
+        """Remove the database's append-only enforcement (only verification is left)."""
+        if self.dialect == "sqlite":
+            names = {r[0] for r in self.run(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+            assert SQLITE_TRIGGERS <= names, names
+            for name in sorted(names):
+                self.run(f'DROP TRIGGER "{name}"')
+            assert not self.run("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        else:
+            tables = {r[0] for r in self.run(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE 'histaudit%'")}
+            assert set(APPEND_ONLY_TABLES) <= tables, tables
+            for table in sorted(tables):
+                self.run(f"ALTER TABLE {table} DISABLE TRIGGER ALL")
+            enabled = self.run("SELECT tgname FROM pg_trigger WHERE tgname LIKE 'histaudit%' "
+                               "AND tgenabled <> 'D'")
+            assert enabled == [], enabled
+
+    # entries
+
+    def entry(self, instance: str, seq: int) -> Row:
+        rows = self.run("SELECT leaf, seq, hash, body, sig FROM histaudit_entries "
+                        "WHERE instance = :i AND seq = :s", i=instance, s=seq)
+        assert len(rows) == 1, rows
+        r = rows[0]
+        return Row(r.leaf, r.seq, r.hash, bytes(r.body), bytes(r.sig))
+
+    def set_entry(self, instance: str, seq: int, /, **cols: Any) -> None:
+        """Overwrite columns (hash, body, sig, instance, leaf) of one stored entry."""
+        assert set(cols) <= {"hash", "body", "sig", "instance", "leaf"}
+        assignments = ", ".join(f"{c} = :new_{c}" for c in cols)
+        params = {f"new_{c}": v for c, v in cols.items()}
+        self.run(f"UPDATE histaudit_entries SET {assignments} "
+                 "WHERE instance = :i AND seq = :s", i=instance, s=seq, **params)
+
+    def delete_entries(self, instance: str, *seqs: int) -> None:
+        for seq in seqs:
+            self.run("DELETE FROM histaudit_entries WHERE instance = :i AND seq = :s",
+                     i=instance, s=seq)
+
+    def insert_entry(self, *, leaf: int, instance: str, seq: int, hash: str, body: bytes,
+                     sig: bytes) -> None:
+        self.run("INSERT INTO histaudit_entries (leaf, instance, seq, hash, body, sig) "
+                 "VALUES (:leaf, :instance, :seq, :hash, :body, :sig)", leaf=leaf,
+                 instance=instance, seq=seq, hash=hash, body=body, sig=sig)
+
+    def rebuild_entries_without_constraints(self) -> None:
+        """Copy the entries into a table with no unique constraint and no primary key,
+        spacing leaves out (leaf * 2) so rows can be slipped in between."""
+        blob = "BYTEA" if self.dialect == "postgresql" else "BLOB"
+        self.run(f"""CREATE TABLE histaudit_entries_forged (
+                       leaf BIGINT NOT NULL, instance TEXT NOT NULL, seq BIGINT NOT NULL,
+                       hash VARCHAR(64) NOT NULL, body {blob} NOT NULL, sig {blob} NOT NULL)""")
+        self.run("INSERT INTO histaudit_entries_forged (leaf, instance, seq, hash, body, sig) "
+                 "SELECT leaf * 2, instance, seq, hash, body, sig FROM histaudit_entries")
+        self.run("DROP TABLE histaudit_entries")
+        self.run("ALTER TABLE histaudit_entries_forged RENAME TO histaudit_entries")
+
+    # heads and payloads
+
+    def head(self, instance: str) -> tuple[int, bytes, bytes]:
+        rows = self.run("SELECT seq, body, sig FROM histaudit_heads WHERE instance = :i",
+                        i=instance)
+        assert len(rows) == 1
+        return rows[0].seq, bytes(rows[0].body), bytes(rows[0].sig)
+
+    def set_head(self, instance: str, *, seq: int, body: bytes, sig: bytes) -> None:
+        self.run("UPDATE histaudit_heads SET seq = :s, body = :b, sig = :g "
+                 "WHERE instance = :i", i=instance, s=seq, b=body, g=sig)
+
+    def delete_head(self, instance: str) -> None:
+        self.run("DELETE FROM histaudit_heads WHERE instance = :i", i=instance)
+
+
+@pytest.fixture
+def attacker(built: Built) -> Iterator[Attacker]:
+    atk = Attacker(built.url)
+    atk.drop_triggers()
+    try:
+        yield atk
+    finally:
+        atk.close()
+
+
+def flip(data: bytes, pos: int, mask: int = 0x01) -> bytes:
+    return data[:pos] + bytes([data[pos] ^ mask]) + data[pos + 1:]
+
+
+def forge(original: bytes, signer: Signer, **changes: Any) -> tuple[bytes, str, bytes]:
+    """A well-formed entry like ``original`` with ``changes``: (body, hash, signature)."""
+    e = fmt.parse_entry(original)
+    fields = {"instance": e.instance, "seq": e.seq, "leaf": e.leaf, "prev": e.prev,
+              "kind": e.kind, "ts": e.ts, "kid": signer.kid, "data": dict(e.data)}
+    fields.update(changes)
+    body = fmt.entry_body(**fields)
+    return body, fmt.sha256_hex(body), signer.sign(body)
+
+
+# --- baseline ----------------------------------------------------------------------------
+
+def test_every_code_asserted_here_is_a_stable_code() -> None:
+    used = {"body-changed", "link-broken", "head-mismatch", "signature-invalid",
+            "key-untrusted", "key-outside-window", "seq-gap", "seq-duplicate",
+            "seq-reordered", "tail-truncated", "head-missing", "head-invalid",
+            "instance-mismatch", "entry-malformed", "payload-mismatch", "instance-missing"}
+    assert used <= set(CODES)
+
+
+def test_clean_ledger_has_no_findings(built: Built) -> None:
+    assert_clean(built, *INSTANCES)
+    with Ledger.open(built.url) as ledger:
+        assert sorted(ledger.instance_ids()) == sorted(INSTANCES)
+        for instance, count in INSTANCES.items():
+            rows = list(ledger.entries(instance))
+            assert [r.seq for r in rows] == list(range(1, count + 1))
+            for seq, commitment in built.commitments[instance].items():
+                assert ledger.payload(commitment) is not None, (instance, seq)
+        total = sum(INSTANCES.values())
+        assert [r.leaf for r in ledger.all_entries()] == list(range(total))
+    # The process-pool signature path agrees with the in-process one.
+    report = verify(built.url, VICTIM, built.trust, full=True, workers=2)
+    assert report.findings == ()
+
+
+def test_erasing_payloads_keeps_the_ledger_verifying(built: Built) -> None:
+    with Ledger.open(built.url) as ledger:
+        for commitment in built.commitments[VICTIM].values():
+            assert ledger.erase_payload(commitment) is True
+            assert ledger.payload(commitment) is None
+            assert ledger.erase_payload(commitment) is False  # already gone
+    assert_clean(built, *INSTANCES)
+
+
+# --- entry bodies, hashes and signatures -------------------------------------------------
+
+def test_body_byte_changed_is_body_changed(built: Built, attacker: Attacker) -> None:
+    row = attacker.entry(VICTIM, 5)
+    pos = row.body.index(b'"note":"') + len(b'"note":"')
+    forged = flip(row.body, pos)  # still valid JSON: one letter of a string changed
+    fmt.parse_entry(forged)
+    attacker.set_entry(VICTIM, 5, body=forged)  # hash column left as it was
+
+    report = verify(built.url, VICTIM, built.trust)
+    assert not report.ok
+    assert ("body-changed", 5) in pairs(report)
+    assert report.codes() <= {"body-changed", "link-broken"}
+    assert all(f.seq is not None and f.seq >= 5 for f in report.findings)
+    full = verify(built.url, VICTIM, built.trust, full=True)
+    assert ("body-changed", 5) in pairs(full) and ("signature-invalid", 5) in pairs(full)
+    assert_clean(built, *others(VICTIM))
+
+
+def test_body_edited_with_hash_recomputed_breaks_the_next_link(built: Built,
+                                                                attacker: Attacker) -> None:
+    row = attacker.entry(VICTIM, 5)
+    forged = row.body.replace(b'"round":5', b'"round":6')
+    assert forged != row.body
+    attacker.set_entry(VICTIM, 5, body=forged, hash=fmt.sha256_hex(forged))
+
+    report = verify(built.url, VICTIM, built.trust)
+    assert pairs(report) == {("link-broken", 6)}
+    assert "body-changed" not in report.codes()
+    full = verify(built.url, VICTIM, built.trust, full=True)
+    assert pairs(full) == {("link-broken", 6), ("signature-invalid", 5)}
+    assert_clean(built, *others(VICTIM))
+
+
+def test_last_body_edited_with_hash_recomputed_is_head_mismatch(built: Built,
+                                                                attacker: Attacker) -> None:
+    last = INSTANCES[VICTIM]
+    row = attacker.entry(VICTIM, last)
+    forged = row.body.replace(b'"ok":true', b'"ok":false')
+    assert forged != row.body
+    attacker.set_entry(VICTIM, last, body=forged, hash=fmt.sha256_hex(forged))
+
+    report = verify(built.url, VICTIM, built.trust)
+    assert pairs(report) == {("head-mismatch", last)}
+    assert "body-changed" not in report.codes()
+    assert_clean(built, *others(VICTIM))
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_signature_flipped_is_found_only_in_full_mode(built: Built, attacker: Attacker,
+                                                      where: str) -> None:
+    row = attacker.entry(VICTIM, 5)
+    pos = {"first": 0, "middle": len(row.sig) // 2, "last": len(row.sig) - 1}[where]
+    attacker.set_entry(VICTIM, 5, sig=flip(row.sig, pos, 0x80))
+
+    default = verify(built.url, VICTIM, built.trust)
+    assert default.findings == () and default.ok  # default mode does not check signatures
+    full = verify(built.url, VICTIM, built.trust, full=True)
+    assert pairs(full) == {("signature-invalid", 5)}
+    assert not full.ok
+    pooled = verify(built.url, VICTIM, built.trust, full=True, workers=2)
+    assert pairs(pooled) == {("signature-invalid", 5)}
+
+
+def test_entries_resigned_by_an_untrusted_key_are_key_untrusted(built: Built,
+                                                                attacker: Attacker) -> None:
+    """The attacker rewrites entry 5 and re-chains and re-signs everything after it, and
+    the head, with a key of their own: a perfectly consistent chain, except for the key."""
+    evil = Signer.generate()
+    last = INSTANCES[VICTIM]
+    prev = attacker.entry(VICTIM, 4).hash
+    final: fmt.Entry | None = None
+    for seq in range(5, last + 1):
+        row = attacker.entry(VICTIM, seq)
+        changes: dict[str, Any] = {"prev": prev}
+        if seq == 5:
+            changes["data"] = {**fmt.parse_entry(row.body).data, "note": "approved by nobody"}
+        body, digest, sig = forge(row.body, evil, **changes)
+        attacker.set_entry(VICTIM, seq, body=body, hash=digest, sig=sig)
+        prev, final = digest, fmt.parse_entry(body)
+    assert final is not None
+    hbody = fmt.head_body(instance=VICTIM, seq=last, leaf=final.leaf, hash=prev, ts=final.ts,
+                          kid=evil.kid)
+    attacker.set_head(VICTIM, seq=last, body=hbody, sig=evil.sign(hbody))
+
+    for full in (False, True):
+        report = verify(built.url, VICTIM, built.trust, full=full)
+        assert report.codes() == {"key-untrusted"}, report.findings
+        assert {f.seq for f in report.findings} == set(range(5, last + 1))
+        assert not report.ok
+    # Only the key gives it away: trusting the attacker makes the forgery verify.
+    fooled = TrustStore([built.signer.public, evil.public])
+    assert verify(built.url, VICTIM, fooled, full=True).findings == ()
+
+
+def test_single_entry_resigned_by_an_untrusted_key(built: Built, attacker: Attacker) -> None:
+    evil = Signer.generate()
+    row = attacker.entry(VICTIM, 5)
+    body, digest, sig = forge(row.body, evil)
+    attacker.set_entry(VICTIM, 5, body=body, hash=digest, sig=sig)
+    report = verify(built.url, VICTIM, built.trust, full=True)
+    assert ("key-untrusted", 5) in pairs(report)
+    assert "signature-invalid" not in report.codes()  # an unknown key is not checked
+
+
+# --- key validity windows ----------------------------------------------------------------
+
+def _windowed(signer: Signer, *, not_before: str | None = None,
+              not_after: str | None = None) -> TrustStore:
+    return TrustStore([PublicKey(kid=signer.kid, raw=signer.public.raw,
+                                 not_before=not_before, not_after=not_after)])
+
+
+@pytest.mark.parametrize("window", [{"not_after": "2000-01-01T00:00:00Z"},
+                                    {"not_before": "2999-01-01T00:00:00Z"}])
+def test_key_used_outside_its_window_is_key_outside_window(built: Built,
+                                                           window: dict[str, str]) -> None:
+    trust = _windowed(built.signer, **window)
+    last = INSTANCES[VICTIM]
+    for full in (False, True):
+        report = verify(built.url, VICTIM, trust, full=full)
+        assert report.codes() == {"key-outside-window"}, report.findings
+        assert {f.seq for f in report.findings} == set(range(1, last + 1))
+        assert not report.ok
+
+
+def test_key_retired_mid_chain_flags_only_later_entries(built: Built,
+                                                       attacker: Attacker) -> None:
+    """The key was retired at entry 5's time; everything signed after that is suspect."""
+    cut = fmt.parse_entry(attacker.entry(VICTIM, 5).body).ts
+    report = verify(built.url, VICTIM, _windowed(built.signer, not_after=cut))
+    assert report.codes() == {"key-outside-window"}
+    later = {s for s in range(1, INSTANCES[VICTIM] + 1)
+             if fmt.parse_entry(attacker.entry(VICTIM, s).body).ts > cut}
+    assert later >= set(range(6, INSTANCES[VICTIM] + 1))
+    assert {f.seq for f in report.findings} == later
+
+
+# --- sequence: gaps, duplicates, order, truncation ---------------------------------------
+
+def test_middle_entry_deleted_is_seq_gap(built: Built, attacker: Attacker) -> None:
+    attacker.delete_entries(VICTIM, 5)
+    report = verify(built.url, VICTIM, built.trust)
+    assert pairs(report) == {("seq-gap", 6)}
+    assert verify(built.url, VICTIM, built.trust, full=True).codes() == {"seq-gap"}
+    assert_clean(built, *others(VICTIM))
+
+
+@pytest.mark.parametrize("seq", [5, INSTANCES[VICTIM]], ids=["middle", "last"])
+def test_entry_duplicated_is_seq_duplicate(built: Built, attacker: Attacker, seq: int) -> None:
+    row = attacker.entry(VICTIM, seq)
+    attacker.rebuild_entries_without_constraints()  # no UNIQUE (instance, seq) any more
+    attacker.insert_entry(leaf=row.leaf * 2 + 1, instance=VICTIM, seq=seq, hash=row.hash,
+                          body=row.body, sig=row.sig)
+    assert len(attacker.run("SELECT leaf FROM histaudit_entries WHERE instance = :i "
+                            "AND seq = :s", i=VICTIM, s=seq)) == 2
+
+    report = verify(built.url, VICTIM, built.trust)
+    assert ("seq-duplicate", seq) in pairs(report)
+    # The copy's leaf is not after its twin's, which the leaf-order check may add.
+    assert pairs(report) <= {("seq-duplicate", seq), ("seq-reordered", seq)}
+    full = verify(built.url, VICTIM, built.trust, full=True)
+    assert "seq-duplicate" in full.codes() and full.codes() <= {"seq-duplicate",
+                                                                 "seq-reordered"}
+    assert_clean(built, *others(VICTIM))
+
+
+@pytest.mark.parametrize("first", [5, INSTANCES[VICTIM] - 1], ids=["middle", "tail"])
+def test_entries_swapped_is_seq_reordered(built: Built, attacker: Attacker,
+                                          first: int) -> None:
+    second = first + 1
+    a, b = attacker.entry(VICTIM, first), attacker.entry(VICTIM, second)
+    attacker.set_entry(VICTIM, first, leaf=-1)  # leaf is the primary key: swap via a spare
+    attacker.set_entry(VICTIM, second, leaf=a.leaf)
+    attacker.set_entry(VICTIM, first, leaf=b.leaf)
+    with Ledger.open(built.url) as ledger:
+        seqs = [r.seq for r in ledger.entries(VICTIM)]
+    assert seqs[first - 1:first + 1] == [second, first]
+
+    report = verify(built.url, VICTIM, built.trust)
+    assert ("seq-reordered", first) in pairs(report)
+    assert not report.ok
+    # Read in one pass, the later entry first looks like a gap; but the entry after the
+    # pair still links correctly, and the head still matches the newest entry.
+    assert pairs(report) == {("seq-reordered", first), ("seq-gap", second)}
+    assert_clean(built, *others(VICTIM))
+
+
+def test_tail_entries_deleted_is_tail_truncated(built: Built, attacker: Attacker) -> None:
+    last = INSTANCES[VICTIM]
+    attacker.delete_entries(VICTIM, last - 2, last - 1, last)
+    report = verify(built.url, VICTIM, built.trust)
+    assert pairs(report) == {("tail-truncated", last)}
+    assert_clean(built, *others(VICTIM))
+
+
+# --- heads -------------------------------------------------------------------------------
+
+def test_head_replaced_by_an_older_head_is_head_mismatch(built: Built,
+                                                         attacker: Attacker) -> None:
+    old = built.heads[VICTIM][6]
+    attacker.set_head(VICTIM, seq=old.seq, body=old.body, sig=old.sig)
+    assert attacker.head(VICTIM)[0] == 6
+    report = verify(built.url, VICTIM, built.trust)
+    assert pairs(report) == {("head-mismatch", INSTANCES[VICTIM])}
+
+
+def test_head_deleted_is_head_missing(built: Built, attacker: Attacker) -> None:
+    attacker.delete_head(VICTIM)
+    report = verify(built.url, VICTIM, built.trust)
+    assert pairs(report) == {("head-missing", INSTANCES[VICTIM])}
+    assert_clean(built, *others(VICTIM))
+
+
+@pytest.mark.parametrize("how", ["seq-field", "byte-flipped", "not-json", "signature"])
+def test_head_edited_is_head_invalid(built: Built, attacker: Attacker, how: str) -> None:
+    seq, body, sig = attacker.head(VICTIM)
+    last = INSTANCES[VICTIM]
+    if how == "seq-field":
+        body = body.replace(f'"seq":{last}'.encode(), f'"seq":{last + 1}'.encode())
+    elif how == "byte-flipped":
+        body = flip(body, body.index(b'"ts":"') + 8)
+    elif how == "not-json":
+        body = flip(body, 0)
+    else:
+        sig = flip(sig, 7)
+    attacker.set_head(VICTIM, seq=seq, body=body, sig=sig)
+    report = verify(built.url, VICTIM, built.trust)
+    assert report.codes() == {"head-invalid"}, report.findings
+    assert not report.ok
+
+
+# --- instances, malformed entries, payloads ----------------------------------------------
+
+def test_entry_moved_to_another_instance_is_instance_mismatch(built: Built,
+                                                              attacker: Attacker) -> None:
+    # wf-gamma has 8 entries, so wf-alpha's entry 9 does not collide with one of its seqs.
+    attacker.set_entry(VICTIM, 9, instance="wf-gamma")
+    gamma = verify(built.url, "wf-gamma", built.trust)
+    assert ("instance-mismatch", 9) in pairs(gamma)
+    assert not gamma.ok
+    alpha = verify(built.url, VICTIM, built.trust)
+    assert ("seq-gap", 10) in pairs(alpha)
+    assert_clean(built, "wf-beta")
+
+
+def test_entry_moved_to_a_new_instance_is_instance_mismatch(built: Built,
+                                                            attacker: Attacker) -> None:
+    attacker.set_entry(VICTIM, 1, instance="wf-forged")
+    report = verify(built.url, "wf-forged", built.trust)
+    assert ("instance-mismatch", 1) in pairs(report)
+    assert "head-missing" in report.codes()
+
+
+@pytest.mark.parametrize("how", ["not-json", "version-2", "not-object", "missing-field",
+                                 "wrong-type"])
+@pytest.mark.parametrize("rehash", [True, False], ids=["hash-recomputed", "hash-kept"])
+def test_malformed_body_is_entry_malformed(built: Built, attacker: Attacker, how: str,
+                                           rehash: bool) -> None:
+    row = attacker.entry(VICTIM, 5)
+    if how == "not-json":
+        body = b"this is not JSON at all"
+    elif how == "version-2":
+        assert row.body.endswith(b'"v":1}')  # canonical: keys sorted, "v" last
+        body = row.body[:-len(b'1}')] + b"2}"
+    elif how == "not-object":
+        body = b'["entry", 5]'
+    elif how == "missing-field":
+        body = row.body.replace(b'"kind":', b'"kinx":')
+    else:
+        body = row.body.replace(b'"type":"entry"', b'"type":"head"')
+    assert body != row.body
+    attacker.set_entry(VICTIM, 5, body=body, **({"hash": fmt.sha256_hex(body)} if rehash
+                                                  else {}))
+    report = verify(built.url, VICTIM, built.trust)
+    assert ("entry-malformed", 5) in pairs(report)
+    assert ("body-changed" in report.codes()) is not rehash
+    assert all(f.seq is not None and f.seq >= 5 for f in report.findings)
+    # The verifier carries on: the rest of the chain is still read.
+    assert report.entries == INSTANCES[VICTIM]
+    assert_clean(built, *others(VICTIM))
+
+
+@pytest.mark.parametrize("column", ["data", "salt"])
+def test_stored_payload_changed_is_payload_mismatch(built: Built, attacker: Attacker,
+                                                    column: str) -> None:
+    commitment = built.commitments[VICTIM][3]
+    (salt, data), = [(bytes(r.salt), bytes(r.data)) for r in attacker.run(
+        "SELECT salt, data FROM histaudit_payloads WHERE commitment = :c", c=commitment)]
+    new = {"data": data.replace(b"secret", b"SECRET"), "salt": flip(salt, 0)}[column]
+    attacker.run(f"UPDATE histaudit_payloads SET {column} = :v WHERE commitment = :c",
+                 v=new, c=commitment)
+
+    assert verify(built.url, VICTIM, built.trust).findings == ()  # not read by default
+    full = verify(built.url, VICTIM, built.trust, full=True)
+    assert pairs(full) == {("payload-mismatch", 3)}
+    assert not full.ok
+
+
+def test_instance_deleted_is_instance_missing(built: Built, attacker: Attacker) -> None:
+    attacker.run("DELETE FROM histaudit_entries WHERE instance = :i", i=VICTIM)
+    attacker.delete_head(VICTIM)
+    for full in (False, True):
+        report = verify(built.url, VICTIM, built.trust, full=full)
+        assert pairs(report) == {("instance-missing", None)}
+        assert report.entries == 0 and not report.ok
+    with Ledger.open(built.url) as ledger:
+        assert VICTIM not in ledger.instance_ids()
+    assert_clean(built, *others(VICTIM))

@@ -1,0 +1,247 @@
+"""Properties of the verifier over random ledgers (hypothesis), and of its Report.
+
+* A ledger written only through :class:`Ledger` always verifies clean, in both modes.
+* Any single-byte change (random position, random XOR) to one stored entry's body, or to
+  its hash column, never verifies.
+* Any single-byte change to one stored signature never verifies in full mode (and, since
+  default mode does not check signatures, is invisible there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from histaudit import format as fmt
+from histaudit.errors import HistauditError, VerificationError
+from histaudit.findings import CODES, Finding, Severity
+from histaudit.keys import Signer, TrustStore
+from histaudit.store import Ledger, StoredEntry
+from histaudit.verify import Report, verify_instance
+
+SIGNER = Signer.generate()
+TRUST = TrustStore([SIGNER.public])
+
+PROPERTY_SETTINGS = settings(max_examples=30, deadline=None,
+                             suppress_health_check=[HealthCheck.too_slow])
+
+# --- strategies --------------------------------------------------------------------------
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=16)
+_ident = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=16)
+# Behaviour analysis reads activity.* and effect.* kinds; these chains carry none of them.
+_kind = st.one_of(
+    st.sampled_from(["workflow.started", "workflow.completed", "timer.fired",
+                     "event.raised", "checkpoint", "note"]),
+    _ident.filter(lambda k: not k.startswith(("activity.", "effect."))))
+_value = st.one_of(st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1), _text)
+_data = st.dictionaries(_text, _value, max_size=5)
+
+
+@dataclass(frozen=True)
+class Step:
+    instance: int  # index into the ledger's instance names
+    kind: str
+    data: dict[str, Any]
+    payload: bytes | None
+    salt: bytes
+
+
+_step = st.builds(Step, instance=st.integers(0, 2), kind=_kind, data=_data,
+                  payload=st.one_of(st.none(), st.binary(max_size=64)),
+                  salt=st.binary(min_size=fmt.SALT_BYTES, max_size=fmt.SALT_BYTES))
+_ledger_spec = st.tuples(st.lists(_ident, min_size=1, max_size=3, unique=True),
+                         st.lists(_step, min_size=1, max_size=10))
+
+
+# A RAM-backed directory when there is one: the ledger runs synchronous=FULL, and a few
+# hundred fsyncs per property would otherwise dominate the run time.
+_TMP_ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
+
+
+@contextmanager
+def built(spec: tuple[list[str], list[Step]]) -> Iterator[tuple[Path, list[str]]]:
+    """Write the spec into a fresh SQLite ledger; yield its path and the instances used."""
+    names, steps = spec
+    with tempfile.TemporaryDirectory(prefix="histaudit-prop-", dir=_TMP_ROOT) as tmp:
+        path = Path(tmp) / "ledger.db"
+        used: list[str] = []
+        with Ledger.open(f"sqlite:///{path}", create=True) as ledger:
+            for n, step in enumerate(steps):
+                instance = names[step.instance % len(names)]
+                data: dict[str, Any] = dict(step.data)
+                stored = None
+                if step.payload is not None:
+                    # Salts are random in real use; derive a distinct one per step so two
+                    # equal payloads never collide on one commitment.
+                    salt = hashlib.sha256(n.to_bytes(4, "big") + step.salt).digest()
+                    c = fmt.commit(step.payload, salt)
+                    data["payload"] = {"c": c, "len": len(step.payload)}
+                    stored = {salt: (c, step.payload)}
+                ledger.append(instance, step.kind, data, signer=SIGNER, payloads=stored)
+                if instance not in used:
+                    used.append(instance)
+        yield path, used
+
+
+def verify_path(path: Path, instance: str, *, full: bool) -> Report:
+    with Ledger.open(f"sqlite:///{path}") as ledger:
+        return verify_instance(ledger, instance, trust=TRUST, full=full, workers=1)
+
+
+def stored_rows(path: Path) -> list[StoredEntry]:
+    with Ledger.open(f"sqlite:///{path}") as ledger:
+        return list(ledger.all_entries())
+
+
+def tamper(path: Path, leaf: int, column: str, value: Any) -> None:
+    """Edit one stored entry like an attacker with file access: triggers first."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                                    ).fetchall():
+            conn.execute(f'DROP TRIGGER "{name}"')
+        assert column in {"body", "hash", "sig"}
+        cur = conn.execute(f"UPDATE histaudit_entries SET {column} = ? WHERE leaf = ?",
+                           (value, leaf))
+        assert cur.rowcount == 1
+    finally:
+        conn.close()
+
+
+def xor_at(data: bytes, pos: int, mask: int) -> bytes:
+    assert 1 <= mask <= 255
+    return data[:pos] + bytes([data[pos] ^ mask]) + data[pos + 1:]
+
+
+# --- properties --------------------------------------------------------------------------
+
+@PROPERTY_SETTINGS
+@given(spec=_ledger_spec)
+def test_random_clean_ledgers_verify_clean(spec: tuple[list[str], list[Step]]) -> None:
+    with built(spec) as (path, used):
+        rows = stored_rows(path)
+        assert [r.leaf for r in rows] == list(range(len(spec[1])))
+        for instance in used:
+            for full in (False, True):
+                report = verify_path(path, instance, full=full)
+                assert report.findings == (), report.findings
+                assert report.ok and bool(report)
+                assert report.entries == sum(1 for r in rows if r.instance == instance)
+
+
+@PROPERTY_SETTINGS
+@given(spec=_ledger_spec, column=st.sampled_from(["body", "hash"]), data=st.data())
+def test_one_corrupted_byte_in_an_entry_never_verifies(spec: tuple[list[str], list[Step]],
+                                                       column: str, data: st.DataObject
+                                                       ) -> None:
+    with built(spec) as (path, _used):
+        rows = stored_rows(path)
+        row = data.draw(st.sampled_from(rows), label="entry")
+        original = row.body if column == "body" else row.hash.encode("ascii")
+        pos = data.draw(st.integers(0, len(original) - 1), label="position")
+        mask = data.draw(st.integers(1, 255), label="xor")
+        changed = xor_at(original, pos, mask)
+        tamper(path, row.leaf, column,
+               changed if column == "body" else changed.decode("latin-1"))
+        for full in (False, True):
+            report = verify_path(path, row.instance, full=full)
+            assert not report.ok, (column, pos, mask, report.findings)
+            assert not report
+            assert report.failing(Severity.ERROR)
+
+
+@PROPERTY_SETTINGS
+@given(spec=_ledger_spec, data=st.data())
+def test_one_corrupted_signature_byte_never_verifies_in_full_mode(
+        spec: tuple[list[str], list[Step]], data: st.DataObject) -> None:
+    with built(spec) as (path, _used):
+        row = data.draw(st.sampled_from(stored_rows(path)), label="entry")
+        pos = data.draw(st.integers(0, len(row.sig) - 1), label="position")
+        mask = data.draw(st.integers(1, 255), label="xor")
+        tamper(path, row.leaf, "sig", xor_at(row.sig, pos, mask))
+        full = verify_path(path, row.instance, full=True)
+        assert not full.ok
+        assert {(f.code, f.seq) for f in full.findings} == {("signature-invalid", row.seq)}
+        # Default mode reads no signatures: the same ledger passes there.
+        assert verify_path(path, row.instance, full=False).findings == ()
+
+
+# --- Report ------------------------------------------------------------------------------
+
+def _finding(code: str, seq: int | None = 1) -> Finding:
+    return Finding.make(code, "wf-1", seq, f"{code} at {seq}")
+
+
+def _report(*codes: str) -> Report:
+    return Report(instance_id="wf-1", entries=3, mode="default",
+                  findings=tuple(_finding(c, n) for n, c in enumerate(codes, 1)))
+
+
+def _codes_of(severity: Severity) -> list[str]:
+    return sorted(c for c, (s, _) in CODES.items() if s == severity)
+
+
+def test_report_without_findings_is_ok_and_truthy() -> None:
+    report = _report()
+    assert report.ok and bool(report) is True
+    assert report.failing(Severity.INFO) == []
+    assert report.codes() == set()
+    report.raise_for_findings()
+    report.raise_for_findings(Severity.INFO)
+    doc = report.to_json()
+    assert doc == {"instance_id": "wf-1", "ok": True, "entries": 3, "mode": "default",
+                   "findings": []}
+
+
+def test_report_with_an_error_is_falsy_and_raises() -> None:
+    error = _codes_of(Severity.ERROR)[0]
+    report = _report(error)
+    assert not report.ok and bool(report) is False
+    assert [f.code for f in report.failing(Severity.ERROR)] == [error]
+    with pytest.raises(VerificationError) as info:
+        report.raise_for_findings()
+    assert isinstance(info.value, HistauditError)
+    assert info.value.report is report
+    assert error in str(info.value) and "wf-1" in str(info.value)
+    assert report.to_json()["ok"] is False
+    assert report.to_json()["findings"][0]["severity"] == "error"
+
+
+def test_failing_applies_the_threshold() -> None:
+    error, warning, info = (_codes_of(s)[0] for s in
+                            (Severity.ERROR, Severity.WARNING, Severity.INFO))
+    report = _report(info, warning, error)
+    assert [f.code for f in report.failing(Severity.ERROR)] == [error]
+    assert [f.code for f in report.failing(Severity.WARNING)] == [warning, error]
+    assert [f.code for f in report.failing(Severity.INFO)] == [info, warning, error]
+    assert report.codes() == {info, warning, error}
+
+
+def test_warnings_and_infos_keep_a_report_ok_unless_the_threshold_is_lowered() -> None:
+    warning, info = _codes_of(Severity.WARNING)[0], _codes_of(Severity.INFO)[0]
+    report = _report(warning, info)
+    assert report.ok and bool(report)
+    report.raise_for_findings()  # default threshold: errors only
+    with pytest.raises(VerificationError, match=warning):
+        report.raise_for_findings(Severity.WARNING)
+    info_only = _report(info)
+    info_only.raise_for_findings(Severity.WARNING)
+    with pytest.raises(VerificationError):
+        info_only.raise_for_findings(Severity.INFO)
+
+
+def test_every_code_has_a_severity_and_a_description() -> None:
+    for code, (severity, text) in CODES.items():
+        assert isinstance(severity, Severity) and text, code
+        assert Finding.make(code, "i", None, "m").severity == severity
