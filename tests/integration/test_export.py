@@ -1,0 +1,627 @@
+"""Compliance export and offline bundle verification, on SQLite and on real PostgreSQL.
+
+A real ledger (three interleaved order workflows with committed payloads, one payload
+erased through ``histaudit redact``) is exported with the real command, two of its three
+instances, and the bundle is checked as docs/bundle.md §9 says: it verifies clean; each
+kind of tampering gives its precise findings and exit status 1; each kind of unreadable
+or unauthenticated bundle is an input error, exit status 2 and one line on stderr. The
+time window chooses instances by their entries' times; an export taken while another
+process appends still verifies.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import multiprocessing as mp
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import sqlalchemy as sa
+from jsonschema import Draft202012Validator
+
+from histaudit import format as fmt
+from histaudit.bundle import MANIFEST_TYPE, export, pae, verify_bundle
+from histaudit.errors import InputError, UsageError
+from histaudit.findings import Severity
+from histaudit.keys import Signer, TrustStore, generate_keypair
+from histaudit.store import Ledger, StoredHead
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "schemas" / "bundle-manifest.schema.json"
+EXPORTED = ("order-1", "order-2")
+NOT_EXPORTED = "order-3"
+
+
+# --- the command ------------------------------------------------------------------------
+
+_SCRIPT = Path(sys.executable).with_name("histaudit")
+HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
+
+
+def cli(*args: str | os.PathLike[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
+    env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
+    return subprocess.run([*HISTAUDIT, *map(str, args)], cwd=cwd, env=env, capture_output=True,
+                          text=True, encoding="utf-8", errors="replace", timeout=180)
+
+
+def exits(result: subprocess.CompletedProcess[str], code: int) -> None:
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr == ""
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("histaudit: error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert result.stdout == ""
+    return lines[0]
+
+
+# --- a real ledger, exported ------------------------------------------------------------
+
+def _payload(data: bytes) -> tuple[dict[str, Any], dict[bytes, tuple[str, bytes]]]:
+    salt = fmt.new_salt()
+    c = fmt.commit(data, salt)
+    return {"c": c, "n": len(data)}, {salt: (c, data)}
+
+
+def order_steps(instance: str, amount: int) -> list[tuple[str, dict[str, Any], Any]]:
+    """The four entries of one order workflow: (kind, data, payload rows)."""
+    ref_in, rows_in = _payload(b'{"card":"4111-1111-1111-1111","amount":%d}' % amount)
+    ref_out, rows_out = _payload(b'{"charged":true,"amount":%d}' % amount)
+    charge = {"task_id": 1, "activity": "charge", "attempt": 1, "worker": "w-1:42"}
+    return [
+        ("workflow.started", {"workflow": "order", "input": ref_in, "instance_note": instance},
+         rows_in),
+        ("activity.started", charge, None),
+        ("activity.completed", {**charge, "output": ref_out}, rows_out),
+        ("workflow.completed", {"status": "COMPLETED"}, None),
+    ]
+
+
+def build_orders(url: str, signer: Signer, instances: tuple[str, ...]) -> None:
+    """Interleaved appends: every instance's leaves are spread over the ledger."""
+    plans = {i: order_steps(i, 100 * (n + 1)) for n, i in enumerate(instances)}
+    with Ledger.open(url, create=True) as ledger:
+        for step in range(4):
+            for instance, plan in plans.items():
+                kind, data, rows = plan[step]
+                ledger.append(instance, kind, data, signer=signer, payloads=rows)
+
+
+@dataclass
+class Exported:
+    url: str
+    tmp: Path
+    signer: Signer
+    key: Path
+    pub: Path
+    trust: TrustStore
+    bundle: Path
+    older_head: StoredHead  # order-1's genuine head before the erasure was recorded
+    erased: str             # the commitment whose payload was erased
+
+    def copy(self, dest: Path) -> Path:
+        shutil.copytree(self.bundle, dest)
+        return dest
+
+
+def export_orders(db_url: str, tmp_path: Path) -> Exported:
+    """Build the ledger, erase one payload and export two instances, all by the command."""
+    key, pub, signer = generate_keypair(tmp_path / "keys", name="exporter")
+    build_orders(db_url, signer, (*EXPORTED, NOT_EXPORTED))
+    with Ledger.open(db_url) as ledger:
+        older = ledger.head("order-1")
+        first = fmt.parse_entry(ledger.entry_at("order-1", 1).body)  # type: ignore[union-attr]
+    assert older is not None
+    exits(cli("redact", "order-1", "--seq", "1", "--field", "input", "--reason", "GDPR art. 17",
+              "--db", db_url, "--key", key, cwd=tmp_path), 0)
+    bundle = tmp_path / "bundle"
+    r = cli("export", *EXPORTED, "--out", bundle, "--with-payloads", "--db", db_url,
+            "--key", key, "--trust", pub, cwd=tmp_path)
+    exits(r, 0)
+    assert r.stdout.startswith("exported 2 instance(s), 9 entries, ")
+    return Exported(db_url, tmp_path, signer, key, pub, TrustStore([signer.public]), bundle,
+                    older, first.data["input"]["c"])
+
+
+@pytest.fixture(scope="module",
+                params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def exported(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
+    """One exported bundle per store, shared by the tests that only read it (they copy it
+    before spoiling it): building it takes two runs of the command."""
+    tmp = tmp_path_factory.mktemp(f"export-{request.param}")
+    if request.param == "sqlite":
+        yield export_orders(f"sqlite:///{tmp / 'ledger.db'}", tmp)
+        return
+    server = request.getfixturevalue("pg_server")
+    name = f"t_export_shared_{uuid.uuid4().hex[:8]}"
+    url = server.create_database(name)
+    try:
+        yield export_orders(url, tmp)
+    finally:
+        server.drop_database(name)
+
+
+def manifest_of(bundle: Path) -> dict[str, Any]:
+    env = json.loads((bundle / "manifest.dsse.json").read_bytes())
+    return json.loads(base64.b64decode(env["payload"]))
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def write_lines(path: Path, docs: list[dict[str, Any]]) -> None:
+    path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+
+
+def errors_by_instance(bundle: Path, trust: TrustStore) -> dict[str, set[tuple[str, Any]]]:
+    """{instance: {(code, seq)}} of verify_bundle's error findings, "(bundle)" for the
+    bundle's own; every exported instance has a key, clean or not."""
+    result = verify_bundle(bundle, trust)
+    got: dict[str, set[tuple[str, Any]]] = {"(bundle)": set()}
+    for report in result.all_reports():
+        got.setdefault(report.instance_id, set())
+        for f in report.failing(Severity.ERROR):
+            got.setdefault(f.instance, set()).add((f.code, f.seq))
+    return got
+
+
+# --- a clean bundle ---------------------------------------------------------------------
+
+def test_export_verifies_with_the_library_and_the_command(exported: Exported,
+                                                         tmp_path: Path) -> None:
+    b = exported.bundle
+    assert sorted(p.name for p in b.iterdir()) == sorted([
+        "manifest.dsse.json", "checkpoint.note", "entries.jsonl", "heads.jsonl", "keys.json",
+        "payloads.jsonl", "report.html"])
+    result = verify_bundle(b, exported.trust)
+    assert result.ok and result.findings == ()
+    assert [(r.instance_id, r.entries, r.findings) for r in result.reports] == [
+        ("order-1", 5, ()), ("order-2", 4, ())]
+    exits(cli("verify", "--bundle", b, "--trust", exported.pub, cwd=tmp_path), 0)
+    r = cli("verify", "--bundle", b, "--trust", exported.pub, "--json", cwd=tmp_path)
+    exits(r, 0)
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is True and doc["checkpoint"]["size"] == 13  # 12 entries + the erasure
+    # Entries: the two instances whole, in order, none of the third.
+    entries = lines_of(b / "entries.jsonl")
+    assert [(e["instance"], e["seq"]) for e in entries] == (
+        [("order-1", s) for s in range(1, 6)] + [("order-2", s) for s in range(1, 5)])
+    assert fmt.parse_entry(base64.b64decode(entries[4]["body"])).kind == "payload.erased"
+    # Payloads: the kept ones only; the erased input is gone, its commitment still signed.
+    kept = {p["commitment"] for p in lines_of(b / "payloads.jsonl")}
+    assert len(kept) == 3 and exported.erased not in kept
+    assert exported.erased.encode() in b"".join(base64.b64decode(e["body"]) for e in entries)
+
+
+def test_manifest_validates_against_the_schema(exported: Exported, tmp_path: Path) -> None:
+    schema = json.loads(SCHEMA.read_bytes())
+    Draft202012Validator.check_schema(schema)
+    validator = Draft202012Validator(schema)
+    manifest = manifest_of(exported.bundle)
+    assert list(validator.iter_errors(manifest)) == []
+    assert manifest["version"] == 1 and manifest["format"] == "histaudit-bundle"
+    assert [i["instance"] for i in manifest["instances"]] == list(EXPORTED)
+    assert manifest["instances"][0] == {"instance": "order-1", "entries": 5, "last_seq": 5}
+    assert manifest["window"] == {"since": None, "until": None}
+    assert manifest["exporter"] == exported.signer.kid
+    # A bundle without payloads and report, with a window, validates too.
+    with Ledger.open(exported.url) as ledger:
+        export(ledger, ["order-2"], tmp_path / "bare", signer=exported.signer,
+               trust=exported.trust, since="2000-01-01T00:00:00Z", html=False)
+    bare = manifest_of(tmp_path / "bare")
+    assert sorted(bare["files"]) == ["checkpoint.note", "entries.jsonl", "heads.jsonl",
+                                     "keys.json"]
+    assert list(validator.iter_errors(bare)) == []
+    # And the schema does refuse what a version-1 manifest cannot be.
+    for broken in ({**manifest, "version": 2}, {**manifest, "extra": 1},
+                   {**manifest, "files": {**manifest["files"], "../x": manifest["files"][
+                       "keys.json"]}},
+                   {k: v for k, v in manifest.items() if k != "checkpoint"}):
+        assert list(validator.iter_errors(broken)), broken
+
+
+def test_report_html_is_one_offline_file_naming_each_instance(exported: Exported) -> None:
+    html_files = [p for p in exported.bundle.iterdir() if p.suffix in (".html", ".htm", ".css",
+                                                                       ".js")]
+    assert [p.name for p in html_files] == ["report.html"]
+    text = (exported.bundle / "report.html").read_text(encoding="utf-8")
+    lowered = text.lower()
+    assert lowered.startswith("<!doctype html>")
+    assert "<script" not in lowered and "http" not in lowered
+    for tag in ("<link", "<img", "<iframe", "src=", "@import", "url("):
+        assert tag not in lowered, tag
+    for instance in EXPORTED:
+        assert f">{instance}<" in text
+    assert NOT_EXPORTED not in text
+    assert "payload.erased" in text and "activity.completed" in text
+
+
+# --- tampering: findings, exit status 1 -------------------------------------------------
+
+def _edit_entries(bundle: Path, fn: Callable[[list[dict[str, Any]]], None]) -> None:
+    docs = lines_of(bundle / "entries.jsonl")
+    fn(docs)
+    write_lines(bundle / "entries.jsonl", docs)
+
+
+def _index(docs: list[dict[str, Any]], instance: str, seq: int) -> int:
+    return next(n for n, d in enumerate(docs) if (d["instance"], d["seq"]) == (instance, seq))
+
+
+def delete_middle_line(b: Path, ex: Exported) -> None:
+    _edit_entries(b, lambda d: d.pop(_index(d, "order-1", 3)))
+
+
+def delete_last_line(b: Path, ex: Exported) -> None:
+    _edit_entries(b, lambda d: d.pop(_index(d, "order-1", 5)))
+
+
+def swap_two_lines(b: Path, ex: Exported) -> None:
+    def swap(d: list[dict[str, Any]]) -> None:
+        i, j = _index(d, "order-2", 2), _index(d, "order-2", 3)
+        d[i], d[j] = d[j], d[i]
+    _edit_entries(b, swap)
+
+
+def change_body_byte(b: Path, ex: Exported) -> None:
+    def change(d: list[dict[str, Any]]) -> None:
+        line = d[_index(d, "order-1", 2)]
+        body = base64.b64decode(line["body"])
+        forged = body.replace(b'"charge"', b'"refund"')
+        assert forged != body and len(forged) == len(body)
+        line["body"] = base64.b64encode(forged).decode()
+    _edit_entries(b, change)
+
+
+def change_proof_hash(b: Path, ex: Exported) -> None:
+    def change(d: list[dict[str, Any]]) -> None:
+        proof = d[_index(d, "order-2", 1)]["inclusion"]
+        h = bytearray(base64.b64decode(proof[0]))
+        h[7] ^= 0x10
+        proof[0] = base64.b64encode(bytes(h)).decode()
+    _edit_entries(b, change)
+
+
+def older_head(b: Path, ex: Exported) -> None:
+    heads = lines_of(b / "heads.jsonl")
+    for h in heads:
+        if h["instance"] == "order-1":
+            h["body"] = base64.b64encode(ex.older_head.body).decode()
+            h["sig"] = base64.b64encode(ex.older_head.sig).decode()
+    write_lines(b / "heads.jsonl", heads)
+
+
+def replace_key(b: Path, ex: Exported) -> None:
+    doc = json.loads((b / "keys.json").read_bytes())
+    doc["keys"][0] = Signer.generate().public.to_json()
+    (b / "keys.json").write_bytes(orjson.dumps(doc))
+
+
+def change_payload(b: Path, ex: Exported) -> None:
+    docs = lines_of(b / "payloads.jsonl")
+    with Ledger.open(ex.url) as ledger:
+        row = ledger.entry_at("order-2", 1)
+        assert row is not None
+        c = fmt.parse_entry(row.body).data["input"]["c"]
+    for p in docs:
+        if p["commitment"] == c:
+            p["data"] = base64.b64encode(b'{"card":"4111-1111-1111-1111","amount":1}').decode()
+    write_lines(b / "payloads.jsonl", docs)
+
+
+def move_line_to_unlisted_instance(b: Path, ex: Exported) -> None:
+    _edit_entries(b, lambda d: d[_index(d, "order-2", 4)].update(instance="order-9"))
+
+
+CHANGED = ("bundle-file-changed", None)
+TAMPERING: dict[str, tuple[Callable[[Path, Exported], None], dict[str, set[Any]]]] = {
+    "entry line deleted from the middle": (delete_middle_line, {
+        "(bundle)": {CHANGED}, "order-1": {("seq-gap", 4)}}),
+    "last entry line deleted": (delete_last_line, {
+        "(bundle)": {CHANGED}, "order-1": {("tail-truncated", 5)}}),
+    "two entry lines swapped": (swap_two_lines, {
+        "(bundle)": {CHANGED}, "order-2": {("seq-reordered", 2), ("seq-gap", 3)}}),
+    "body byte changed inside the base64": (change_body_byte, {
+        "(bundle)": {CHANGED},
+        "order-1": {("inclusion-invalid", 2), ("signature-invalid", 2), ("link-broken", 3)}}),
+    "inclusion proof hash changed": (change_proof_hash, {
+        "(bundle)": {CHANGED}, "order-2": {("inclusion-invalid", 1)}}),
+    "heads.jsonl holds an older head": (older_head, {
+        "(bundle)": {CHANGED}, "order-1": {("head-mismatch", 5)}}),
+    "keys.json key replaced": (replace_key, {
+        "(bundle)": {CHANGED, ("key-untrusted", None)}}),
+    "kept payload changed": (change_payload, {
+        "(bundle)": {CHANGED}, "order-2": {("payload-mismatch", 1)}}),
+    "entry moved to an instance the manifest does not list": (move_line_to_unlisted_instance, {
+        "(bundle)": {CHANGED}, "order-9": {CHANGED}, "order-2": {("tail-truncated", 4)}}),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERING))
+def test_tampered_bundle_gives_its_findings_and_exit_1(exported: Exported, tmp_path: Path,
+                                                       case: str) -> None:
+    tamper, expected = TAMPERING[case]
+    b = exported.copy(tmp_path / "tampered")
+    tamper(b, exported)
+    got = errors_by_instance(b, exported.trust)
+    want = {name: set() for name in ("(bundle)", *EXPORTED)} | expected
+    assert got == want
+    r = cli("verify", "--bundle", b, "--trust", exported.pub, cwd=tmp_path)
+    exits(r, 1)
+    for codes in expected.values():
+        for code, _ in codes:
+            assert code in r.stdout
+
+
+def test_ledger_reordered_before_export_is_inclusion_invalid(db_url: str,
+                                                             tmp_path: Path) -> None:
+    """Someone swapped two rows' leaf columns before the export: every root and proof is
+    computed over the swapped order, but the signed bodies still say where they belong."""
+    signer = Signer.generate()
+    trust = TrustStore([signer.public])
+    build_orders(db_url, signer, EXPORTED)
+    engine = sa.create_engine(db_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name == "sqlite":
+                conn.exec_driver_sql("DROP TRIGGER histaudit_entries_no_update")
+            else:
+                conn.exec_driver_sql("ALTER TABLE histaudit_entries DISABLE TRIGGER ALL")
+            for old, new in ((0, -1), (1, 0), (-1, 1)):
+                conn.execute(sa.text("UPDATE histaudit_entries SET leaf = :n WHERE leaf = :o"),
+                             {"n": new, "o": old})
+    finally:
+        engine.dispose()
+    with Ledger.open(db_url) as ledger:
+        export(ledger, [], tmp_path / "b", signer=signer, trust=trust)
+    got = errors_by_instance(tmp_path / "b", trust)
+    assert got == {"(bundle)": set(), "order-1": {("inclusion-invalid", 1)},
+                   "order-2": {("inclusion-invalid", 1)}}
+
+
+# --- unreadable or unauthenticated bundles: exit status 2, one line ---------------------
+
+def _envelope(b: Path) -> dict[str, Any]:
+    return json.loads((b / "manifest.dsse.json").read_bytes())
+
+
+def _resign(b: Path, signer: Signer, change: Callable[[dict[str, Any]], None]) -> None:
+    """Change the manifest and sign it again properly, with the exporter's own key."""
+    manifest = manifest_of(b)
+    change(manifest)
+    payload = orjson.dumps(manifest, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    env = {"payloadType": MANIFEST_TYPE, "payload": base64.b64encode(payload).decode(),
+           "signatures": [{"keyid": signer.kid, "sig": base64.b64encode(
+               signer.sign(pae(MANIFEST_TYPE, payload))).decode()}]}
+    (b / "manifest.dsse.json").write_bytes(orjson.dumps(env))
+
+
+def _alter_payload(b: Path, ex: Exported) -> None:
+    env = _envelope(b)
+    payload = base64.b64decode(env["payload"]).replace(b'"last_seq": 5', b'"last_seq": 4')
+    assert payload != base64.b64decode(env["payload"])
+    env["payload"] = base64.b64encode(payload).decode()
+    (b / "manifest.dsse.json").write_text(json.dumps(env))
+
+
+def _keyid_not_a_string(b: Path, ex: Exported) -> None:
+    env = _envelope(b)
+    env["signatures"][0]["keyid"] = ["not", "a", "string"]
+    (b / "manifest.dsse.json").write_text(json.dumps(env))
+
+
+def _truncate(name: str, keep: Callable[[bytes], int]) -> Callable[[Path, Exported], None]:
+    def cut(b: Path, ex: Exported) -> None:
+        data = (b / name).read_bytes()
+        (b / name).write_bytes(data[:keep(data)])
+    return cut
+
+
+def _write(name: str, data: bytes) -> Callable[[Path, Exported], None]:
+    def put(b: Path, ex: Exported) -> None:
+        (b / name).write_bytes(data)
+    return put
+
+
+def _remove(name: str) -> Callable[[Path, Exported], None]:
+    def rm(b: Path, ex: Exported) -> None:
+        (b / name).unlink()
+    return rm
+
+
+def _entry_field(key: str, value: Any) -> Callable[[Path, Exported], None]:
+    def put(b: Path, ex: Exported) -> None:
+        _edit_entries(b, lambda d: d[0].update({key: value}))
+    return put
+
+
+BAD_INPUT: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
+    "manifest not JSON": (_write("manifest.dsse.json", b"this is not json\n"), "not JSON"),
+    "manifest truncated": (_truncate("manifest.dsse.json", lambda d: len(d) // 2), "not JSON"),
+    "manifest missing": (_remove("manifest.dsse.json"), "manifest.dsse.json is missing"),
+    "manifest not an envelope": (_write("manifest.dsse.json", b'{"payload": "e30="}'),
+                                 "not a histaudit DSSE envelope"),
+    "manifest payload altered": (_alter_payload, "not signed by a trusted key"),
+    "signature keyid not a string": (_keyid_not_a_string, "not signed by a trusted key"),
+    "unknown bundle version": (lambda b, ex: _resign(b, ex.signer, lambda m: m.update(
+        version=99)), "unknown version 99"),
+    "version true": (lambda b, ex: _resign(b, ex.signer, lambda m: m.update(version=True)),
+                     "unknown version True"),
+    "required file unlisted": (lambda b, ex: _resign(b, ex.signer, lambda m: m["files"].pop(
+        "heads.jsonl")), "does not list heads.jsonl"),
+    "heads.jsonl missing": (_remove("heads.jsonl"), "heads.jsonl is missing"),
+    "entries.jsonl truncated mid-line": (_truncate("entries.jsonl", lambda d: len(d) - 40),
+                                         "entries.jsonl is truncated"),
+    "entries.jsonl line not an object": (_write("entries.jsonl", b"[1, 2]\n"),
+                                         "line 1 is not a JSON object"),
+    "entry inclusion not a list": (_entry_field("inclusion", 5), "inclusion is not a list"),
+    "entry body not base64": (_entry_field("body", "%%%"), "not valid base64"),
+    "checkpoint.note garbage": (_write("checkpoint.note", b"garbage\n"), "checkpoint.note"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_bundle_is_an_input_error_exit_2(exported: Exported, tmp_path: Path,
+                                            case: str) -> None:
+    spoil, needle = BAD_INPUT[case]
+    b = exported.copy(tmp_path / "spoiled")
+    spoil(b, exported)
+    with pytest.raises(InputError, match=re.escape(needle)):
+        verify_bundle(b, exported.trust)
+    one_error_line(cli("verify", "--bundle", b, "--trust", exported.pub, cwd=tmp_path), needle)
+
+
+def test_missing_bundle_and_wrong_trust_are_input_errors(exported: Exported,
+                                                        tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-bundle"
+    one_error_line(cli("verify", "--bundle", missing, "--trust", exported.pub,
+                       cwd=tmp_path), "is not a directory")
+    with pytest.raises(InputError, match="is not a directory"):
+        verify_bundle(missing, exported.trust)
+    _, other_pub, other = generate_keypair(tmp_path / "other-keys", name="someone-else")
+    one_error_line(cli("verify", "--bundle", exported.bundle, "--trust", other_pub,
+                       cwd=tmp_path), "not signed by a trusted key")
+    with pytest.raises(InputError, match="not signed by a trusted key"):
+        verify_bundle(exported.bundle, TrustStore([other.public]))
+    one_error_line(cli("verify", "--bundle", exported.bundle, cwd=tmp_path), "--trust")
+
+
+# --- choosing what to export ------------------------------------------------------------
+
+def test_export_of_an_unknown_instance_is_refused(exported: Exported, tmp_path: Path) -> None:
+    base = ("--db", exported.url, "--key", exported.key, "--trust", exported.pub)
+    one_error_line(cli("export", "order-1", "no-such-order", "--out", tmp_path / "x",
+                       *base, cwd=tmp_path), "no-such-order")
+    one_error_line(cli("export", "--out", exported.bundle, *base, cwd=tmp_path),
+                   "not empty")
+    _, other_pub, _ = generate_keypair(tmp_path / "k2", name="other")
+    one_error_line(cli("export", "--out", tmp_path / "y", "--db", exported.url, "--key",
+                       exported.key, "--trust", other_pub, cwd=tmp_path),
+                   "not in the trust store")
+
+
+TIMES = {  # instance -> the entries' timestamps (set by the test, not the clock)
+    "early": ["2025-01-01T09:00:00.000000Z", "2025-01-01T09:30:00.000000Z"],
+    "boundary": ["2025-01-01T09:59:59.999999Z", "2025-01-01T10:00:00.300000Z"],
+    "late": ["2025-01-02T08:00:00.000000Z", "2025-01-02T08:00:01.000000Z",
+             "2025-01-02T08:00:02.000000Z"],
+}
+
+
+@pytest.fixture
+def timed(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Exported:
+    key, pub, signer = generate_keypair(tmp_path / "keys", name="exporter")
+    with Ledger.open(db_url, create=True) as ledger:
+        for step in range(3):
+            for instance, times in TIMES.items():
+                if step < len(times):
+                    monkeypatch.setattr(fmt, "now_ts", lambda t=times[step]: t)
+                    ledger.append(instance, "step.done", {"step": step}, signer=signer)
+    monkeypatch.undo()
+    return Exported(db_url, tmp_path, signer, key, pub, TrustStore([signer.public]),
+                    tmp_path / "unused", None, "")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("since", "until", "chosen"), [
+    (None, None, ["late", "boundary", "early"]),
+    # Compared as instants: 10:00:00.3 is after 10:00:00 (as text it sorts before).
+    ("2025-01-01T10:00:00Z", None, ["late", "boundary"]),
+    (None, "2025-01-01T10:00:00Z", ["boundary", "early"]),
+    (None, "2025-01-01T09:59:59Z", ["early"]),
+    ("2025-01-01T10:00:00.3Z", "2025-01-01T10:00:00.300000Z", ["boundary"]),
+    ("2025-01-01T09:30:00Z", "2025-01-01T09:30:00Z", ["early"]),  # inclusive bounds
+    ("2025-01-01T09:45:00Z", "2025-01-01T09:50:00Z", []),
+])
+def test_since_until_choose_whole_instances_by_time(timed: Exported, since: str | None,
+                                                    until: str | None,
+                                                    chosen: list[str]) -> None:
+    out = timed.tmp / "window"
+    with Ledger.open(timed.url) as ledger:
+        if not chosen:
+            with pytest.raises(UsageError, match="no instance"):
+                export(ledger, [], out, signer=timed.signer, trust=timed.trust, since=since,
+                       until=until)
+            return
+        export(ledger, [], out, signer=timed.signer, trust=timed.trust, since=since,
+               until=until)
+    manifest = manifest_of(out)
+    assert [i["instance"] for i in manifest["instances"]] == chosen
+    # Whole instances: entries outside the window come along.
+    assert [i["entries"] for i in manifest["instances"]] == [len(TIMES[c]) for c in chosen]
+    assert manifest["window"] == {"since": since, "until": until}
+    assert verify_bundle(out, timed.trust).ok
+
+
+def test_cli_since_until(timed: Exported) -> None:
+    base = ("--db", timed.url, "--key", timed.key, "--trust", timed.pub)
+    out = timed.tmp / "cli-window"
+    exits(cli("export", "--out", out, "--since", "2025-01-01T10:00:00Z", "--until",
+              "2025-01-01T23:00:00Z", *base, cwd=timed.tmp), 0)
+    assert [i["instance"] for i in manifest_of(out)["instances"]] == ["boundary"]
+    exits(cli("verify", "--bundle", out, "--trust", timed.pub, cwd=timed.tmp), 0)
+    one_error_line(cli("export", "--out", timed.tmp / "none", "--since",
+                       "2030-01-01T00:00:00Z", *base, cwd=timed.tmp), "no instance")
+    one_error_line(cli("export", "--out", timed.tmp / "bad", "--since", "yesterday", *base,
+                       cwd=timed.tmp), "--since")
+
+
+# --- exporting while others append ------------------------------------------------------
+
+def _keep_appending(url: str, key_path: str, running: Any, stop: Any) -> None:
+    signer = Signer.load(key_path)
+    with Ledger.open(url) as ledger:
+        n = 0
+        while not stop.is_set():
+            ledger.append("order-2", "progress", {"n": n}, signer=signer)
+            ledger.append("busy", "progress", {"n": n}, signer=signer)
+            running.set()
+            n += 1
+
+
+def test_export_while_another_process_appends_verifies(db_url: str, tmp_path: Path) -> None:
+    key, _, signer = generate_keypair(tmp_path / "keys", name="exporter")
+    trust = TrustStore([signer.public])
+    build_orders(db_url, signer, EXPORTED)
+    ctx = mp.get_context("spawn")
+    running, stop = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_keep_appending, daemon=True,
+                       args=(db_url, str(key), running, stop))
+    proc.start()
+    sizes = []
+    try:
+        assert running.wait(timeout=120), "the appending process did not start"
+        for n in range(6):
+            out = tmp_path / f"live-{n}"
+            with Ledger.open(db_url) as ledger:
+                export(ledger, ["order-2", "order-1"], out, signer=signer, trust=trust)
+            result = verify_bundle(out, trust)
+            assert result.ok, [(r.instance_id, r.findings) for r in result.all_reports()]
+            sizes.append(result.checkpoint.size)
+    finally:
+        stop.set()
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    assert proc.exitcode == 0
+    assert sizes == sorted(sizes) and sizes[-1] > sizes[0], sizes  # it really was appending
