@@ -1,0 +1,91 @@
+"""Named crash points: end the process like a power cut at an exact, repeatable place.
+
+A crash test is only worth having if the crash lands at the same spot every run.
+``crash_point("after:post_comment")`` does nothing unless ``$HISTAUDIT_CRASH_AT`` names
+that point, in which case the process ends at once through ``os._exit`` — no ``finally``
+blocks, no ``atexit`` hooks, no flushing of buffered output, no goodbye to the workflow
+engine — which is what a killed container looks like to everything else.
+
+``$HISTAUDIT_CRASH_AT`` holds one name or a comma list. ``name#N`` fires on the N-th
+time this process reaches ``name`` (a loop that runs the same activity 50 times can
+crash in its 37th). When ``$HISTAUDIT_CRASH_TRACE`` names a file, every point reached is
+appended to it as one line (the crash point itself included), so a crash matrix can run
+the workload once and enumerate every point there is to crash at.
+
+Both variables are read on every call, so a test can set them after import.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+__all__ = ["CRASH_EXIT_CODE", "ENV_CRASH_AT", "ENV_CRASH_TRACE", "crash_point", "read_trace"]
+
+ENV_CRASH_AT = "HISTAUDIT_CRASH_AT"
+"""Environment variable naming the crash point(s) to die at."""
+
+ENV_CRASH_TRACE = "HISTAUDIT_CRASH_TRACE"
+"""Environment variable naming a file that records every crash point reached."""
+
+CRASH_EXIT_CODE = 86
+"""Exit status of an injected crash.
+
+Distinct from Python's own 1 and from the 128+N of a signal, so a harness can tell "it
+crashed where we asked" from "it failed on its own".
+"""
+
+_reached: Counter[str] = Counter()
+_lock = threading.Lock()
+
+
+def _targets(spec: str) -> set[str]:
+    return {part.strip() for part in spec.split(",") if part.strip()}
+
+
+def crash_point(name: str) -> None:
+    """Mark a crash point; exit with :data:`CRASH_EXIT_CODE` if ``$HISTAUDIT_CRASH_AT`` names it.
+
+    Costs one environment lookup when neither variable is set, so it can stay in
+    production code.
+    """
+    spec = os.environ.get(ENV_CRASH_AT, "")
+    trace = os.environ.get(ENV_CRASH_TRACE, "")
+    if not spec and not trace:
+        return
+    with _lock:
+        _reached[name] += 1
+        count = _reached[name]
+        if trace:
+            _append_trace(trace, name)
+        targets = _targets(spec)
+        if name not in targets and f"{name}#{count}" not in targets:
+            return
+        # Say where, unbuffered, then die without any clean-up: that is the point.
+        try:
+            os.write(sys.stderr.fileno(),
+                     f"histaudit: crash point {name!r} reached ({ENV_CRASH_AT}); "
+                     f"exiting with status {CRASH_EXIT_CODE}\n".encode())
+        except (OSError, ValueError, AttributeError):
+            pass
+        os._exit(CRASH_EXIT_CODE)
+
+
+def _append_trace(path: str, name: str) -> None:
+    # One O_APPEND write per line: lines from concurrent processes never interleave.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (name.replace("\n", " ") + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def read_trace(path: str | os.PathLike[str]) -> list[str]:
+    """The crash points recorded in a trace file, in the order they were reached."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    return [line for line in p.read_text(encoding="utf-8").splitlines() if line]

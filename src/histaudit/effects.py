@@ -1,0 +1,166 @@
+"""Side effects inside activities: signed intent and done, and "did I already do this?".
+
+Dapr delivers an activity at least once, so an activity that posts a comment or charges
+a card may run again after a crash. Wrap the effect and the ledger answers for you::
+
+    @wfr.activity(name="post_comment")
+    def post_comment(ctx, summary):
+        with side_effect(ctx, "post-comment", key=ticket_id) as effect:
+            if effect.already_done:
+                return effect.previous_result      # done by an earlier attempt
+            effect.result = tracker.post(ticket_id, summary)
+            return effect.result
+
+or, for the common case, ``once(ctx, "post-comment", lambda: tracker.post(...), key=…)``.
+
+Entering the block records ``effect.intent``; leaving it normally records
+``effect.done`` (with the committed ``effect.result``) — leaving normally *asserts the
+effect happened*, whether this attempt did it or confirmed an earlier one. Leaving with
+an exception records ``effect.failed``. When a done record already exists, nothing is
+re-done: ``effect.skipped`` is recorded and ``already_done`` is true. When only an intent
+exists (an earlier attempt crashed or failed in the middle), ``uncertain`` is true: check
+the target system before doing it again.
+
+All records go into the activity's own instance chain, signed by the runtime's key. The
+effect ``name`` and ``key`` are stored in clear so the verifier and a person can group
+them: use identifiers (a ticket number, an order id), never personal data, as keys.
+
+Automatic crash points: ``before-effect:<name>`` after the intent is signed, and
+``after-effect:<name>`` after the block and before the done record — the crash that
+leaves an effect whose outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .crash import crash_point
+from .dapr import ActivityRun, current_activity, sdk_decode, sdk_json
+from .errors import UsageError
+
+__all__ = ["EFFECT_KINDS", "SideEffect", "once", "side_effect"]
+
+EFFECT_INTENT = "effect.intent"
+EFFECT_DONE = "effect.done"
+EFFECT_FAILED = "effect.failed"
+EFFECT_SKIPPED = "effect.skipped"
+EFFECT_KINDS = (EFFECT_INTENT, EFFECT_DONE, EFFECT_FAILED, EFFECT_SKIPPED)
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class SideEffect:
+    """What the ledger knows about one effect, and the result this attempt reports."""
+
+    name: str
+    key: str
+    already_done: bool
+    """An earlier execution recorded ``effect.done``: do not do it again."""
+    uncertain: bool
+    """An earlier execution recorded an intent and never a done: it may have happened."""
+    previous_result: Any = None
+    """The result recorded with the earlier done (None if none, erased or not kept)."""
+    previous_result_available: bool = False
+    result: Any = None
+    """Set inside the block: committed into ``effect.done`` (JSON, as activity results)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _State:
+    done_seq: int | None
+    done_result: Any
+    done_result_available: bool
+    open_intents: int
+
+
+def _require_run(ctx: Any, name: str, key: str | None) -> tuple[ActivityRun, str]:
+    run = current_activity()
+    if run is None:
+        raise UsageError("side_effect() runs only inside an activity registered with "
+                         "histaudit.dapr.AuditedWorkflowRuntime")
+    workflow_id = getattr(ctx, "workflow_id", None) if ctx is not None else None
+    if workflow_id is not None and workflow_id != run.instance:
+        raise UsageError(f"side_effect(): context of workflow {workflow_id!r} used inside an "
+                         f"activity of {run.instance!r}")
+    if not isinstance(name, str) or not name:
+        raise UsageError("side_effect(): name must be a non-empty string")
+    if key is None:
+        # One effect per activity call: the execution id survives retries and re-deliveries.
+        key = run.execution_id or f"task-{run.task_id}"
+    if not isinstance(key, str) or not key:
+        raise UsageError("side_effect(): key must be a non-empty string")
+    return run, key
+
+
+def _state(run: ActivityRun, name: str, key: str) -> _State:
+    """Scan the instance's chain for this effect's earlier records."""
+    done_seq: int | None = None
+    done_ref: Any = None
+    intents = 0
+    for entry in run.recorder.entries(run.instance):
+        if entry.data.get("name") != name or entry.data.get("key") != key:
+            continue
+        if entry.kind == EFFECT_INTENT:
+            intents += 1
+        elif entry.kind == EFFECT_DONE and done_seq is None:
+            done_seq, done_ref = entry.seq, entry.data.get("result")
+        # effect.failed leaves the intent open: an error does not prove nothing happened.
+    result, available = None, False
+    if isinstance(done_ref, dict):
+        available, raw = run.recorder.load_payload(done_ref)
+        result = sdk_decode(raw) if available and raw is not None else None
+    return _State(done_seq, result, available, intents)
+
+
+@contextlib.contextmanager
+def side_effect(ctx: Any, name: str, *, key: str | None = None) -> Iterator[SideEffect]:
+    """Guard one side effect of the running activity (see the module docstring).
+
+    ``ctx`` is the activity's context (checked against the running activity); ``key`` is
+    the idempotency key, by default the activity call's execution id, so retries and
+    re-deliveries of one call share it.
+    """
+    run, key = _require_run(ctx, name, key)
+    recorder = run.recorder
+    state = _state(run, name, key)
+    base = {**run.fields(), "name": name, "key": key}
+    if state.done_seq is not None:
+        recorder.append(run.instance, EFFECT_SKIPPED, {**base, "done_seq": state.done_seq})
+        yield SideEffect(name, key, already_done=True, uncertain=False,
+                         previous_result=state.done_result,
+                         previous_result_available=state.done_result_available)
+        return
+    intent = recorder.append(run.instance, EFFECT_INTENT, base)
+    effect = SideEffect(name, key, already_done=False, uncertain=state.open_intents > 0)
+    crash_point(f"before-effect:{name}")
+    try:
+        yield effect
+    except Exception as exc:
+        err = recorder.commit(run.instance, str(exc))
+        with contextlib.suppress(Exception):  # the original error matters more
+            recorder.append(run.instance, EFFECT_FAILED, {
+                **base, "intent_seq": intent.seq, "error_type": type(exc).__name__,
+                "error": err.ref, "error_digest": err.digest}, err)
+        raise
+    crash_point(f"after-effect:{name}")
+    out = recorder.commit(run.instance, sdk_json(effect.result))
+    recorder.append(run.instance, EFFECT_DONE, {
+        **base, "intent_seq": intent.seq, "result": out.ref, "result_digest": out.digest}, out)
+
+
+def once(ctx: Any, name: str, action: Callable[[], T], *, key: str | None = None) -> Any:
+    """Run ``action`` unless the ledger says this effect is done; return its result.
+
+    On a re-execution that finds the effect done, returns the result recorded then
+    (None when it was erased or payloads are not kept). An *uncertain* effect is done
+    again; use :func:`side_effect` to check the target system first.
+    """
+    with side_effect(ctx, name, key=key) as effect:
+        if effect.already_done:
+            return effect.previous_result
+        effect.result = action()
+        return effect.result
