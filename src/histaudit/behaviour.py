@@ -1,12 +1,21 @@
 """Behaviour across crashes, read from the signed entries of one instance.
 
 The interceptor (:mod:`histaudit.dapr`) records ``activity.started`` before every
-activity body and ``activity.completed``/``activity.failed`` after it, and activity
-code records ``effect.intent``/``effect.done`` around a side effect. A crash between
-those records leaves a pattern this analyzer names: a task that started more than once
-was re-executed (Dapr's at-least-once delivery); an effect done twice under one
-idempotency key is a duplicate; an intent with no done followed by another attempt is an
-effect whose outcome is unknown.
+activity body and ``activity.completed``/``activity.failed`` after it; activity code
+records ``effect.intent`` before a side effect and ``effect.done``, ``effect.skipped`` or
+``effect.failed`` after it (:mod:`histaudit.effects`). A crash between those records
+leaves a pattern this analyzer names:
+
+* one task (same ``task_id`` and ``execution_id``) started more than once: Dapr
+  re-delivered it after a crash (at-least-once) — ``activity-reexecuted``;
+* its completions carry different output digests (same signing key): the activity is
+  not deterministic — ``activity-nondeterministic``;
+* one effect (``name``, ``key``) done twice — ``effect-duplicate``;
+* an intent never closed, and the task ran again — ``effect-uncertain``;
+* a later attempt found the effect done and skipped it — ``effect-deduplicated``.
+
+Deliberate retries of a failed activity get a new ``task_id`` from the SDK and are not
+re-executions.
 """
 
 from __future__ import annotations
@@ -22,16 +31,20 @@ from .findings import Finding
 @dataclass
 class _Task:
     activity: str = "?"
-    starts: list[int] = field(default_factory=list)  # seq of each start
-    results: dict[str, int] = field(default_factory=dict)  # output digest -> first seq
+    starts: list[int] = field(default_factory=list)  # seq of each activity.started
+    results: dict[tuple[str, str], int] = field(default_factory=dict)  # (kid, digest) -> seq
 
 
 @dataclass
 class _Effect:
-    intents: list[int] = field(default_factory=list)
+    intents: dict[int, Any] = field(default_factory=dict)  # intent seq -> task key
+    closed: set[int] = field(default_factory=set)  # intent seqs with done/failed/skipped
     done: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
-    task: Any = None
+
+
+def _task_key(data: Any) -> tuple[Any, Any]:
+    return (data.get("task_id"), data.get("execution_id"))
 
 
 class BehaviourAnalyzer:
@@ -39,62 +52,71 @@ class BehaviourAnalyzer:
 
     def __init__(self, instance: str) -> None:
         self.instance = instance
-        self._tasks: dict[Any, _Task] = defaultdict(_Task)
+        self._tasks: dict[tuple[Any, Any], _Task] = defaultdict(_Task)
         self._effects: dict[tuple[str, str], _Effect] = defaultdict(_Effect)
 
     def observe(self, entry: fmt.Entry) -> None:
         data, kind = entry.data, entry.kind
         if kind == "activity.started":
-            task = self._tasks[data.get("task_id")]
+            task = self._tasks[_task_key(data)]
             task.activity = str(data.get("activity", "?"))
             task.starts.append(entry.seq)
         elif kind == "activity.completed":
             digest = data.get("output_digest")
             if isinstance(digest, str):
-                self._tasks[data.get("task_id")].results.setdefault(digest, entry.seq)
+                self._tasks[_task_key(data)].results.setdefault((entry.kid, digest), entry.seq)
         elif kind.startswith("effect."):
             effect = self._effects[(str(data.get("name")), str(data.get("key")))]
-            effect.task = data.get("task_id", effect.task)
-            bucket = {"effect.intent": effect.intents, "effect.done": effect.done,
-                      "effect.skipped": effect.skipped}.get(kind)
-            if bucket is not None:
-                bucket.append(entry.seq)
+            if kind == "effect.intent":
+                effect.intents[entry.seq] = _task_key(data)
+                return
+            intent = data.get("intent_seq")
+            if isinstance(intent, int):
+                effect.closed.add(intent)
+            if kind == "effect.done":
+                effect.done.append(entry.seq)
+            elif kind == "effect.skipped":
+                effect.skipped.append(entry.seq)
 
     def finish(self) -> list[Finding]:
         out: list[Finding] = []
-        for task_id, task in self._tasks.items():
+        for (task_id, _), task in self._tasks.items():
+            label = f"activity {task.activity} (task {task_id})"
             if len(task.starts) > 1:
                 out.append(Finding.make(
                     "activity-reexecuted", self.instance, task.starts[1],
-                    f"activity {task.activity} (task {task_id}) ran {len(task.starts)} times "
-                    f"(starts at entries {_seqs(task.starts)})"))
-            if len(task.results) > 1:
-                out.append(Finding.make(
-                    "activity-nondeterministic", self.instance, sorted(task.results.values())[1],
-                    f"activity {task.activity} (task {task_id}) returned {len(task.results)} "
-                    f"different results across executions"))
+                    f"{label} ran {len(task.starts)} times (starts at entries "
+                    f"{_seqs(task.starts)})"))
+            by_key: dict[str, list[int]] = defaultdict(list)
+            for (kid, _digest), seq in task.results.items():
+                by_key[kid].append(seq)
+            for seqs in by_key.values():
+                if len(seqs) > 1:
+                    out.append(Finding.make(
+                        "activity-nondeterministic", self.instance, sorted(seqs)[1],
+                        f"{label} returned {len(seqs)} different results across executions "
+                        f"(completions at entries {_seqs(sorted(seqs))})"))
         for (name, key), eff in self._effects.items():
             label = f"side effect {name} [{key}]"
             if len(eff.done) > 1:
                 out.append(Finding.make(
                     "effect-duplicate", self.instance, eff.done[1],
                     f"{label} done {len(eff.done)} times (entries {_seqs(eff.done)})"))
-            undone = [s for s in eff.intents if not any(d > s for d in eff.done)]
-            if eff.intents and len(eff.intents) > len(eff.done) and self._ran_again(eff, undone):
-                out.append(Finding.make(
-                    "effect-uncertain", self.instance, undone[0],
-                    f"{label}: intent at entry {undone[0]} never confirmed, and the activity "
-                    f"ran again"))
+            for intent, task_key in sorted(eff.intents.items()):
+                if intent in eff.closed:
+                    continue
+                task = self._tasks.get(task_key)
+                if task is not None and any(s > intent for s in task.starts):
+                    out.append(Finding.make(
+                        "effect-uncertain", self.instance, intent,
+                        f"{label}: intent at entry {intent} never confirmed, and the "
+                        f"activity ran again — it may have happened"))
             if eff.skipped:
                 out.append(Finding.make(
                     "effect-deduplicated", self.instance, eff.skipped[0],
-                    f"{label} already done; re-execution skipped it "
+                    f"{label} was already done; re-execution skipped it "
                     f"{len(eff.skipped)} time(s)"))
         return out
-
-    def _ran_again(self, eff: _Effect, undone: list[int]) -> bool:
-        task = self._tasks.get(eff.task)
-        return task is not None and any(s > undone[0] for s in task.starts)
 
 
 def _seqs(seqs: list[int], limit: int = 6) -> str:

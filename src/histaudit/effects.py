@@ -7,19 +7,21 @@ a card may run again after a crash. Wrap the effect and the ledger answers for y
     def post_comment(ctx, summary):
         with side_effect(ctx, "post-comment", key=ticket_id) as effect:
             if effect.already_done:
-                return effect.previous_result      # done by an earlier attempt
+                effect.skip()                       # done by an earlier attempt
+                return effect.previous_result
             effect.result = tracker.post(ticket_id, summary)
-            return effect.result
+        return effect.result
 
 or, for the common case, ``once(ctx, "post-comment", lambda: tracker.post(...), key=…)``.
 
-Entering the block records ``effect.intent``; leaving it normally records
-``effect.done`` (with the committed ``effect.result``) — leaving normally *asserts the
-effect happened*, whether this attempt did it or confirmed an earlier one. Leaving with
-an exception records ``effect.failed``. When a done record already exists, nothing is
-re-done: ``effect.skipped`` is recorded and ``already_done`` is true. When only an intent
-exists (an earlier attempt crashed or failed in the middle), ``uncertain`` is true: check
-the target system before doing it again.
+Entering the block records ``effect.intent``. Leaving it normally records ``effect.done``
+(with the committed ``effect.result``): leaving normally *asserts the effect happened*.
+Leaving after ``effect.skip()`` records ``effect.skipped`` (the effect was already done,
+this attempt did not repeat it). Leaving with an exception records ``effect.failed``.
+``already_done`` is true when a done record exists; ``uncertain`` when only an intent does
+(an earlier attempt crashed in the middle): check the target system before doing it
+again. Code that ignores ``already_done`` and does the effect again records a second
+done — exactly what the verifier reports as a duplicate side effect.
 
 All records go into the activity's own instance chain, signed by the runtime's key. The
 effect ``name`` and ``key`` are stored in clear so the verifier and a person can group
@@ -67,6 +69,15 @@ class SideEffect:
     previous_result_available: bool = False
     result: Any = None
     """Set inside the block: committed into ``effect.done`` (JSON, as activity results)."""
+    skipped: bool = False
+
+    def skip(self) -> None:
+        """Declare that this attempt did not do the effect (it was already done).
+
+        Leaving the block after ``skip()`` records ``effect.skipped``; leaving it without
+        records ``effect.done`` — a second done for one key is a duplicate effect.
+        """
+        self.skipped = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,14 +139,11 @@ def side_effect(ctx: Any, name: str, *, key: str | None = None) -> Iterator[Side
     recorder = run.recorder
     state = _state(run, name, key)
     base = {**run.fields(), "name": name, "key": key}
-    if state.done_seq is not None:
-        recorder.append(run.instance, EFFECT_SKIPPED, {**base, "done_seq": state.done_seq})
-        yield SideEffect(name, key, already_done=True, uncertain=False,
-                         previous_result=state.done_result,
-                         previous_result_available=state.done_result_available)
-        return
     intent = recorder.append(run.instance, EFFECT_INTENT, base)
-    effect = SideEffect(name, key, already_done=False, uncertain=state.open_intents > 0)
+    effect = SideEffect(name, key, already_done=state.done_seq is not None,
+                        uncertain=state.done_seq is None and state.open_intents > 0,
+                        previous_result=state.done_result,
+                        previous_result_available=state.done_result_available)
     crash_point(f"before-effect:{name}")
     try:
         yield effect
@@ -146,6 +154,10 @@ def side_effect(ctx: Any, name: str, *, key: str | None = None) -> Iterator[Side
                 **base, "intent_seq": intent.seq, "error_type": type(exc).__name__,
                 "error": err.ref, "error_digest": err.digest}, err)
         raise
+    if effect.skipped:
+        recorder.append(run.instance, EFFECT_SKIPPED,
+                        {**base, "intent_seq": intent.seq, "done_seq": state.done_seq})
+        return
     crash_point(f"after-effect:{name}")
     out = recorder.commit(run.instance, sdk_json(effect.result))
     recorder.append(run.instance, EFFECT_DONE, {
@@ -161,6 +173,7 @@ def once(ctx: Any, name: str, action: Callable[[], T], *, key: str | None = None
     """
     with side_effect(ctx, name, key=key) as effect:
         if effect.already_done:
+            effect.skip()
             return effect.previous_result
         effect.result = action()
         return effect.result

@@ -56,7 +56,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "inclusion-invalid": (E, "entry's inclusion proof does not lead to the checkpoint root"),
     "bundle-file-changed": (E, "a bundle file differs from what the signed manifest lists"),
     # behaviour across crashes
-    "activity-reexecuted": (W, "activity body ran more than once for one task"),
+    "activity-reexecuted": (I, "activity body ran more than once for one task (at-least-once)"),
     "activity-nondeterministic": (W, "re-executions of one task returned different results"),
     "effect-duplicate": (E, "side effect completed more than once for one idempotency key"),
     "effect-uncertain": (W, "side effect started, never confirmed, and the activity ran again"),

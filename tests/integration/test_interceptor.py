@@ -79,6 +79,7 @@ def serve() -> None:
             _note(data, activity="post_comment", already_done=effect.already_done,
                   uncertain=effect.uncertain, previous_result=effect.previous_result)
             if effect.already_done:
+                effect.skip()
                 return str(effect.previous_result)
             lines = comments.read_text().splitlines() if comments.exists() else []
             mine = [i for i, line in enumerate(lines) if line.startswith(f"{req['ticket']}:")]
@@ -379,7 +380,8 @@ def test_crash_after_activity_body_reexecutes_and_skips_the_done_effect(audit: A
     assert kinds(entries, "post_comment") == [
         "workflow.scheduled_activity",
         "activity.started", "effect.intent", "effect.done",       # attempt 1, then the crash
-        "activity.started", "effect.skipped", "activity.completed"]  # attempt 2
+        "activity.started", "effect.intent", "effect.skipped",     # attempt 2
+        "activity.completed"]
     first, second = only(entries, "activity.started", activity="post_comment")
     assert (first.data["attempt"], second.data["attempt"]) == (1, 2)
     assert first.data["task_id"] == second.data["task_id"]
@@ -389,6 +391,7 @@ def test_crash_after_activity_body_reexecutes_and_skips_the_done_effect(audit: A
     assert done.data["attempt"] == 2 and done.data["started_seq"] == second.seq
     (skipped,) = only(entries, "effect.skipped")
     assert skipped.data["done_seq"] == only(entries, "effect.done")[0].seq
+    assert skipped.data["intent_seq"] == only(entries, "effect.intent")[1].seq
     # summarize had completed before the crash: replayed from history, never re-run.
     assert kinds(entries, "summarize") == ["workflow.scheduled_activity", "activity.started",
                                            "activity.completed"]
@@ -421,6 +424,7 @@ def test_crash_inside_side_effect_leaves_it_uncertain(audit: Audit) -> None:
     assert (audit.data / "comments.txt").read_text().count("\n") == 1
     (done,) = only(entries, "effect.done")
     assert done.data["attempt"] == 2 and audit.payload(done.data["result"]) == '"comment-1"'
+    assert audit.verify(instance) == {"activity-reexecuted", "effect-uncertain"}
 
 
 @pytest.mark.engine
