@@ -1,0 +1,919 @@
+"""Bad input, table-driven: every command against every bad input that applies to it.
+
+The rule (product brief): a missing or corrupt database, a wrong URL, a non-JSON body, an
+unknown schema or format version, a missing, wrong or unreadable key, a huge payload —
+each is met with ONE line on stderr, ``histaudit: error: ...``, naming the problem, and
+exit status 2; never a traceback; and the ledger is byte-identical afterwards (SHA-256 of
+every file next to a SQLite ledger; a dump of every row of every table on PostgreSQL).
+A *ledger* that is readable but holds a broken entry is not bad input: ``verify`` reports
+it as a finding (exit 1) and the other commands keep working.
+
+Everything runs the installed console script in a subprocess, like a user would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from histaudit import format as fmt
+from histaudit.keys import Signer, generate_keypair
+from histaudit.store import Ledger
+
+# --- running the command ----------------------------------------------------------------
+
+_SCRIPT = Path(sys.executable).with_name("histaudit")
+HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
+TIMEOUT = 180
+HUGE = 50 * 1024 * 1024  # a 50 MB stored body
+# File modes cannot make a file unreadable for root; those cases need an ordinary user.
+NEEDS_NON_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="root reads mode-000 files")
+
+
+def run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """``histaudit ARGS`` with no HISTAUDIT_* variable leaking in from the test's shell."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
+    full_env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
+    full_env.update(env or {})
+    return subprocess.run([*HISTAUDIT, *args], cwd=cwd, env=full_env, capture_output=True,
+                          text=True, encoding="utf-8", errors="replace", timeout=TIMEOUT)
+
+
+def assert_one_error_line(r: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Exit 2, nothing on stdout, one stderr line ``histaudit: error: ...`` naming it."""
+    assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    line = lines[0]
+    assert line.startswith("histaudit: error: "), line
+    assert len(line) > len("histaudit: error: ") + 10, line
+    for needle in needles:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    assert r.stdout == "", r.stdout[-2000:]
+    return line
+
+
+def assert_verdict(r: subprocess.CompletedProcess[str], code: int) -> None:
+    """The command ran to a verdict (0 clean, 1 findings): no error line, no traceback."""
+    assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
+    assert r.returncode == code, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    assert r.stderr == "", r.stderr[-2000:]
+
+
+# --- byte-identical ledgers ---------------------------------------------------------------
+
+def _digest(value: Any) -> str:
+    if isinstance(value, memoryview):
+        value = bytes(value)
+    if isinstance(value, bytes):
+        return "b:" + hashlib.sha256(value).hexdigest()
+    return repr(value)
+
+
+def snapshot_files(root: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``root`` (a ledger's -wal/-shm/-journal siblings too)."""
+    if not root.exists():
+        return {}
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        if p.is_symlink():
+            out[rel] = "link:" + os.readlink(p)
+        elif p.is_dir():
+            out[rel] = "<dir>"
+        else:
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def snapshot_pg(url: str) -> dict[str, list[tuple[str, ...]]]:
+    """Every row of every table in the database (a dump), bytes by their SHA-256."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            dump = {}
+            for table in sorted(sa.inspect(conn).get_table_names()):
+                rows = conn.execute(sa.text(f'SELECT * FROM "{table}"')).all()
+                dump[table] = sorted(tuple(_digest(v) for v in row) for row in rows)
+            return dump
+    finally:
+        engine.dispose()
+
+
+def snapshot(url: str, files: Path) -> tuple[Any, ...]:
+    """The state a command must not touch: the files under ``files``, and PG rows."""
+    state: tuple[Any, ...] = (snapshot_files(files),)
+    if url.startswith("postgresql"):
+        state += (snapshot_pg(url),)
+    return state
+
+
+# --- ledgers and keys --------------------------------------------------------------------
+
+SECRET = b'{"card":"4111-1111-1111-1111"}'
+
+
+def append_order(ledger: Ledger, signer: Signer, instance: str) -> None:
+    salt = fmt.new_salt()
+    c = fmt.commit(SECRET, salt)
+    ledger.append(instance, "workflow.started", {"input": {"c": c, "n": len(SECRET)}},
+                  signer=signer, payloads={salt: (c, SECRET)})
+    ledger.append(instance, "activity.started", {"task_id": 1, "activity": "charge"},
+                  signer=signer)
+    ledger.append(instance, "activity.completed", {"task_id": 1, "activity": "charge"},
+                  signer=signer)
+    ledger.append(instance, "workflow.completed", {"status": "COMPLETED"}, signer=signer)
+
+
+@dataclass
+class Ctx:
+    """One test's world: a real ledger (4 entries of ``order-1``), its key and trust file."""
+
+    tmp: Path      # working directory of the command
+    url: str       # the ledger, or the bad database under test
+    key: Path
+    trust: Path
+    files: Path    # directory whose files must stay byte-identical
+
+    def state(self) -> tuple[Any, ...]:
+        return snapshot(self.url, self.files)
+
+
+def _keys(tmp: Path) -> tuple[Path, Path, Signer]:
+    return generate_keypair(tmp / "keys", name="ops")
+
+
+@pytest.fixture
+def ledger_ctx(db_url: str, tmp_path: Path) -> Ctx:
+    """A good ledger on SQLite or PostgreSQL."""
+    key, trust, signer = _keys(tmp_path)
+    with Ledger.open(db_url, create=True) as ledger:
+        append_order(ledger, signer, "order-1")
+    return Ctx(tmp=tmp_path, url=db_url, key=key, trust=trust, files=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def big_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real multi-page SQLite ledger (5 instances, 300 entries) to cut and corrupt."""
+    root = tmp_path_factory.mktemp("big")
+    _, _, signer = _keys(root)
+    path = root / "ledger.db"
+    with Ledger.open(f"sqlite:///{path}", create=True) as ledger:
+        for i in range(60):
+            for n in range(5):
+                ledger.append(f"order-{n}", "activity.started",
+                              {"task_id": i, "activity": "charge" * 30}, signer=signer)
+    return path
+
+
+def raw_sql(url: str, *statements: str) -> None:
+    """Run SQL on the ledger's database directly (an operator or attacker with access)."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for stmt in statements:
+                conn.exec_driver_sql(stmt)
+    finally:
+        engine.dispose()
+
+
+def insert_entry_row(url: str, instance: str, body: bytes) -> int:
+    """Append a raw row (INSERT is what the append-only triggers allow); returns its seq."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            leaf = conn.execute(sa.text("SELECT max(leaf) FROM histaudit_entries")).scalar()
+            seq = conn.execute(sa.text("SELECT max(seq) FROM histaudit_entries "
+                                       "WHERE instance = :i"), {"i": instance}).scalar()
+            seq = (seq or 0) + 1
+            conn.execute(sa.text("INSERT INTO histaudit_entries (leaf, instance, seq, hash, "
+                                 "body, sig) VALUES (:l, :i, :s, :h, :b, :g)"),
+                         {"l": (leaf or 0) + 1, "i": instance, "s": seq,
+                          "h": fmt.sha256_hex(body), "b": body, "g": b"\x00" * 64})
+            return seq
+    finally:
+        engine.dispose()
+
+
+def last_body(url: str, instance: str) -> dict[str, Any]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            body = conn.execute(sa.text("SELECT body FROM histaudit_entries WHERE instance = :i "
+                                        "ORDER BY seq DESC LIMIT 1"), {"i": instance}).scalar()
+        return json.loads(bytes(body))
+    finally:
+        engine.dispose()
+
+
+# --- the commands ------------------------------------------------------------------------
+
+#: command name -> argv builder. Every command that reads a ledger.
+DB_COMMANDS: dict[str, Callable[[Ctx], list[str]]] = {
+    "verify": lambda c: ["verify", "order-1", "--db", c.url, "--trust", str(c.trust)],
+    "verify --all": lambda c: ["verify", "--all", "--db", c.url, "--trust", str(c.trust)],
+    "list": lambda c: ["list", "--db", c.url],
+    "list --trust": lambda c: ["list", "--db", c.url, "--trust", str(c.trust)],
+    "show": lambda c: ["show", "order-1", "--db", c.url],
+    "redact": lambda c: ["redact", "order-1", "--seq", "1", "--field", "input", "--db", c.url,
+                         "--key", str(c.key)],
+}
+TRUST_COMMANDS = ("verify", "verify --all", "list --trust")
+
+
+# --- 1. the database itself is bad (SQLite files) ----------------------------------------
+
+def _write(data: bytes) -> Callable[[Path, Path], None]:
+    def make(path: Path, big: Path) -> None:
+        path.write_bytes(data)
+    return make
+
+
+def _truncated(size: int | None) -> Callable[[Path, Path], None]:
+    def make(path: Path, big: Path) -> None:
+        data = big.read_bytes()
+        path.write_bytes(data[:size if size is not None else len(data) // 2])
+    return make
+
+
+def _holes(path: Path, big: Path) -> None:
+    data = bytearray(big.read_bytes())
+    data[4096 * 5:4096 * 8] = b"\xff" * (4096 * 3)  # b-tree pages past the schema
+    path.write_bytes(bytes(data))
+
+
+def _sqlite_db(*statements: str) -> Callable[[Path, Path], None]:
+    def make(path: Path, big: Path) -> None:
+        conn = sqlite3.connect(path)
+        try:
+            for stmt in statements:
+                conn.execute(stmt)
+            conn.commit()
+        finally:
+            conn.close()
+    return make
+
+
+def _ledger_then(*statements: str) -> Callable[[Path, Path], None]:
+    def make(path: Path, big: Path) -> None:
+        shutil.copyfile(big, path)
+        _sqlite_db(*statements)(path, big)
+    return make
+
+
+def _nothing(path: Path, big: Path) -> None:
+    pass
+
+
+def _directory(path: Path, big: Path) -> None:
+    path.mkdir()
+
+
+_rng = random.Random(20240607)
+GARBAGE = bytes(_rng.randrange(256) for _ in range(8192))
+
+MakeFile = Callable[[Path, Path], None]  # (path to create, a real multi-page ledger)
+
+#: name -> (make the file at path, URL for the path, what the error line must say)
+BAD_SQLITE: dict[str, tuple[MakeFile, Callable[[Path], str], tuple[str, ...]]] = {
+    "missing file": (_nothing, lambda p: f"sqlite:///{p}", ("does not exist",)),
+    "missing directory": (_nothing, lambda p: f"sqlite:///{p.parent / 'no' / 'x.db'}",
+                          ("does not exist",)),
+    "directory": (_directory, lambda p: f"sqlite:///{p}", ("is a directory",)),
+    "garbage": (_write(GARBAGE), lambda p: f"sqlite:///{p}", ("not a SQLite database",)),
+    "text file": (_write(b"instance,seq\norder-1,1\n"), lambda p: f"sqlite:///{p}",
+                  ("not a SQLite database",)),
+    "SQLite header then garbage": (_write(b"SQLite format 3\x00" + GARBAGE),
+                                   lambda p: f"sqlite:///{p}", ("not a database",)),
+    "empty file": (_write(b""), lambda p: f"sqlite:///{p}", ("holds no histaudit ledger",)),
+    "truncated to 1000 bytes": (_truncated(1000), lambda p: f"sqlite:///{p}", ("malformed",)),
+    "truncated to half": (_truncated(None), lambda p: f"sqlite:///{p}", ("malformed",)),
+    "corrupt pages": (_holes, lambda p: f"sqlite:///{p}", ("malformed",)),
+    "other application's db": (
+        _sqlite_db("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)",
+                   "INSERT INTO customers (name) VALUES ('Ada')"),
+        lambda p: f"sqlite:///{p}", ("holds no histaudit ledger",)),
+    "schema version 999": (
+        _ledger_then("UPDATE histaudit_meta SET value = '999' WHERE key = 'schema_version'"),
+        lambda p: f"sqlite:///{p}", ("unknown schema version '999'",)),
+    "schema version missing": (
+        _ledger_then("DELETE FROM histaudit_meta WHERE key = 'schema_version'"),
+        lambda p: f"sqlite:///{p}", ("unknown schema version None",)),
+    "entries table dropped": (
+        _ledger_then("DROP TRIGGER histaudit_entries_no_delete",
+                     "DROP TABLE histaudit_entries"),
+        lambda p: f"sqlite:///{p}", ("no such table: histaudit_entries",)),
+    "bad query option": (lambda p, b: shutil.copyfile(b, p),
+                         lambda p: f"sqlite:///{p}?timeout=soon", ("timeout=soon",)),
+}
+
+
+@pytest.mark.parametrize("command", DB_COMMANDS)
+@pytest.mark.parametrize("case", BAD_SQLITE)
+def test_bad_sqlite_database(case: str, command: str, tmp_path: Path, big_ledger: Path) -> None:
+    make, to_url, needles = BAD_SQLITE[case]
+    key, trust, _ = _keys(tmp_path)
+    db_dir = tmp_path / "db"
+    db_dir.mkdir()
+    path = db_dir / "ledger.db"
+    make(path, big_ledger)
+    ctx = Ctx(tmp=tmp_path, url=to_url(path), key=key, trust=trust, files=tmp_path)
+    before = ctx.state()
+    line = assert_one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path), *needles)
+    if not case.startswith("missing directory"):
+        assert str(path) in line, line
+    assert ctx.state() == before, "the command changed the database files"
+
+
+# --- 2. the URL is bad, or names a server that refuses ------------------------------------
+
+BAD_URLS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "not a url": ("not a url", ("'not a url'", "not a database URL")),
+    "mysql": ("mysql://x/y", ("mysql://x/y", "only sqlite and postgresql")),
+    "unreachable postgres": ("postgresql+psycopg://nobody@127.0.0.1:1/x",
+                             ("127.0.0.1", "port 1")),
+    "plain postgresql scheme, unreachable": ("postgresql://nobody@127.0.0.1:1/x",
+                                             ("127.0.0.1",)),
+    "driver not shipped": ("postgresql+asyncpg://nobody@127.0.0.1:1/x",
+                           ("postgresql+asyncpg", "not supported")),
+    "psycopg2 driver": ("postgresql+psycopg2://nobody@127.0.0.1:1/x",
+                        ("postgresql+psycopg2", "not supported")),
+    "unknown sqlite driver": ("sqlite+nosuch:///x.db", ("sqlite+nosuch", "not supported")),
+    "port not a number": ("postgresql+psycopg://nobody@127.0.0.1:http/x",
+                          ("not a database URL",)),
+    "port out of range": ("postgresql+psycopg://nobody@127.0.0.1:99999/x", ("99999",)),
+    "unknown option": ("postgresql+psycopg://nobody@127.0.0.1:1/x?frobnicate=1",
+                       ("frobnicate",)),
+}
+
+
+@pytest.mark.parametrize("command", DB_COMMANDS)
+@pytest.mark.parametrize("case", BAD_URLS)
+def test_bad_url(case: str, command: str, tmp_path: Path) -> None:
+    url, needles = BAD_URLS[case]
+    key, trust, _ = _keys(tmp_path)
+    ctx = Ctx(tmp=tmp_path, url=url, key=key, trust=trust, files=tmp_path)
+    before = snapshot_files(tmp_path)
+    assert_one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path), *needles)
+    assert snapshot_files(tmp_path) == before  # no stray ledger file created
+
+
+def test_password_in_url_is_never_printed(tmp_path: Path) -> None:
+    line = assert_one_error_line(
+        run(["list", "--db", "postgresql+psycopg://ops:hunter2@127.0.0.1:1/x"], cwd=tmp_path),
+        "ops:***@127.0.0.1")
+    assert "hunter2" not in line
+
+
+def test_bad_url_from_the_environment(tmp_path: Path) -> None:
+    r = run(["list"], cwd=tmp_path, env={"HISTAUDIT_DB": "mysql://x/y"})
+    assert_one_error_line(r, "mysql://x/y", "only sqlite and postgresql")
+
+
+def test_default_ledger_missing(tmp_path: Path) -> None:
+    assert_one_error_line(run(["list"], cwd=tmp_path), "histaudit.db", "does not exist")
+    assert_one_error_line(run(["list", "--db", ""], cwd=tmp_path), "histaudit.db")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- 3. a live PostgreSQL server, but not a usable ledger --------------------------------
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("command", DB_COMMANDS)
+def test_postgres_database_does_not_exist(command: str, pg_server: Any, tmp_path: Path
+                                          ) -> None:
+    key, trust, _ = _keys(tmp_path)
+    url = pg_server.superuser_url("histaudit_no_such_database")
+    ctx = Ctx(tmp=tmp_path, url=url, key=key, trust=trust, files=tmp_path)
+    assert_one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path),
+                          "histaudit_no_such_database", "does not exist")
+    with psycopg.connect(pg_server.conninfo()) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = "
+                            "'histaudit_no_such_database'").fetchone() == (0,)
+
+
+@pytest.mark.postgres
+def test_postgres_unknown_role(pg_server: Any, tmp_path: Path) -> None:
+    url = f"postgresql+psycopg://nobody_here@127.0.0.1:{pg_server.port}/postgres"
+    assert_one_error_line(run(["list", "--db", url], cwd=tmp_path), "nobody_here")
+
+
+def _pg_other_app(url: str) -> None:
+    raw_sql(url, "CREATE TABLE customers (id integer PRIMARY KEY, name text)",
+            "INSERT INTO customers VALUES (1, 'Ada')")
+
+
+#: name -> (turn a fresh ledger URL into the bad database, what the error must say)
+BAD_LEDGERS: dict[str, tuple[Callable[[str, Signer], None], tuple[str, ...]]] = {
+    "empty database": (lambda url, s: None if url.startswith("postgresql") else
+                       raw_sql(url, "PRAGMA user_version = 7"), ("holds no histaudit ledger",)),
+    "other application's database": (lambda url, s: _pg_other_app(url)
+                                     if url.startswith("postgresql") else
+                                     raw_sql(url, "CREATE TABLE customers (id integer)"),
+                                     ("holds no histaudit ledger",)),
+    "schema version 999": (
+        lambda url, s: (_good_ledger(url, s), raw_sql(
+            url, "UPDATE histaudit_meta SET value = '999' WHERE key = 'schema_version'")),
+        ("unknown schema version '999'", "this histaudit reads 1")),
+}
+
+
+def _good_ledger(url: str, signer: Signer) -> None:
+    with Ledger.open(url, create=True) as ledger:
+        append_order(ledger, signer, "order-1")
+
+
+@pytest.mark.parametrize("command", DB_COMMANDS)
+@pytest.mark.parametrize("case", BAD_LEDGERS)
+def test_database_that_is_not_a_ledger(case: str, command: str, db_url: str, tmp_path: Path
+                                       ) -> None:
+    """On both stores: a reachable database that is not a (readable) histaudit ledger."""
+    make, needles = BAD_LEDGERS[case]
+    key, trust, signer = _keys(tmp_path)
+    make(db_url, signer)
+    ctx = Ctx(tmp=tmp_path, url=db_url, key=key, trust=trust, files=tmp_path)
+    before = ctx.state()
+    assert_one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path), *needles)
+    assert ctx.state() == before, "the command changed the database"
+
+
+# --- 4. the trust store is bad -----------------------------------------------------------
+
+_RAW32 = "YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE="  # base64 of 32 x 'a'
+
+
+def _trust_file(content: bytes) -> Callable[[Path, Path], Path]:
+    def make(tmp: Path, good: Path) -> Path:
+        path = tmp / "trust.json"
+        path.write_bytes(content)
+        return path
+    return make
+
+
+def _trust_dir_with_bad_file(tmp: Path, good: Path) -> Path:
+    d = tmp / "trusted"
+    d.mkdir()
+    shutil.copyfile(good, d / "ops.pub.json")
+    (d / "zz-broken.pub.json").write_bytes(b"{")
+    return d
+
+
+def _trust_empty_dir(tmp: Path, good: Path) -> Path:
+    d = tmp / "trusted"
+    d.mkdir()
+    return d
+
+
+#: name -> (make the trust store, what the error must say)
+BAD_TRUST: dict[str, tuple[Callable[[Path, Path], Path], tuple[str, ...]]] = {
+    "missing": (lambda tmp, good: tmp / "nope.pub.json", ("nope.pub.json", "does not exist")),
+    "not JSON": (_trust_file(b"ed25519 AAAA..."), ("trust.json", "not JSON")),
+    "binary": (_trust_file(b"\xff\xfe\x00garbage"), ("trust.json", "not JSON")),
+    "a SQLite file": (_trust_file(b"SQLite format 3\x00" + GARBAGE[:100]),
+                      ("trust.json", "not JSON")),
+    "JSON but not an object": (_trust_file(b"[1, 2, 3]"), ("trust.json", "JSON object")),
+    "bad base64": (_trust_file(b'{"alg": "ed25519", "public_key": "!!not base64!!"}'),
+                   ("trust.json", "not a base64 Ed25519 key")),
+    "wrong key length": (_trust_file(b'{"alg": "ed25519", "public_key": "AAAA"}'),
+                         ("trust.json", "not a base64 Ed25519 key")),
+    "no public_key": (_trust_file(b'{"alg": "ed25519"}'),
+                      ("trust.json", "not a base64 Ed25519 key")),
+    "unknown alg": (_trust_file(b'{"alg": "rsa-sha256", "public_key": "' + _RAW32.encode()
+                                + b'"}'), ("trust.json", "unsupported key algorithm",
+                                           "rsa-sha256")),
+    "kid mismatch": (_trust_file(b'{"alg": "ed25519", "kid": "0000000000000000", '
+                                 b'"public_key": "' + _RAW32.encode() + b'"}'),
+                     ("trust.json", "does not match")),
+    "bad validity window": (_trust_file(b'{"alg": "ed25519", "not_before": "yesterday", '
+                                        b'"public_key": "' + _RAW32.encode() + b'"}'),
+                            ("trust.json", "not_before", "yesterday")),
+    "keys not a list": (_trust_file(b'{"keys": {"alg": "ed25519"}}'),
+                        ("trust.json", "'keys' must be a list")),
+    "empty directory": (_trust_empty_dir, ("trusted", "holds no *.pub.json")),
+    "unreadable (mode 000)": (lambda tmp, good: _chmod(_trust_file(good.read_bytes())(tmp, good),
+                                                       0o000), ("trust.json", "ermission denied")),
+    "directory with one broken file": (_trust_dir_with_bad_file,
+                                       ("zz-broken.pub.json", "not JSON")),
+}
+
+
+def _chmod(path: Path, mode: int) -> Path:
+    path.chmod(mode)
+    return path
+
+
+def _cases(table: dict[str, Any]) -> list[Any]:
+    return [pytest.param(name, marks=NEEDS_NON_ROOT) if "unreadable" in name else name
+            for name in table]
+
+
+@pytest.mark.parametrize("command", TRUST_COMMANDS)
+@pytest.mark.parametrize("case", _cases(BAD_TRUST))
+def test_bad_trust_store(case: str, command: str, ledger_ctx: Ctx) -> None:
+    make, needles = BAD_TRUST[case]
+    ledger_ctx.trust = make(ledger_ctx.tmp, ledger_ctx.trust)
+    before = ledger_ctx.state()
+    assert_one_error_line(run(DB_COMMANDS[command](ledger_ctx), cwd=ledger_ctx.tmp), *needles)
+    assert ledger_ctx.state() == before
+
+
+@pytest.mark.parametrize("args", [["verify", "order-1"], ["verify", "--all"]])
+def test_verify_without_any_trust_store(args: list[str], ledger_ctx: Ctx) -> None:
+    before = ledger_ctx.state()
+    assert_one_error_line(run([*args, "--db", ledger_ctx.url], cwd=ledger_ctx.tmp),
+                          "trust")
+    assert ledger_ctx.state() == before
+
+
+# --- 5. the private key is bad (redact) --------------------------------------------------
+
+def _pem(private: Any) -> bytes:
+    return private.private_bytes(serialization.Encoding.PEM,
+                                 serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+
+
+def _key_file(content: bytes, mode: int = 0o600) -> Callable[[Path, Path], Path]:
+    def make(tmp: Path, good: Path) -> Path:
+        path = tmp / "bad.key"
+        path.write_bytes(content)
+        path.chmod(mode)
+        return path
+    return make
+
+
+def _copy_key(mode: int) -> Callable[[Path, Path], Path]:
+    def make(tmp: Path, good: Path) -> Path:
+        path = tmp / "copied.key"
+        shutil.copyfile(good, path)
+        path.chmod(mode)
+        return path
+    return make
+
+
+def _encrypted(tmp: Path, good: Path) -> Path:
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"passphrase"))
+    return _key_file(pem)(tmp, good)
+
+
+def _dangling(tmp: Path, good: Path) -> Path:
+    link = tmp / "dangling.key"
+    link.symlink_to(tmp / "gone.key")
+    return link
+
+
+def _key_dir(tmp: Path, good: Path) -> Path:
+    d = tmp / "keydir"
+    d.mkdir()
+    return d
+
+
+#: name -> (make the key path, what the error must say)
+BAD_KEYS: dict[str, tuple[Callable[[Path, Path], Path], tuple[str, ...]]] = {
+    "missing": (lambda tmp, good: tmp / "nope.key", ("nope.key", "does not exist")),
+    "dangling symlink": (_dangling, ("dangling.key", "does not exist")),
+    "a directory": (_key_dir, ("keydir", "not a regular file")),
+    "unreadable (mode 000)": (_copy_key(0o000), ("copied.key", "ermission denied")),
+    "world-readable 0644": (_copy_key(0o644), ("copied.key", "readable by others", "0644",
+                                               "chmod 600")),
+    "group-readable 0640": (_copy_key(0o640), ("copied.key", "readable by others")),
+    "not PEM": (_key_file(b"this is not a key\n"), ("bad.key", "not an unencrypted PEM")),
+    "empty": (_key_file(b""), ("bad.key", "not an unencrypted PEM")),
+    "binary": (_key_file(GARBAGE[:512]), ("bad.key", "not an unencrypted PEM")),
+    "the public key file": (lambda tmp, good: _key_file(
+        (good.parent / "ops.pub.json").read_bytes())(tmp, good),
+        ("bad.key", "not an unencrypted PEM")),
+    "encrypted PEM": (_encrypted, ("bad.key", "not an unencrypted PEM")),
+    "RSA key": (lambda tmp, good: _key_file(_pem(rsa.generate_private_key(
+        public_exponent=65537, key_size=2048)))(tmp, good), ("bad.key", "not an Ed25519 key")),
+    "EC key": (lambda tmp, good: _key_file(_pem(ec.generate_private_key(ec.SECP256R1())))(
+        tmp, good), ("bad.key", "not an Ed25519 key")),
+}
+
+
+@pytest.mark.parametrize("case", _cases(BAD_KEYS))
+def test_bad_private_key(case: str, ledger_ctx: Ctx) -> None:
+    make, needles = BAD_KEYS[case]
+    ledger_ctx.key = make(ledger_ctx.tmp, ledger_ctx.key)
+    before = ledger_ctx.state()
+    assert_one_error_line(run(DB_COMMANDS["redact"](ledger_ctx), cwd=ledger_ctx.tmp),
+                          *needles)
+    assert ledger_ctx.state() == before
+
+
+def test_no_private_key_at_all(ledger_ctx: Ctx) -> None:
+    before = ledger_ctx.state()
+    args = ["redact", "order-1", "--seq", "1", "--field", "input", "--db", ledger_ctx.url]
+    assert_one_error_line(run(args, cwd=ledger_ctx.tmp), "no signing key", "--key")
+    assert ledger_ctx.state() == before
+
+
+def test_key_from_environment_is_checked_too(ledger_ctx: Ctx) -> None:
+    ledger_ctx.key.chmod(0o644)
+    before = ledger_ctx.state()
+    args = ["redact", "order-1", "--seq", "1", "--field", "input", "--db", ledger_ctx.url]
+    r = run(args, cwd=ledger_ctx.tmp, env={"HISTAUDIT_KEY": str(ledger_ctx.key)})
+    assert_one_error_line(r, "readable by others")
+    assert ledger_ctx.state() == before
+
+
+# --- 6. redact asks for something that is not there --------------------------------------
+
+BAD_REDACTS: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "nonexistent seq": (["order-1", "--seq", "99", "--field", "input"], ("has no entry 99",)),
+    "nonexistent instance": (["ghost", "--seq", "1", "--field", "input"],
+                             ("'ghost'", "has no entry 1")),
+    "field without payload": (["order-1", "--seq", "2", "--field", "activity"],
+                              ("no committed payload 'activity'",)),
+    "field absent": (["order-1", "--seq", "1", "--field", "output"],
+                     ("no committed payload 'output'",)),
+    "seq zero": (["order-1", "--seq", "0", "--field", "input"], ("--seq",)),
+    "seq not a number": (["order-1", "--seq", "first", "--field", "input"], ("--seq",)),
+    "no field": (["order-1", "--seq", "1"], ("--field",)),
+}
+
+
+@pytest.mark.parametrize("case", BAD_REDACTS)
+def test_bad_redact_request(case: str, ledger_ctx: Ctx) -> None:
+    args, needles = BAD_REDACTS[case]
+    before = ledger_ctx.state()
+    r = run(["redact", *args, "--db", ledger_ctx.url, "--key", str(ledger_ctx.key)],
+            cwd=ledger_ctx.tmp)
+    assert_one_error_line(r, *needles)
+    assert ledger_ctx.state() == before
+
+
+# --- 7. bad command lines ----------------------------------------------------------------
+
+BAD_USAGE: dict[str, list[str]] = {
+    "verify instance and --all": ["verify", "order-1", "--all"],
+    "verify neither": ["verify"],
+    "verify unknown --fail-on": ["verify", "order-1", "--fail-on", "panic"],
+    "verify --workers 0": ["verify", "order-1", "--workers", "0"],
+    "show no instance": ["show"],
+    "unknown command": ["frobnicate"],
+    "unknown option": ["list", "--colour"],
+}
+
+
+@pytest.mark.parametrize("case", BAD_USAGE)
+def test_bad_command_line(case: str, ledger_ctx: Ctx) -> None:
+    before = ledger_ctx.state()
+    args = [*BAD_USAGE[case], "--db", ledger_ctx.url, "--trust", str(ledger_ctx.trust)]
+    if case == "unknown command":
+        args = BAD_USAGE[case]
+    assert_one_error_line(run(args, cwd=ledger_ctx.tmp))
+    assert ledger_ctx.state() == before
+
+
+# --- 8. keys generate --------------------------------------------------------------------
+
+def _existing_pair(tmp: Path) -> list[str]:
+    generate_keypair(tmp / "out", name="ops")
+    return ["--out", str(tmp / "out"), "--name", "ops"]
+
+
+def _existing_public_only(tmp: Path) -> list[str]:
+    (tmp / "out").mkdir()
+    (tmp / "out" / "ops.pub.json").write_bytes(b"precious")
+    return ["--out", str(tmp / "out"), "--name", "ops"]
+
+
+def _out_is_file(tmp: Path) -> list[str]:
+    (tmp / "out").write_bytes(b"a file")
+    return ["--out", str(tmp / "out")]
+
+
+def _out_under_file(tmp: Path) -> list[str]:
+    (tmp / "out").write_bytes(b"a file")
+    return ["--out", str(tmp / "out" / "keys")]
+
+
+#: name -> (set up tmp and return the arguments, what the error must say)
+BAD_KEYGEN: dict[str, tuple[Callable[[Path], list[str]], tuple[str, ...]]] = {
+    "pair exists": (_existing_pair, ("ops.key", "refusing to overwrite")),
+    "public key exists": (_existing_public_only, ("ops.pub.json", "refusing to overwrite")),
+    "--out is a file": (_out_is_file, ("out", "not a directory")),
+    "--out under a file": (_out_under_file, ("out", "directory")),
+    "--not-before not RFC 3339": (lambda t: ["--out", str(t / "k"), "--not-before",
+                                             "yesterday"], ("--not-before", "yesterday")),
+    "--not-after impossible date": (lambda t: ["--out", str(t / "k"), "--not-after",
+                                               "2025-13-40T00:00:00Z"], ("--not-after",)),
+    "empty validity window": (lambda t: ["--out", str(t / "k"),
+                                         "--not-before", "2030-01-01T00:00:00Z",
+                                         "--not-after", "2020-01-01T00:00:00Z"],
+                              ("validity window",)),
+    "name escapes --out": (lambda t: ["--out", str(t / "k"), "--name", "../escaped"],
+                           ("key name", "../escaped")),
+    "name with a slash": (lambda t: ["--out", str(t / "k"), "--name", "a/b"], ("key name",)),
+    "empty name": (lambda t: ["--out", str(t / "k"), "--name", ""], ("key name",)),
+    "hidden name": (lambda t: ["--out", str(t / "k"), "--name", ".ops"], ("key name",)),
+    "no --out": (lambda t: [], ("--out",)),
+}
+
+
+@pytest.mark.parametrize("case", BAD_KEYGEN)
+def test_bad_keys_generate(case: str, tmp_path: Path) -> None:
+    setup, needles = BAD_KEYGEN[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    args = setup(work)
+    before = snapshot_files(tmp_path)
+    assert_one_error_line(run(["keys", "generate", *args], cwd=work), *needles)
+    assert snapshot_files(tmp_path) == before, "keys generate wrote or changed files"
+
+
+# --- 9. a readable ledger holding a broken entry: findings, not crashes -------------------
+
+def _body_not_json(prev: dict[str, Any]) -> bytes:
+    return b"\x00\x01 this is not JSON {"
+
+
+def _body_v2(prev: dict[str, Any]) -> bytes:
+    doc = dict(prev, v=2, seq=prev["seq"] + 1)
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _body_array(prev: dict[str, Any]) -> bytes:
+    return b'[1, 2, 3]'
+
+
+def _body_wrong_fields(prev: dict[str, Any]) -> bytes:
+    doc = dict(prev, seq=prev["seq"] + 1, extra="field")
+    del doc["kid"]
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _body_bad_utf8(prev: dict[str, Any]) -> bytes:
+    return b'{"v":1,"type":"entry","kind":"\xff\xfe"}'
+
+
+MALFORMED_BODIES: dict[str, Callable[[dict[str, Any]], bytes]] = {
+    "non-JSON": _body_not_json,
+    "format v2": _body_v2,
+    "JSON array": _body_array,
+    "wrong fields": _body_wrong_fields,
+    "invalid UTF-8": _body_bad_utf8,
+}
+
+
+@pytest.fixture
+def broken_ctx(request: pytest.FixtureRequest, ledger_ctx: Ctx) -> Ctx:
+    body = MALFORMED_BODIES[request.param](last_body(ledger_ctx.url, "order-1"))
+    seq = insert_entry_row(ledger_ctx.url, "order-1", body)
+    assert seq == 5
+    return ledger_ctx
+
+
+@pytest.mark.parametrize("broken_ctx", MALFORMED_BODIES, indirect=True)
+def test_malformed_entry_is_a_finding_not_a_crash(broken_ctx: Ctx) -> None:
+    ctx = broken_ctx
+    before = ctx.state()
+
+    r = run([*DB_COMMANDS["verify"](ctx), "--json"], cwd=ctx.tmp)
+    assert_verdict(r, 1)
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and doc["entries"] == 5
+    assert ("entry-malformed", 5, "error") in {
+        (f["code"], f["seq"], f["severity"]) for f in doc["findings"]}
+
+    for full in ([], ["--full"]):
+        r = run([*DB_COMMANDS["verify"](ctx), *full], cwd=ctx.tmp)
+        assert_verdict(r, 1)
+        assert "FAILED" in r.stdout and "entry-malformed" in r.stdout
+
+    r = run([*DB_COMMANDS["verify --all"](ctx), "--json"], cwd=ctx.tmp)
+    assert_verdict(r, 1)
+    assert [d["ok"] for d in json.loads(r.stdout)] == [False]
+
+    r = run([*DB_COMMANDS["list --trust"](ctx), "--json"], cwd=ctx.tmp)
+    assert_verdict(r, 0)
+    (row,) = json.loads(r.stdout)
+    assert row["entries"] == 5 and row["status"].startswith("FAILED")
+    assert_verdict(run(DB_COMMANDS["list"](ctx), cwd=ctx.tmp), 0)
+
+    r = run(DB_COMMANDS["show"](ctx), cwd=ctx.tmp)
+    assert_verdict(r, 0)
+    assert "(malformed)" in r.stdout
+    r = run([*DB_COMMANDS["show"](ctx), "--json"], cwd=ctx.tmp)
+    assert_verdict(r, 0)
+    assert json.loads(r.stdout)["entries"][-1]["kind"] == "(malformed)"
+
+    r = run(["redact", "order-1", "--seq", "5", "--field", "input", "--db", ctx.url,
+             "--key", str(ctx.key)], cwd=ctx.tmp)
+    assert_one_error_line(r, "entry 5", "malformed")
+
+    assert ctx.state() == before, "a read-only command changed the ledger"
+
+
+def test_malformed_signed_head_is_a_finding(ledger_ctx: Ctx) -> None:
+    ctx = ledger_ctx
+    if ctx.url.startswith("sqlite"):
+        raw_sql(ctx.url, "DROP TRIGGER histaudit_heads_forward",
+                "UPDATE histaudit_heads SET body = X'00FF', seq = seq + 1")
+    else:
+        raw_sql(ctx.url, "ALTER TABLE histaudit_heads DISABLE TRIGGER USER",
+                "UPDATE histaudit_heads SET body = '\\x00ff'::bytea, seq = seq + 1",
+                "ALTER TABLE histaudit_heads ENABLE TRIGGER USER")
+    before = ctx.state()
+    r = run([*DB_COMMANDS["verify"](ctx), "--json"], cwd=ctx.tmp)
+    assert_verdict(r, 1)
+    assert "head-invalid" in {f["code"] for f in json.loads(r.stdout)["findings"]}
+    assert_verdict(run(DB_COMMANDS["list --trust"](ctx), cwd=ctx.tmp), 0)
+    assert_verdict(run(DB_COMMANDS["show"](ctx), cwd=ctx.tmp), 0)
+    assert ctx.state() == before
+
+
+# --- 10. a huge payload ------------------------------------------------------------------
+
+def _huge_not_json(prev: dict[str, Any]) -> bytes:
+    return b"x" * HUGE
+
+
+def _huge_json(prev: dict[str, Any]) -> bytes:
+    """A well-formed, correctly linked entry whose data holds a 50 MB string."""
+    prev_body = json.dumps(prev, separators=(",", ":"), sort_keys=True).encode()
+    doc = dict(prev, seq=prev["seq"] + 1, leaf=prev["leaf"] + 1, kind="activity.completed",
+               prev=fmt.sha256_hex(prev_body), data={"blob": "y" * HUGE, "task_id": 1})
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+HUGE_BODIES = {"50 MB non-JSON body": _huge_not_json, "50 MB JSON string": _huge_json}
+
+
+@pytest.mark.parametrize("case", HUGE_BODIES)
+def test_huge_entry_body(case: str, ledger_ctx: Ctx) -> None:
+    ctx = ledger_ctx
+    insert_entry_row(ctx.url, "order-1", HUGE_BODIES[case](last_body(ctx.url, "order-1")))
+    before = ctx.state()
+
+    started = time.monotonic()
+    r = run([*DB_COMMANDS["verify"](ctx), "--json"], cwd=ctx.tmp)
+    assert_verdict(r, 1)
+    doc = json.loads(r.stdout)
+    assert doc["entries"] == 5 and doc["ok"] is False
+    codes = {f["code"] for f in doc["findings"]}
+    assert codes & {"entry-malformed", "head-mismatch", "link-broken"}, codes
+    assert len(r.stdout) < 100_000, "findings must not echo the payload"
+
+    for args in (DB_COMMANDS["verify"](ctx), [*DB_COMMANDS["verify"](ctx), "--full"],
+                 DB_COMMANDS["verify --all"](ctx)):
+        r = run(args, cwd=ctx.tmp)
+        assert_verdict(r, 1)
+        assert "FAILED" in r.stdout and len(r.stdout) < 100_000
+
+    for command in ("list", "list --trust", "show"):
+        r = run(DB_COMMANDS[command](ctx), cwd=ctx.tmp)
+        assert_verdict(r, 0)
+        assert len(r.stdout) < 100_000, f"{command} printed {len(r.stdout)} chars"
+    r = run([*DB_COMMANDS["show"](ctx), "--json"], cwd=ctx.tmp)
+    assert_verdict(r, 0)
+    assert len(json.loads(r.stdout)["entries"]) == 5
+
+    r = run(["redact", "order-1", "--seq", "5", "--field", "blob", "--db", ctx.url,
+             "--key", str(ctx.key)], cwd=ctx.tmp)
+    assert_one_error_line(r, "entry 5")
+    assert len(r.stderr) < 1000
+
+    assert time.monotonic() - started < 150, "a huge entry must not stall the CLI"
+    assert ctx.state() == before
+
+
+def test_huge_committed_payload_verifies_and_redacts(ledger_ctx: Ctx) -> None:
+    """A 50 MB payload written through the library is no problem at all."""
+    ctx = ledger_ctx
+    payload = b"z" * HUGE
+    salt = fmt.new_salt()
+    c = fmt.commit(payload, salt)
+    with Ledger.open(ctx.url) as ledger:
+        ledger.append("order-1", "activity.completed",
+                      {"task_id": 1, "output": {"c": c, "n": len(payload)}},
+                      signer=Signer.load(ctx.key), payloads={salt: (c, payload)})
+    r = run([*DB_COMMANDS["verify"](ctx), "--full", "--json"], cwd=ctx.tmp)
+    assert_verdict(r, 0)
+    assert json.loads(r.stdout)["findings"] == []
+    r = run(["redact", "order-1", "--seq", "5", "--field", "output", "--db", ctx.url,
+             "--key", str(ctx.key)], cwd=ctx.tmp)
+    assert_verdict(r, 0)
+    assert_verdict(run([*DB_COMMANDS["verify"](ctx), "--full"], cwd=ctx.tmp), 0)

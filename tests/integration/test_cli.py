@@ -1,0 +1,490 @@
+"""The ``histaudit`` command, run for real: the installed console script in a subprocess.
+
+Ledgers are built with the library (:class:`histaudit.store.Ledger`) and then examined
+only through the CLI: exit status (0 clean, 1 findings at/above ``--fail-on``, 2 bad
+input), the human table, and the ``--json`` documents. Every command that touches a
+database runs on SQLite and on the real PostgreSQL server (``db_url``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from histaudit import format as fmt
+from histaudit.keys import Signer, generate_keypair, key_id
+from histaudit.store import Ledger
+
+# --- running the command ----------------------------------------------------------------
+
+_SCRIPT = Path(sys.executable).with_name("histaudit")
+HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
+TIMEOUT = 180
+
+
+def run(*args: str | os.PathLike[str], cwd: Path, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """Run ``histaudit ARGS`` with a clean environment (no HISTAUDIT_* leaking in)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
+    full_env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
+    full_env.update(env or {})
+    return subprocess.run([*HISTAUDIT, *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, encoding="utf-8",
+                          errors="replace", timeout=TIMEOUT)
+
+
+def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+
+
+def ok(result: subprocess.CompletedProcess[str], code: int = 0) -> None:
+    """The command ran to its verdict: exit ``code``, nothing on stderr, no traceback."""
+    no_traceback(result)
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr == "", result.stderr
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Exit 2, stdout empty, exactly one stderr line ``histaudit: error: ...``."""
+    no_traceback(result)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("histaudit: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert result.stdout == ""
+    return lines[0]
+
+
+def as_json(result: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(result.stdout)
+
+
+# --- building ledgers through the library ------------------------------------------------
+
+SECRET = b'{"card":"4111-1111-1111-1111","holder":"Ada Lovelace"}'
+RESULT = b'{"charged":true,"amount":42}'
+
+
+@dataclass
+class World:
+    """A ledger, the key that signed it, and the files a CLI user would pass."""
+
+    tmp: Path
+    url: str
+    signer: Signer
+    key: Path    # private key file (0600)
+    trust: Path  # the matching *.pub.json
+
+
+def _payload(payload: bytes) -> tuple[dict[str, Any], dict[bytes, tuple[str, bytes]]]:
+    salt = fmt.new_salt()
+    c = fmt.commit(payload, salt)
+    return {"c": c, "n": len(payload)}, {salt: (c, payload)}
+
+
+def append_order(ledger: Ledger, signer: Signer, instance: str, *,
+                 reexecuted: bool = False) -> None:
+    """A small order workflow: input payload at entry 1, output payload on completion.
+
+    ``reexecuted`` adds a second ``activity.started`` for the same task (a crash retry),
+    which the verifier reports as the warning ``activity-reexecuted``.
+    """
+    ref, rows = _payload(SECRET)
+    ledger.append(instance, "workflow.started", {"workflow": "order", "input": ref},
+                  signer=signer, payloads=rows)
+    ledger.append(instance, "activity.started", {"task_id": 1, "activity": "charge"},
+                  signer=signer)
+    if reexecuted:
+        ledger.append(instance, "activity.started", {"task_id": 1, "activity": "charge"},
+                      signer=signer)
+    out_ref, out_rows = _payload(RESULT)
+    ledger.append(instance, "activity.completed",
+                  {"task_id": 1, "activity": "charge", "output": out_ref,
+                   "output_digest": fmt.sha256_hex(RESULT)}, signer=signer, payloads=out_rows)
+    ledger.append(instance, "workflow.completed", {"status": "COMPLETED"}, signer=signer)
+
+
+@pytest.fixture
+def world(db_url: str, tmp_path: Path) -> World:
+    """A ledger on ``db_url`` with a clean instance ``order-1`` (4 entries)."""
+    key, trust, signer = generate_keypair(tmp_path / "keys", name="ops")
+    with Ledger.open(db_url, create=True) as ledger:
+        append_order(ledger, signer, "order-1")
+    return World(tmp=tmp_path, url=db_url, signer=signer, key=key, trust=trust)
+
+
+def add_instance(w: World, instance: str, *, reexecuted: bool = False) -> None:
+    with Ledger.open(w.url) as ledger:
+        append_order(ledger, w.signer, instance, reexecuted=reexecuted)
+
+
+def tamper_body(url: str, instance: str, seq: int) -> None:
+    """Play an attacker with database access: lift the append-only guard, edit one body."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "sqlite":
+                conn.exec_driver_sql("DROP TRIGGER histaudit_entries_no_update")
+            else:
+                conn.exec_driver_sql("ALTER TABLE histaudit_entries DISABLE TRIGGER USER")
+            body = conn.execute(sa.text("SELECT body FROM histaudit_entries "
+                                        "WHERE instance = :i AND seq = :s"),
+                                {"i": instance, "s": seq}).scalar_one()
+            forged = bytes(body).replace(b'"charge"', b'"refund"')
+            assert forged != bytes(body)
+            conn.execute(sa.text("UPDATE histaudit_entries SET body = :b "
+                                 "WHERE instance = :i AND seq = :s"),
+                         {"b": forged, "i": instance, "s": seq})
+            if engine.dialect.name != "sqlite":
+                conn.exec_driver_sql("ALTER TABLE histaudit_entries ENABLE TRIGGER USER")
+    finally:
+        engine.dispose()
+
+
+def stored_payloads(url: str) -> list[bytes]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [bytes(r[0]) for r in conn.execute(sa.text(
+                "SELECT data FROM histaudit_payloads"))]
+    finally:
+        engine.dispose()
+
+
+# --- keys generate -----------------------------------------------------------------------
+
+def test_keys_generate_writes_private_0600_and_public_json(tmp_path: Path) -> None:
+    r = run("keys", "generate", "--out", tmp_path / "k", "--name", "ops",
+            "--not-before", "2025-01-01T00:00:00Z", "--not-after", "2035-01-01T00:00:00Z",
+            cwd=tmp_path)
+    ok(r)
+    priv, pub = tmp_path / "k" / "ops.key", tmp_path / "k" / "ops.pub.json"
+    assert stat.S_IMODE(priv.stat().st_mode) == 0o600
+    assert priv.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+    doc = json.loads(pub.read_bytes())
+    raw = base64.b64decode(doc["public_key"])
+    assert doc["alg"] == "ed25519" and doc["kid"] == key_id(raw) and doc["name"] == "ops"
+    assert doc["not_before"] == "2025-01-01T00:00:00Z"
+    assert doc["not_after"] == "2035-01-01T00:00:00Z"
+    assert f"key id {doc['kid']}" in r.stdout and str(priv) in r.stdout
+    # The written key really is the pair: it loads and its public half is the JSON's.
+    assert Signer.load(priv).kid == doc["kid"]
+
+
+def test_keys_generate_private_key_is_0600_under_a_permissive_umask(tmp_path: Path) -> None:
+    r = subprocess.run(["sh", "-c", 'umask 000 && exec "$@"', "sh", *HISTAUDIT, "keys",
+                        "generate", "--out", str(tmp_path)], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    ok(r)
+    assert stat.S_IMODE((tmp_path / "histaudit.key").stat().st_mode) == 0o600
+
+
+def test_keys_generate_refuses_to_overwrite(tmp_path: Path) -> None:
+    ok(run("keys", "generate", "--out", tmp_path, cwd=tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert set(before) == {"histaudit.key", "histaudit.pub.json"}
+    line = one_error_line(run("keys", "generate", "--out", tmp_path, cwd=tmp_path),
+                          "already exists", "refusing to overwrite")
+    assert str(tmp_path / "histaudit.key") in line
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+# --- verify ------------------------------------------------------------------------------
+
+def test_verify_clean_instance_exits_0_with_ok(world: World) -> None:
+    r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, cwd=world.tmp)
+    ok(r)
+    assert "instance order-1: 4 entries, default check — OK" in r.stdout
+    assert "FAILED" not in r.stdout
+
+
+def test_verify_trust_store_may_be_a_directory_or_env(world: World) -> None:
+    ok(run("verify", "order-1", "--db", world.url, "--trust", world.trust.parent,
+           cwd=world.tmp))
+    r = run("verify", "order-1", cwd=world.tmp,
+            env={"HISTAUDIT_DB": world.url, "HISTAUDIT_TRUST": str(world.trust)})
+    ok(r)
+    assert "OK" in r.stdout
+
+
+def test_verify_json_document(world: World) -> None:
+    r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--json",
+            cwd=world.tmp)
+    ok(r)
+    doc = as_json(r)
+    assert doc["instance_id"] == "order-1"
+    assert doc["ok"] is True
+    assert doc["entries"] == 4
+    assert doc["mode"] == "default"
+    assert doc["findings"] == []
+
+
+def test_verify_full_checks_signatures_and_payloads(world: World) -> None:
+    for workers in ("1", "2"):
+        r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
+                "--workers", workers, "--json", cwd=world.tmp)
+        ok(r)
+        doc = as_json(r)
+        assert doc["mode"] == "full" and doc["ok"] is True and doc["findings"] == []
+
+
+def test_behaviour_warning_exits_0_by_default_and_1_with_fail_on_warning(world: World) -> None:
+    add_instance(world, "order-2", reexecuted=True)
+    base = ("verify", "order-2", "--db", world.url, "--trust", world.trust)
+
+    r = run(*base, "--json", cwd=world.tmp)
+    ok(r, 0)
+    doc = as_json(r)
+    assert doc["ok"] is True and doc["entries"] == 5
+    assert len(doc["findings"]) == 1
+    finding = doc["findings"][0]
+    assert {"code", "severity", "seq", "message"} <= set(finding)
+    assert finding["code"] == "activity-reexecuted"
+    assert finding["severity"] == "warning"
+    assert finding["seq"] == 3
+    assert "charge" in finding["message"] and "2 times" in finding["message"]
+
+    human = run(*base, cwd=world.tmp)
+    ok(human, 0)
+    assert "OK" in human.stdout and "activity-reexecuted" in human.stdout
+    assert "warning" in human.stdout
+
+    ok(run(*base, "--fail-on", "error", cwd=world.tmp), 0)
+    r = run(*base, "--fail-on", "warning", "--json", cwd=world.tmp)
+    ok(r, 1)
+    assert as_json(r)["findings"][0]["code"] == "activity-reexecuted"
+    ok(run(*base, "--fail-on", "info", cwd=world.tmp), 1)
+
+
+def test_tampered_body_exits_1_and_names_the_entry(world: World) -> None:
+    tamper_body(world.url, "order-1", 2)
+    base = ("verify", "order-1", "--db", world.url, "--trust", world.trust)
+    r = run(*base, "--json", cwd=world.tmp)
+    ok(r, 1)
+    doc = as_json(r)
+    assert doc["ok"] is False
+    codes = {(f["code"], f["seq"]) for f in doc["findings"]}
+    assert ("body-changed", 2) in codes
+    assert all(f["severity"] in {"error", "warning", "info"} for f in doc["findings"])
+    human = run(*base, cwd=world.tmp)
+    ok(human, 1)
+    assert "FAILED" in human.stdout and "body-changed" in human.stdout
+    full = run(*base, "--full", "--json", cwd=world.tmp)
+    ok(full, 1)
+    assert ("signature-invalid", 2) in {(f["code"], f["seq"]) for f in as_json(full)["findings"]}
+
+
+def test_forged_append_with_another_key_exits_1(world: World) -> None:
+    """An attacker who can INSERT (allowed by the triggers) but lacks the key is caught."""
+    with Ledger.open(world.url) as ledger:
+        ledger.append("order-1", "workflow.completed", {"status": "FORGED"},
+                      signer=Signer.generate())
+    r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--json",
+            cwd=world.tmp)
+    ok(r, 1)
+    codes = {f["code"] for f in as_json(r)["findings"]}
+    assert "key-untrusted" in codes
+
+
+def test_verify_with_someone_elses_trust_store_exits_1(world: World) -> None:
+    _, other, _ = generate_keypair(world.tmp / "other", name="other")
+    r = run("verify", "order-1", "--db", world.url, "--trust", other, "--json", cwd=world.tmp)
+    ok(r, 1)
+    assert {f["code"] for f in as_json(r)["findings"]} == {"key-untrusted"}
+
+
+def test_verify_unknown_instance_exits_1(world: World) -> None:
+    r = run("verify", "no-such", "--db", world.url, "--trust", world.trust, "--json",
+            cwd=world.tmp)
+    ok(r, 1)
+    assert [f["code"] for f in as_json(r)["findings"]] == ["instance-missing"]
+
+
+def test_verify_all(world: World) -> None:
+    add_instance(world, "order-2", reexecuted=True)
+    add_instance(world, "order-3")
+    base = ("verify", "--all", "--db", world.url, "--trust", world.trust)
+
+    r = run(*base, "--json", cwd=world.tmp)
+    ok(r, 0)
+    docs = as_json(r)
+    assert isinstance(docs, list)
+    assert {d["instance_id"] for d in docs} == {"order-1", "order-2", "order-3"}
+    assert all(d["ok"] for d in docs)
+    by_id = {d["instance_id"]: d for d in docs}
+    assert [f["code"] for f in by_id["order-2"]["findings"]] == ["activity-reexecuted"]
+    assert by_id["order-1"]["findings"] == [] and by_id["order-3"]["findings"] == []
+
+    human = run(*base, cwd=world.tmp)
+    ok(human, 0)
+    for instance in ("order-1", "order-2", "order-3"):
+        assert f"instance {instance}:" in human.stdout
+    ok(run(*base, "--fail-on", "warning", cwd=world.tmp), 1)
+
+    tamper_body(world.url, "order-3", 2)
+    r = run(*base, "--json", cwd=world.tmp)
+    ok(r, 1)
+    by_id = {d["instance_id"]: d for d in as_json(r)}
+    assert by_id["order-3"]["ok"] is False and by_id["order-1"]["ok"] is True
+
+
+# --- list / show -------------------------------------------------------------------------
+
+def test_list_without_and_with_trust(world: World) -> None:
+    add_instance(world, "order-2", reexecuted=True)
+    add_instance(world, "order-3")
+    tamper_body(world.url, "order-3", 2)
+
+    r = run("list", "--db", world.url, "--json", cwd=world.tmp)
+    ok(r)
+    rows = {row["instance"]: row for row in as_json(r)}
+    assert set(rows) == {"order-1", "order-2", "order-3"}
+    assert rows["order-1"]["entries"] == 4 and rows["order-2"]["entries"] == 5
+    assert rows["order-1"]["last_kind"] == "workflow.completed"
+    assert rows["order-1"]["last_ts"].endswith("Z")
+    assert {row["status"] for row in rows.values()} == {"not checked (no --trust)"}
+
+    r = run("list", "--db", world.url, "--trust", world.trust, "--json", cwd=world.tmp)
+    ok(r)
+    rows = {row["instance"]: row for row in as_json(r)}
+    assert rows["order-1"]["status"] == "ok"
+    assert rows["order-2"]["status"] == "ok, 1 warning/info"
+    assert rows["order-3"]["status"].startswith("FAILED")
+
+    human = run("list", "--db", world.url, "--trust", world.trust, cwd=world.tmp)
+    ok(human)
+    for word in ("instance", "entries", "order-1", "order-2", "order-3",
+                 "workflow.completed", "FAILED"):
+        assert word in human.stdout
+    plain = run("list", "--db", world.url, cwd=world.tmp)
+    ok(plain)
+    assert "not checked" in plain.stdout and "order-1" in plain.stdout
+
+
+def test_verify_all_json_is_a_list_even_of_one(world: World) -> None:
+    r = run("verify", "--all", "--db", world.url, "--trust", world.trust, "--json",
+            cwd=world.tmp)
+    ok(r)
+    docs = as_json(r)
+    assert isinstance(docs, list) and [d["instance_id"] for d in docs] == ["order-1"]
+
+
+def test_empty_ledger(db_url: str, tmp_path: Path) -> None:
+    _, trust, _ = generate_keypair(tmp_path / "keys")
+    Ledger.open(db_url, create=True).close()
+    r = run("list", "--db", db_url, "--json", cwd=tmp_path)
+    ok(r)
+    assert as_json(r) == []
+    r = run("verify", "--all", "--db", db_url, "--trust", trust, "--json", cwd=tmp_path)
+    ok(r)
+    assert as_json(r) == []
+    ok(run("verify", "--all", "--db", db_url, "--trust", trust, cwd=tmp_path))
+
+
+def test_show_human_and_json(world: World) -> None:
+    r = run("show", "order-1", "--db", world.url, cwd=world.tmp)
+    ok(r)
+    for word in ("instance order-1", "workflow.started", "activity.started",
+                 "activity.completed", "workflow.completed", "activity=charge"):
+        assert word in r.stdout
+    assert "Ada Lovelace" not in r.stdout  # payloads are shown as commitments only
+
+    r = run("show", "order-1", "--db", world.url, "--json", cwd=world.tmp)
+    ok(r)
+    doc = as_json(r)
+    assert doc["instance_id"] == "order-1"
+    entries = doc["entries"]
+    assert [e["seq"] for e in entries] == [1, 2, 3, 4]
+    assert [e["kind"] for e in entries] == ["workflow.started", "activity.started",
+                                            "activity.completed", "workflow.completed"]
+    assert all(e["kid"] == world.signer.kid and e["ts"].endswith("Z") for e in entries)
+    ref = entries[0]["data"]["input"]
+    assert set(ref) == {"c", "n"} and ref["n"] == len(SECRET)
+    assert "Ada Lovelace" not in r.stdout
+
+
+def test_show_unknown_instance_is_bad_input(world: World) -> None:
+    one_error_line(run("show", "nope", "--db", world.url, cwd=world.tmp),
+                   "'nope'", "no entries")
+
+
+# --- redact ------------------------------------------------------------------------------
+
+def test_redact_then_verify_full_is_still_clean(world: World) -> None:
+    assert SECRET in stored_payloads(world.url)
+    r = run("redact", "order-1", "--seq", "1", "--field", "input", "--reason", "GDPR art. 17",
+            "--db", world.url, "--key", world.key, cwd=world.tmp)
+    ok(r)
+    assert r.stdout.strip() == "erased input of entry 1"
+
+    # The payload is gone from the database; the other one is still there.
+    assert stored_payloads(world.url) == [RESULT]
+    if world.url.startswith("sqlite"):
+        path = Path(sa.engine.make_url(world.url).database or "")
+        for f in path.parent.glob(path.name + "*"):
+            assert b"Ada Lovelace" not in f.read_bytes(), f
+
+    r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
+            "--json", cwd=world.tmp)
+    ok(r)
+    doc = as_json(r)
+    assert doc["ok"] is True and doc["entries"] == 5 and doc["findings"] == []
+
+    shown = as_json(run("show", "order-1", "--db", world.url, "--json", cwd=world.tmp))
+    last = shown["entries"][-1]
+    assert last["kind"] == "payload.erased"
+    assert last["data"]["entry"] == 1 and last["data"]["field"] == "input"
+    assert last["data"]["reason"] == "GDPR art. 17"
+    assert last["data"]["commitment"] == shown["entries"][0]["data"]["input"]["c"]
+
+    # A second request for the same payload is recorded, not an error.
+    again = run("redact", "order-1", "--seq", "1", "--field", "input", "--db", world.url,
+                cwd=world.tmp, env={"HISTAUDIT_KEY": str(world.key)})
+    ok(again)
+    assert "already erased" in again.stdout
+    ok(run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
+           cwd=world.tmp))
+
+
+# --- global behaviour --------------------------------------------------------------------
+
+def test_version_and_help(tmp_path: Path) -> None:
+    r = run("--version", cwd=tmp_path)
+    ok(r)
+    assert r.stdout.startswith("histaudit, version ")
+    r = run("--help", cwd=tmp_path)
+    ok(r)
+    for command in ("keys", "list", "redact", "show", "verify"):
+        assert command in r.stdout
+
+
+def test_python_dash_m_runs_the_same_cli(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "histaudit.cli", "--version"],
+                       capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
+    ok(r)
+    assert r.stdout.startswith("histaudit, version ")
+
+
+def test_default_ledger_is_histaudit_db_in_the_working_directory(tmp_path: Path) -> None:
+    _, trust, signer = generate_keypair(tmp_path / "keys")
+    with Ledger.open(f"sqlite:///{tmp_path / 'histaudit.db'}", create=True) as ledger:
+        append_order(ledger, signer, "order-1")
+    ok(run("verify", "order-1", "--trust", trust, cwd=tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    one_error_line(run("list", cwd=elsewhere), "histaudit.db", "does not exist")
+    assert not (elsewhere / "histaudit.db").exists()
+    shutil.rmtree(elsewhere)
