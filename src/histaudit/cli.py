@@ -43,7 +43,7 @@ key_option = click.option("--key", metavar="PATH", envvar="HISTAUDIT_KEY",
 
 
 def _out() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, markup=False)
 
 
 def _clip(text: object, limit: int = CELL_CHARS) -> str:
