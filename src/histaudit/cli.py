@@ -114,10 +114,16 @@ def keys_generate(out_dir: str, name: str, not_before: str | None,
 @click.option("--since-checkpoint", "since", metavar="FILE",
               help="Also prove the ledger is an append-only extension of this signed "
                    "checkpoint (catches rollback, fork, deleted instances).")
+@click.option("--engine", "engine_addr", metavar="HOST:PORT",
+              help="Also cross-check INSTANCE_ID's activity completions against the "
+                   "engine's own history (GetInstanceHistory).")
 def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | None,
            as_json: bool, fail_on: str, full: bool, workers: int | None,
-           since: str | None, bundle_path: str | None) -> None:
+           since: str | None, bundle_path: str | None, engine_addr: str | None) -> None:
     """Prove INSTANCE_ID's chain complete and untampered; report what happened across crashes."""
+    if engine_addr and (not instance_id or all_ or bundle_path):
+        raise UsageError("--engine cross-checks one instance: give INSTANCE_ID, without "
+                         "--all or --bundle")
     if bundle_path:
         if instance_id or all_ or since:
             raise UsageError("--bundle verifies the whole bundle; drop INSTANCE_ID, --all and "
@@ -150,6 +156,8 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
             assert instance_id is not None
             reports = [verify_instance(ledger, instance_id, trust=trust_store, full=full,
                                        workers=workers)]
+            if engine_addr:
+                reports = [_crosscheck(ledger, reports[0], engine_addr)]
     if consistency is not None:
         reports.append(_consistency_report(consistency))
     if as_json:
@@ -159,6 +167,14 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
     else:
         _render_reports(reports)
     sys.exit(EXIT_FINDINGS if any(r.failing(threshold) for r in reports) else EXIT_CLEAN)
+
+
+def _crosscheck(ledger: Ledger, report: Report, engine_addr: str) -> Report:
+    from .crosscheck import crosscheck, with_findings
+    from .replay import fetch_history
+
+    history = fetch_history(engine_addr, report.instance_id)
+    return with_findings(report, crosscheck(ledger, report.instance_id, history))
 
 
 def _consistency_report(c: ConsistencyReport) -> Report:
@@ -376,12 +392,49 @@ def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
         if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
             raise InputError(f"entry {seq} of {instance_id!r} has no committed payload "
                              f"{field_!r}")
-        erased = ledger.erase_payload(ref["c"])
-        ledger.append(instance_id, "payload.erased",
-                      {"entry": seq, "field": field_, "commitment": ref["c"], "reason": reason},
-                      signer=signer)
+        erased, _ = ledger.erase_payload(instance_id, ref["c"], signer=signer,
+                                         record={"entry": seq, "field": field_,
+                                                 "reason": reason})
     click.echo(f"erased {field_} of entry {seq}" if erased
                else f"{field_} of entry {seq} was already erased; erasure recorded")
+
+
+# --- replay ----------------------------------------------------------------------------
+
+@cli.command("replay")
+@click.argument("instance_id")
+@click.option("--workflow", "workflow_ref", required=True, metavar="MODULE:FUNCTION",
+              help="The workflow code to replay (importable from the current directory, "
+                   "or path/to/file.py:FUNCTION).")
+@click.option("--engine", "engine_addr", metavar="HOST:PORT",
+              help="Fetch the history from the engine (GetInstanceHistory).")
+@click.option("--history", "history_file", metavar="FILE", help="Read a saved history file.")
+@click.option("--save", "save_file", metavar="FILE", help="Also save the history to FILE.")
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
+              help="Seconds to wait for the engine.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def replay_cmd(instance_id: str, workflow_ref: str, engine_addr: str | None,
+               history_file: str | None, save_file: str | None, timeout: float,
+               as_json: bool) -> None:
+    """Replay INSTANCE_ID's recorded history against workflow code; exit 1 if it diverges."""
+    import logging
+
+    from . import replay as rp
+
+    if bool(engine_addr) == bool(history_file):
+        raise UsageError("give the history source: --engine HOST:PORT or --history FILE")
+    logging.getLogger("WorkflowRuntime").setLevel(logging.CRITICAL)  # the SDK's chatter
+    workflow = rp.load_workflow(workflow_ref)
+    events = (rp.fetch_history(engine_addr, instance_id, timeout=timeout) if engine_addr
+              else rp.load_history(str(history_file)))
+    result = rp.replay(events, workflow, instance_id)
+    if save_file:
+        rp.save_history(events, save_file)
+    if as_json:
+        _emit_json(result.to_json())
+    else:
+        click.echo(result.explain())
+    sys.exit(EXIT_CLEAN if result.ok else EXIT_FINDINGS)
 
 
 # --- entry point -----------------------------------------------------------------------

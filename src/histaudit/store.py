@@ -337,12 +337,21 @@ class Ledger:
         return fmt.Entry(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind, ts=ts,
                          kid=signer.kid, data=dict(data), body=body)
 
-    def erase_payload(self, commitment: str) -> bool:
-        """Erase one payload (privacy request); the chain still verifies without it."""
+    def erase_payload(self, instance: str, commitment: str, *, signer: Signer,
+                      record: Mapping[str, Any]) -> tuple[bool, fmt.Entry]:
+        """Erase one payload (privacy request) and sign ``payload.erased`` into ``instance``.
+
+        Both happen in one transaction: a payload never disappears without the signed
+        record that says why. The chain still verifies: it holds only the commitment.
+        Returns (whether a stored payload was deleted, the erasure entry).
+        """
         try:
             with self._write() as conn:
-                return conn.execute(payloads.delete().where(
+                gone = conn.execute(payloads.delete().where(
                     payloads.c.commitment == commitment)).rowcount > 0
+                entry = self._append_locked(conn, instance, "payload.erased",
+                                            {**record, "commitment": commitment}, signer, None)
+                return gone, entry
         except SQLAlchemyError as exc:
             raise StoreError(f"erasing payload {commitment[:12]}… failed: "
                              f"{_one_line(exc)}") from None

@@ -193,11 +193,16 @@ def test_appending_and_erasing_still_work_with_the_triggers(setup: Setup) -> Non
     with Ledger.open(setup.url) as ledger:
         for instance in INSTANCES:
             ledger.append(instance, "step.done", {"n": ENTRIES + 1}, signer=setup.signer)
-        assert ledger.erase_payload(setup.commitment)
-        assert ledger.payload(setup.commitment) is None
         head = ledger.head("wf-one")
         assert head is not None and head.seq == ENTRIES + 1
     assert_verifies(setup.url, setup.trust, ENTRIES + 1)
+    with Ledger.open(setup.url) as ledger:
+        erased, entry = ledger.erase_payload(INSTANCES[0], setup.commitment,
+                                             signer=setup.signer, record={"reason": "test"})
+        assert erased and entry.kind == "payload.erased" and entry.seq == ENTRIES + 2
+        assert ledger.payload(setup.commitment) is None
+        report = verify_instance(ledger, INSTANCES[0], trust=setup.trust, full=True)
+        assert report.findings == () and report.entries == ENTRIES + 2
 
 
 # --- PostgreSQL: a writer role that can append but never rewrite --------------------------
@@ -278,7 +283,7 @@ def test_writer_role_can_append_and_verify(writer: Writer) -> None:
             assert report.findings == () and report.entries == count
         # Erasing is the owner's business: the writer has no DELETE on payloads.
         with pytest.raises(StoreError):
-            ledger.erase_payload(s.commitment)
+            ledger.erase_payload(INSTANCES[0], s.commitment, signer=s.signer, record={})
     assert_verifies(writer.owner_url, s.trust, ENTRIES + 10)
 
 

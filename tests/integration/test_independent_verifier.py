@@ -150,10 +150,9 @@ def build(url: str, signer: Signer) -> StoredHead:
                       signer=signer)
         older = ledger.head("inv-1")
         assert older is not None
-        assert ledger.erase_payload(refs[("inv-1", 1)])
-        ledger.append("inv-1", "payload.erased", {"entry": 1, "field": "input",
-                                                  "commitment": refs[("inv-1", 1)]},
-                      signer=signer)
+        erased, _ = ledger.erase_payload("inv-1", refs[("inv-1", 1)], signer=signer,
+                                         record={"entry": 1, "field": "input"})
+        assert erased
     return older
 
 

@@ -267,10 +267,15 @@ def test_clean_ledger_has_no_findings(built: Built) -> None:
 def test_erasing_payloads_keeps_the_ledger_verifying(built: Built) -> None:
     with Ledger.open(built.url) as ledger:
         for commitment in built.commitments[VICTIM].values():
-            assert ledger.erase_payload(commitment) is True
+            erase = dict(signer=built.signer, record={"reason": "test"})
+            assert ledger.erase_payload(VICTIM, commitment, **erase)[0] is True
             assert ledger.payload(commitment) is None
-            assert ledger.erase_payload(commitment) is False  # already gone
-    assert_clean(built, *INSTANCES)
+            assert ledger.erase_payload(VICTIM, commitment, **erase)[0] is False  # already gone
+    assert_clean(built, *others(VICTIM))
+    erasures = len(built.commitments[VICTIM]) * 2  # one signed payload.erased per call
+    for full in (False, True):
+        report = verify(built.url, VICTIM, built.trust, full=full)
+        assert report.findings == () and report.entries == INSTANCES[VICTIM] + erasures
 
 
 # --- entry bodies, hashes and signatures -------------------------------------------------
