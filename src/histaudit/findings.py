@@ -50,6 +50,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "head-mismatch": (E, "signed head does not match the last stored entry"),
     "instance-missing": (E, "no entries and no head are stored for this instance"),
     # the ledger-wide tree and its checkpoints
+    "leaf-mismatch": (E, "entry is stored at another ledger-wide position than it signed"),
     "leaves-missing": (E, "ledger-wide leaf indices have a gap: entries or instances deleted"),
     "checkpoint-rollback": (E, "ledger is smaller than an earlier signed checkpoint"),
     "checkpoint-inconsistent": (E, "ledger is not an append-only extension of a checkpoint"),
@@ -65,6 +66,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "workflow-nondeterministic": (E, "workflow code scheduled something else on replay"),
     "engine-unsigned-completion": (E, "engine history has a completion with no signed record"),
     "engine-missing-completion": (W, "signed completion is absent from the engine history"),
+    "engine-completion-unverifiable": (I, "engine completion not comparable: signed payload "
+                                          "erased, sizes agree"),
 }
 
 

@@ -171,6 +171,10 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
         else:
             add(Finding.make("seq-reordered", instance, entry.seq,
                              f"entry {entry.seq} stored after entry {last_seq}"))
+        if entry.leaf != row.leaf:
+            add(Finding.make("leaf-mismatch", instance, entry.seq,
+                             f"entry {entry.seq} says ledger leaf {entry.leaf}, stored as leaf "
+                             f"{row.leaf}"))
         if entry.leaf <= last_leaf:
             add(Finding.make("seq-reordered", instance, entry.seq,
                              f"entry {entry.seq} has ledger leaf {entry.leaf}, not after the "
