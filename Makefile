@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 engine: $(ENGINE)
-$(ENGINE): scripts/install-engine.sh
+$(ENGINE): scripts/install-engine.sh engine/main.go engine/go.mod
 	scripts/install-engine.sh
 
 postgres:

@@ -22,3 +22,9 @@ else
     (cd "$DIR" && GOFLAGS=-mod=mod go build -o "$OUT/durabletask-go" .)
 fi
 echo "durabletask-go ${TAG} -> .tools/bin/durabletask-go"
+
+# The same engine library behind a main with --lock-timeout (engine/main.go): crash tests
+# that kill the engine use it so a re-dispatch takes seconds, not upstream's two minutes.
+# engine/go.mod pins the same tag.
+(cd engine && go build -o "$OUT/durabletask-sidecar" .)
+echo "engine/main.go (durabletask-go ${TAG}) -> .tools/bin/durabletask-sidecar"

@@ -27,6 +27,14 @@ __all__ = ["BINARY_NAME", "ENV_BINARY", "Engine", "find_engine_binary", "free_po
 BINARY_NAME = "durabletask-go"
 """File name of the engine binary that ``make engine`` builds."""
 
+SIDECAR_NAME = "durabletask-sidecar"
+"""The same engine library built from ``engine/main.go``, with a ``--lock-timeout`` flag.
+
+Upstream's sidecar locks a dispatched work item for two minutes, so after the *engine*
+is killed mid-step the restarted engine waits that long to re-dispatch it. Crash tests
+of the engine pass ``lock_timeout`` and get this binary, built beside the upstream one.
+"""
+
 ENV_BINARY = "HISTAUDIT_ENGINE_BIN"
 """Environment variable naming the engine binary explicitly."""
 
@@ -123,6 +131,7 @@ class Engine:
         port: int | None = None,
         log_file: str | os.PathLike[str] | None = None,
         start_timeout: float = 20.0,
+        lock_timeout: float | None = None,
     ) -> None:
         """Configure, but do not start, an engine.
 
@@ -145,6 +154,13 @@ class Engine:
         self._port_was_picked = port is None
         self._port = port if port is not None else free_port(self._connect_host)
         self._start_timeout = start_timeout
+        self._extra_args: list[str] = []
+        if lock_timeout is not None:
+            sidecar = self._binary.with_name(SIDECAR_NAME)
+            if not (sidecar.is_file() and os.access(sidecar, os.X_OK)):
+                raise EngineError(f"{sidecar} not found (needed for lock_timeout); {_HINT}")
+            self._binary = sidecar
+            self._extra_args = ["--lock-timeout", f"{int(lock_timeout * 1000)}ms"]
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_once = False
 
@@ -314,6 +330,7 @@ class Engine:
                 str(self._port),
                 "--db",
                 str(self._db_path),
+                *self._extra_args,
             ]
             try:
                 proc = subprocess.Popen(
