@@ -1,0 +1,150 @@
+"""Cross-check the engine's history of an instance against its signed ledger entries.
+
+The interceptor signs every activity completion *before* the result goes back to the
+engine, so every ``TaskCompleted`` event the engine holds must have a signed
+``activity.completed`` entry for the same task with the same output, and a signed
+completion should be in the engine's history. :func:`crosscheck` checks both directions:
+
+* an engine completion with no signed record — ``engine-unsigned-completion``;
+* an engine completion whose result is not the signed output — ``replay-mismatch``
+  (the engine state was altered, or something other than the audited activity answered);
+* a signed completion whose task the engine has no completion for —
+  ``engine-missing-completion`` (the engine lost or dropped it; also seen while the
+  completion is still in flight, or after ``continue_as_new`` purged older history);
+* an engine completion that cannot be compared because the signed payload was erased and
+  the sizes agree — ``engine-completion-unverifiable`` (info).
+
+The verifier holds only public keys, so the keyed ``output_digest`` cannot be recomputed.
+The comparison uses the salted commitment: with the payload row still stored (its salt
+beside it), ``commit(engine result, salt) == commitment`` decides; once erased, only the
+committed size ``n`` is left, which can prove a difference but never equality.
+
+A task is matched by its task id, and by the SDK's task execution id when both sides
+carry one (it tells apart tasks of different generations of a ``continue_as_new`` loop).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from . import format as fmt
+from .errors import HistauditError
+from .findings import Finding
+from .store import Ledger
+from .verify import Report
+
+__all__ = ["crosscheck", "with_findings"]
+
+_SAME, _DIFFERENT, _UNKNOWN = "same", "different", "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class _Signed:
+    seq: int
+    activity: str
+    task_id: Any
+    execution_id: str
+    output: Any  # {"c", "n"} or None
+
+
+def _signed_completions(ledger: Ledger, instance: str) -> list[_Signed]:
+    out = []
+    for row in ledger.entries(instance):
+        try:
+            entry = fmt.parse_entry(row.body)
+        except HistauditError:
+            continue  # the verifier reports malformed entries
+        if entry.kind != "activity.completed":
+            continue
+        data = entry.data
+        out.append(_Signed(entry.seq, str(data.get("activity", "?")), data.get("task_id"),
+                           str(data.get("execution_id") or ""), data.get("output")))
+    return out
+
+
+def _compare(ledger: Ledger, signed: _Signed, raw: bytes | None) -> str:
+    ref = signed.output
+    if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
+        return _SAME if raw is None else _DIFFERENT
+    if raw is None:
+        return _DIFFERENT
+    stored = ledger.payload(ref["c"])
+    if stored is not None:
+        salt, _data = stored
+        return _SAME if fmt.commitment_matches(ref["c"], raw, salt) else _DIFFERENT
+    size = ref.get("n")
+    if isinstance(size, int) and size != len(raw):
+        return _DIFFERENT
+    return _UNKNOWN
+
+
+def _same_task(signed: _Signed, task_id: int, execution_id: str) -> bool:
+    if signed.task_id != task_id:
+        return False
+    return not (execution_id and signed.execution_id) or signed.execution_id == execution_id
+
+
+def crosscheck(ledger: Ledger, instance: str, history: Iterable[Any]) -> list[Finding]:
+    """Findings from comparing the engine's ``history`` (HistoryEvent protobufs) with the
+    signed ``activity.completed`` entries of ``instance`` in ``ledger``."""
+    signed = _signed_completions(ledger, instance)
+    by_task: dict[Any, list[_Signed]] = defaultdict(list)
+    for s in signed:
+        by_task[s.task_id].append(s)
+    findings: list[Finding] = []
+    engine_tasks: dict[int, set[str]] = defaultdict(set)  # task id -> execution ids
+    for event in history:
+        if not event.HasField("taskCompleted"):
+            continue
+        done = event.taskCompleted
+        task_id, execution_id = int(done.taskScheduledId), str(done.taskExecutionId or "")
+        engine_tasks[task_id].add(execution_id)
+        raw = done.result.value.encode("utf-8") if done.result.value != "" else None
+        mine = [s for s in by_task.get(task_id, ()) if _same_task(s, task_id, execution_id)]
+        if not mine:
+            findings.append(Finding.make(
+                "engine-unsigned-completion", instance, None,
+                f"the engine holds a completion of task {task_id} "
+                f"({_size(raw)}) that no signed activity.completed records"))
+            continue
+        verdicts = [_compare(ledger, s, raw) for s in mine]
+        last = mine[-1]
+        if _SAME in verdicts:
+            continue
+        if _UNKNOWN in verdicts:
+            findings.append(Finding.make(
+                "engine-completion-unverifiable", instance, last.seq,
+                f"activity {last.activity} (task {task_id}): unverifiable (payload erased); "
+                f"the engine's result has the signed size ({_size(raw)})"))
+            continue
+        findings.append(Finding.make(
+            "replay-mismatch", instance, last.seq,
+            f"activity {last.activity} (task {task_id}): the engine's result ({_size(raw)}) "
+            f"is not the output signed at entry {last.seq}"
+            + (f" ({len(mine)} signed completions)" if len(mine) > 1 else "")))
+    reported: set[Any] = set()
+    for s in signed:
+        ids = engine_tasks.get(s.task_id) if isinstance(s.task_id, int) else None
+        present = bool(ids) and (not s.execution_id or "" in ids or s.execution_id in ids)
+        if present or s.task_id in reported:
+            continue
+        reported.add(s.task_id)
+        findings.append(Finding.make(
+            "engine-missing-completion", instance, s.seq,
+            f"activity {s.activity} (task {s.task_id}) completed at entry {s.seq}, but the "
+            f"engine's history has no completion of that task"))
+    return findings
+
+
+def _size(raw: bytes | None) -> str:
+    return "no result" if raw is None else f"{len(raw)} bytes"
+
+
+def with_findings(report: Report, findings: Sequence[Finding], mode: str = "engine") -> Report:
+    """``report`` with ``findings`` merged in (same order rule as the verifier's)."""
+    merged = sorted((*report.findings, *findings),
+                    key=lambda f: (f.seq if f.seq is not None else 1 << 62, -f.severity))
+    return replace(report, mode=f"{report.mode}+{mode}", findings=tuple(merged))
