@@ -12,7 +12,9 @@ leaves a pattern this analyzer names:
   not deterministic — ``activity-nondeterministic``;
 * one effect (``name``, ``key``) done twice — ``effect-duplicate``;
 * an intent never closed, and the task ran again — ``effect-uncertain``;
-* a later attempt found the effect done and skipped it — ``effect-deduplicated``.
+* a later attempt found the effect done and skipped it — ``effect-deduplicated``;
+* on a replay the engine fed back an activity result that is not the signed completion
+  of that task (the interceptor signed ``replay.mismatch``) — ``replay-mismatch``.
 
 Deliberate retries of a failed activity get a new ``task_id`` from the SDK and are not
 re-executions.
@@ -54,6 +56,7 @@ class BehaviourAnalyzer:
         self.instance = instance
         self._tasks: dict[tuple[Any, Any], _Task] = defaultdict(_Task)
         self._effects: dict[tuple[str, str], _Effect] = defaultdict(_Effect)
+        self._mismatches: list[Finding] = []
 
     def observe(self, entry: fmt.Entry) -> None:
         data, kind = entry.data, entry.kind
@@ -65,6 +68,13 @@ class BehaviourAnalyzer:
             digest = data.get("output_digest")
             if isinstance(digest, str):
                 self._tasks[_task_key(data)].results.setdefault((entry.kid, digest), entry.seq)
+        elif kind == "replay.mismatch":
+            self._mismatches.append(Finding.make(
+                "replay-mismatch", self.instance, entry.seq,
+                f"activity {data.get('activity', '?')} (task {data.get('task_id')}): on "
+                f"replay the engine fed back a result (digest {_short(data.get('seen_digest'))})"
+                f" that is not the completion signed at entry {data.get('completed_seq')} "
+                f"(digest {_short(data.get('expected_digest'))})"))
         elif kind.startswith("effect."):
             effect = self._effects[(str(data.get("name")), str(data.get("key")))]
             if kind == "effect.intent":
@@ -79,7 +89,7 @@ class BehaviourAnalyzer:
                 effect.skipped.append(entry.seq)
 
     def finish(self) -> list[Finding]:
-        out: list[Finding] = []
+        out: list[Finding] = list(self._mismatches)
         for (task_id, _), task in self._tasks.items():
             label = f"activity {task.activity} (task {task_id})"
             if len(task.starts) > 1:
@@ -117,6 +127,10 @@ class BehaviourAnalyzer:
                     f"{label} was already done; re-execution skipped it "
                     f"{len(eff.skipped)} time(s)"))
         return out
+
+
+def _short(digest: Any) -> str:
+    return f"{digest[:12]}…" if isinstance(digest, str) else "none"
 
 
 def _seqs(seqs: list[int], limit: int = 6) -> str:

@@ -26,6 +26,11 @@ Commitments cover the exact JSON text the SDK exchanges with the engine: activit
 are taken off the wire, everything else is encoded with the SDK's own serializer, which
 is what the SDK itself sends.
 
+While a workflow replays, every activity result the engine feeds back is compared with
+the signed completion of that task (see :class:`ReplayedResultCheck`); a result that is not
+the one signed is recorded as ``replay.mismatch``, which the verifier reports as
+``replay-mismatch``.
+
 Automatic crash points (see :mod:`histaudit.crash`): ``before:<activity>`` after the
 start is signed and before the body runs; ``after:<activity>`` after the body returned
 and *before* the completion is signed or reported. A crash there loses both, so the
@@ -40,10 +45,12 @@ import functools
 import hashlib
 import hmac
 import inspect
+import itertools
 import logging
 import os
 import socket
-from collections.abc import Callable, Generator, Iterator, Mapping
+import threading
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +71,7 @@ __all__ = [
     "AuditRecorder",
     "AuditedWorkflowContext",
     "AuditedWorkflowRuntime",
+    "ReplayedResultCheck",
     "current_activity",
     "payload_digest",
     "sdk_decode",
@@ -81,10 +89,11 @@ WORKFLOW_SCHEDULED_CHILD = "workflow.scheduled_child"
 WORKFLOW_CONTINUED_AS_NEW = "workflow.continued_as_new"
 WORKFLOW_COMPLETED = "workflow.completed"
 WORKFLOW_FAILED = "workflow.failed"
+REPLAY_MISMATCH = "replay.mismatch"
 
 KINDS = (ACTIVITY_STARTED, ACTIVITY_COMPLETED, ACTIVITY_FAILED, WORKFLOW_STARTED,
          WORKFLOW_SCHEDULED_ACTIVITY, WORKFLOW_SCHEDULED_CHILD, WORKFLOW_CONTINUED_AS_NEW,
-         WORKFLOW_COMPLETED, WORKFLOW_FAILED)
+         WORKFLOW_COMPLETED, WORKFLOW_FAILED, REPLAY_MISMATCH)
 """Entry kinds this module writes (the side-effect kinds are in :mod:`histaudit.effects`)."""
 
 _DIGEST_DOMAIN = b"histaudit.digest-key.v1\x00"
@@ -539,6 +548,110 @@ def _audit_workflow(recorder: AuditRecorder, fn: Callable[..., Any],
     return audited
 
 
+# --- replayed results ------------------------------------------------------------------
+
+class ReplayedResultCheck:
+    """Compares activity results the engine feeds back with their signed completions.
+
+    Every ``TaskCompleted`` event in the history the engine hands the app (old events
+    and new ones) is matched to the ``activity.completed`` entries of the same task id
+    (and the SDK's task execution id, when both carry one). The result text the workflow
+    is about to read must be one of the signed outputs: compared by the keyed digest for
+    entries signed with this runtime's key, else by the stored payload against its
+    commitment. If none matches, one ``replay.mismatch`` entry is signed (task id,
+    activity, expected and seen digests, the seq of the signed completion, and a
+    commitment to the seen result); the same mismatch is not recorded twice.
+
+    Results with no signed completion (an unaudited activity, another app's) are left to
+    ``histaudit verify --engine``. The check records evidence and never stops the
+    workflow: raising here would fail history resolution, and with it the workflow.
+    A result seen and found good is not looked up again by this process.
+    """
+
+    _MAX_REMEMBERED = 100_000
+
+    def __init__(self, recorder: AuditRecorder) -> None:
+        self.recorder = recorder
+        self._good: dict[tuple[str, int, str], bytes] = {}
+        self._lock = threading.Lock()
+
+    def check(self, instance: str, events: Iterable[Any]) -> int:
+        """Check the ``TaskCompleted`` events among ``events``; return mismatches recorded."""
+        todo = []
+        for event in events:
+            if not event.HasField("taskCompleted"):
+                continue
+            done = event.taskCompleted
+            raw = done.result.value.encode("utf-8") if done.result.value != "" else None
+            key = (instance, int(done.taskScheduledId), str(done.taskExecutionId or ""))
+            seen = hashlib.sha256(b"-" if raw is None else b"+" + raw).digest()
+            with self._lock:
+                if self._good.get(key) == seen:
+                    continue
+            todo.append((key, raw, seen))
+        if not todo:
+            return 0
+        completions, recorded = self._signed(instance)
+        count = 0
+        for key, raw, seen in todo:
+            _, task_id, execution_id = key
+            mine = [e for e in completions.get(task_id, ())
+                    if not (execution_id and e.data.get("execution_id"))
+                    or e.data.get("execution_id") == execution_id]
+            if not mine:
+                continue  # not signed here: for verify --engine to judge
+            if any(self._same(instance, e, raw) for e in mine):
+                with self._lock:
+                    if len(self._good) >= self._MAX_REMEMBERED:
+                        self._good.clear()
+                    self._good[key] = seen
+                continue
+            seen_digest = None if raw is None else self.recorder.digest(instance, raw)
+            if (task_id, seen_digest) in recorded:
+                continue
+            recorded.add((task_id, seen_digest))
+            last = mine[-1]
+            text = None if raw is None else raw.decode("utf-8")
+            seen_ref = self.recorder.commit(instance, text)
+            self.recorder.append(instance, REPLAY_MISMATCH, {
+                "activity": last.data.get("activity"), "task_id": task_id,
+                "execution_id": execution_id or None,
+                "expected_digest": last.data.get("output_digest"),
+                "seen_digest": seen_digest, "completed_seq": last.seq,
+                "seen": seen_ref.ref, "worker": _worker_id()}, seen_ref)
+            log.warning("histaudit: instance %s, task %s (%s): the engine fed back a result "
+                        "that is not the signed completion at entry %s; recorded %s",
+                        instance, task_id, last.data.get("activity"), last.seq,
+                        REPLAY_MISMATCH)
+            count += 1
+        return count
+
+    def _signed(self, instance: str) -> tuple[dict[int, list[fmt.Entry]], set[Any]]:
+        completions: dict[int, list[fmt.Entry]] = {}
+        recorded: set[Any] = set()
+        for entry in self.recorder.entries(instance):
+            if entry.kind == ACTIVITY_COMPLETED:
+                task_id = entry.data.get("task_id")
+                if isinstance(task_id, int):
+                    completions.setdefault(task_id, []).append(entry)
+            elif entry.kind == REPLAY_MISMATCH:
+                recorded.add((entry.data.get("task_id"), entry.data.get("seen_digest")))
+        return completions, recorded
+
+    def _same(self, instance: str, entry: fmt.Entry, raw: bytes | None) -> bool:
+        ref = entry.data.get("output")
+        if not isinstance(ref, dict):
+            return raw is None
+        if raw is None:
+            return False
+        digest = entry.data.get("output_digest")
+        if entry.kid == self.recorder.signer.kid and isinstance(digest, str):
+            return hmac.compare_digest(self.recorder.digest(instance, raw), digest)
+        found, stored = self.recorder.load_payload(ref)
+        # Signed under another key and erased: nothing to compare with, so no claim.
+        return stored == raw if found else True
+
+
 # --- the runtime -----------------------------------------------------------------------
 
 def _mirror_registration(fn: Callable[..., Any], wrapper: Callable[..., Any]) -> None:
@@ -571,6 +684,8 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         self.recorder = AuditRecorder(self.ledger, signer, keep_payloads=keep_payloads)
         super().__init__(*args, **kwargs)
         self.wire_inputs = self._capture_wire_inputs()
+        self.replay_check = ReplayedResultCheck(self.recorder)
+        self.checks_replayed_results = self._check_replayed_results()
 
     def _capture_wire_inputs(self) -> bool:
         """Let activities see the exact input text the engine sent (True if possible).
@@ -595,6 +710,36 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
             return resolved
 
         executor._resolve = resolve  # type: ignore[union-attr]
+        return True
+
+    def _check_replayed_results(self) -> bool:
+        """Hand every history the worker replays to :class:`ReplayedResultCheck` (True if
+        hooked).
+
+        The hook wraps the SDK worker's ``_resolve_history(req)`` (dapr 1.19
+        ``_durabletask.worker.TaskHubGrpcWorker``), which returns the committed events a
+        workflow work item replays, whether the engine sent them in full or the worker
+        rebuilt them from its history cache plus a delta; the request's ``newEvents`` are
+        the rest. The events are passed on unchanged. Without that method (another SDK
+        version) the app runs unchecked and ``histaudit verify --engine`` remains.
+        """
+        worker = getattr(self, "_WorkflowRuntime__worker", None)
+        original = getattr(worker, "_resolve_history", None)
+        if original is None:
+            log.info("histaudit: SDK history internals not found; replayed results unchecked")
+            return False
+        check = self.replay_check
+
+        def resolve_history(req: Any) -> Any:
+            events = original(req)
+            try:
+                check.check(str(req.instanceId), itertools.chain(events, req.newEvents))
+            except Exception as exc:  # noqa: BLE001 - see ReplayedResultCheck
+                log.warning("histaudit: could not check the replayed results of %s: %s",
+                            getattr(req, "instanceId", "?"), exc)
+            return events
+
+        worker._resolve_history = resolve_history  # type: ignore[union-attr]
         return True
 
     def register_activity(self, fn: Callable[..., Any], *, name: str | None = None) -> None:

@@ -1,0 +1,393 @@
+"""Replay, engine cross-check and the live replay check, on the real engine.
+
+The app is this file run as a script: an ``AuditedWorkflowRuntime`` serving the example
+workflows of ``examples/nondeterminism/workflows.py``. The tests record histories with
+it, fetch them back with GetInstanceHistory, replay them offline against the same and
+against changed code, cross-check them against the signed ledger
+(``histaudit verify --engine``), and alter the engine's own SQLite state — the protobuf
+``TaskCompleted`` event in durabletask-go's ``History`` table — to prove both the
+cross-check and the interceptor's live check notice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from histaudit import format as fmt  # noqa: E402
+from histaudit.engine import Engine, free_port  # noqa: E402
+from histaudit.keys import TrustStore, generate_keypair  # noqa: E402
+from histaudit.store import Ledger  # noqa: E402
+
+APP_READY = "APP READY"
+TIMEOUT_S = 60.0
+ORDER = {"id": "B-5", "items": ["chair"], "amount": 30}
+
+
+# --- the app under test (runs in a child process) ---------------------------------------
+
+def serve() -> None:
+    import threading
+
+    from examples.nondeterminism import workflows
+    from histaudit.dapr import AuditedWorkflowRuntime
+
+    runtime = AuditedWorkflowRuntime()
+    assert runtime.checks_replayed_results, "the live replay check is not hooked"
+    workflows.register(runtime)
+    runtime.start()
+    print(APP_READY, flush=True)
+    threading.Event().wait()
+
+
+# --- harness ----------------------------------------------------------------------------
+
+_SCRIPT = Path(sys.executable).with_name("histaudit")
+HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
+
+
+class Rig:
+    """Engine + audited app + ledger + workflow client for one test."""
+
+    def __init__(self, engine: Engine, tmp: Path) -> None:
+        import dapr.ext.workflow as wf
+
+        self.engine = engine
+        self.tmp = tmp
+        key, self.pub, self.signer = generate_keypair(tmp / "keys", name="app")
+        self.url = f"sqlite:///{tmp / 'ledger.db'}"
+        self.env = {"HISTAUDIT_DB": self.url, "HISTAUDIT_KEY": str(key),
+                    "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
+                        [str(ROOT), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        self.log = tmp / "app.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        host, port = engine.address.rsplit(":", 1)
+        self.client = wf.DaprWorkflowClient(host=host, port=port)
+
+    def start_app(self) -> None:
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        base = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, __file__],
+                                         env=self.engine.env({**base, **self.env}),
+                                         stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT)
+        self._until(lambda: APP_READY in self.log.read_text(errors="replace")[offset:],
+                    "app ready", check_app=True)
+
+    def kill_app(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+    def _until(self, cond: Callable[[], bool], what: str, check_app: bool = False) -> None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not cond():
+            if check_app and self.proc is not None and self.proc.poll() is not None:
+                pytest.fail(f"app exited ({self.proc.returncode}) before {what}:\n"
+                            f"{self.output()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out waiting for {what}:\n{self.output()}")
+            time.sleep(0.05)
+
+    def run(self, workflow: Any, payload: Any = None) -> str:
+        instance = f"{workflow.__name__}-{uuid.uuid4().hex[:8]}"
+        self.client.schedule_new_workflow(workflow, input=payload, instance_id=instance)
+        self.wait(instance)
+        return instance
+
+    def wait(self, instance: str) -> None:
+        state = self.client.wait_for_workflow_completion(instance,
+                                                         timeout_in_seconds=int(TIMEOUT_S))
+        assert state is not None and state.runtime_status.name == "COMPLETED", \
+            f"{state}\n{self.output()}"
+
+    def history(self, instance: str) -> list[Any]:
+        from histaudit.replay import fetch_history
+
+        return fetch_history(self.engine.address, instance)
+
+    def entries(self, instance: str) -> list[fmt.Entry]:
+        with Ledger.open(self.url) as ledger:
+            return [fmt.parse_entry(row.body) for row in ledger.entries(instance)]
+
+    def verify(self, instance: str) -> Any:
+        from histaudit.verify import verify_instance
+
+        with Ledger.open(self.url) as ledger:
+            return verify_instance(ledger, instance, trust=TrustStore([self.signer.public]),
+                                   full=True)
+
+    def cli(self, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
+        env.update({"COLUMNS": "250", "NO_COLOR": "1", "HISTAUDIT_DB": self.url,
+                    "HISTAUDIT_TRUST": str(self.pub)})
+        return subprocess.run([*HISTAUDIT, *map(str, args)], cwd=ROOT, env=env, text=True,
+                              capture_output=True, timeout=180)
+
+    def alter_engine_completion(self, instance: str, task_id: int, *,
+                                result: str | None = None, new_task_id: int | None = None
+                                ) -> str:
+        """Rewrite one TaskCompleted event in the engine's SQLite state; return the old result.
+
+        durabletask-go's sqlite backend keeps each history event as a serialized
+        ``HistoryEvent`` protobuf in ``History.EventPayload``, keyed by
+        (InstanceID, SequenceNumber): decode with the SDK's classes, change, re-encode.
+        """
+        from dapr.ext.workflow._durabletask.internal import history_events_pb2 as hpb
+
+        db = sqlite3.connect(self.engine.db_path, timeout=30)
+        try:
+            rows = db.execute("SELECT SequenceNumber, EventPayload FROM History "
+                              "WHERE InstanceID = ? ORDER BY SequenceNumber", (instance,))
+            for seq, payload in rows.fetchall():
+                event = hpb.HistoryEvent()
+                event.ParseFromString(payload)
+                if event.HasField("taskCompleted") and \
+                        event.taskCompleted.taskScheduledId == task_id:
+                    old = event.taskCompleted.result.value
+                    if result is not None:
+                        event.taskCompleted.result.value = result
+                    if new_task_id is not None:
+                        event.taskCompleted.taskScheduledId = new_task_id
+                    db.execute("UPDATE History SET EventPayload = ? WHERE InstanceID = ? "
+                               "AND SequenceNumber = ?", (event.SerializeToString(), instance,
+                                                          seq))
+                    db.commit()
+                    return old
+        finally:
+            db.close()
+        raise AssertionError(f"no TaskCompleted of task {task_id} in {instance}")
+
+
+@pytest.fixture
+def rig(engine: Engine, tmp_path: Path) -> Iterator[Rig]:
+    r = Rig(engine, tmp_path)
+    try:
+        yield r
+    finally:
+        r.kill_app()
+        r.client.close()
+
+
+def only(entries: list[fmt.Entry], kind: str, **match: Any) -> list[fmt.Entry]:
+    return [e for e in entries
+            if e.kind == kind and all(e.data.get(k) == v for k, v in match.items())]
+
+
+def task_of(entries: list[fmt.Entry], activity: str) -> int:
+    (done,) = only(entries, "activity.completed", activity=activity)
+    return int(done.data["task_id"])
+
+
+# --- offline replay of histories fetched from the engine ---------------------------------
+
+@pytest.mark.engine
+def test_recorded_history_replays_clean_and_changed_code_diverges(rig: Rig) -> None:
+    from examples.nondeterminism import v2, workflows
+    from histaudit.replay import load_history, replay, save_history
+
+    rig.start_app()
+    instance = rig.run(workflows.order, ORDER)
+    events = rig.history(instance)
+    assert [e.WhichOneof("eventType") for e in events].count("taskScheduled") == 3
+
+    result = replay(events, workflows.order, instance)
+    assert result.ok, result.explain()
+    assert result.outcome == "completed" and result.events == len(events)
+    for variant, kind in v2.VARIANTS.items():
+        changed = replay(events, getattr(v2, variant), instance)
+        if kind is None:
+            assert changed.ok, changed.explain()
+            continue
+        d = changed.divergence
+        assert d is not None and d.kind == kind, changed.explain()
+        assert d.expected != d.actual and d.expected in changed.explain()
+
+    # The history saved to a file replays the same way; the CLI says so in its exit code.
+    saved = save_history(events, rig.tmp / "order.json")
+    assert replay(load_history(saved), workflows.order).ok
+    out = rig.cli("replay", instance, "--workflow", "examples.nondeterminism.workflows:order",
+                  "--engine", rig.engine.address, "--save", rig.tmp / "cli.json")
+    assert out.returncode == 0 and "OK" in out.stdout, out
+    assert (rig.tmp / "cli.json").read_bytes() == saved.read_bytes()
+    out = rig.cli("replay", instance, "--workflow", "examples.nondeterminism.v2:order_new_input",
+                  "--engine", rig.engine.address)
+    assert out.returncode == 1 and out.stderr == "", out
+    assert "different-input" in out.stdout and '"amount": 3000}' in out.stdout
+
+
+@pytest.mark.engine
+def test_nondeterministic_workflows_diverge_on_replay(rig: Rig) -> None:
+    from examples.nondeterminism import workflows
+    from histaudit.replay import DIFFERENT_ACTIVITY, DIFFERENT_INPUT, replay
+
+    rig.start_app()
+    deadline = datetime.now(UTC) + timedelta(seconds=5)
+    clock = rig.run(workflows.wall_clock, {"deadline": deadline.isoformat()})
+    dice = rig.run(workflows.dice)
+    rolled = replay(rig.history(dice), workflows.dice).divergence
+    assert rolled is not None and rolled.kind == DIFFERENT_INPUT
+    time.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.1)
+    d = replay(rig.history(clock), workflows.wall_clock).divergence
+    assert d is not None and d.kind == DIFFERENT_ACTIVITY
+    assert "fast_path" in d.expected and "slow_path" in d.actual
+
+
+@pytest.mark.engine
+def test_replay_bad_input_from_the_engine(rig: Rig) -> None:
+    from examples.nondeterminism import workflows
+
+    rig.start_app()
+    instance = rig.run(workflows.order, ORDER)
+    for args, needle in [
+        (["nope-" + instance, "--workflow", "examples.nondeterminism.workflows:order",
+          "--engine", rig.engine.address], "no instance"),
+        ([instance, "--workflow", "examples.nondeterminism.workflows:dice",
+          "--engine", rig.engine.address], "history is of workflow 'order'"),
+        ([instance, "--workflow", "examples.nondeterminism.workflows:order",
+          "--engine", f"127.0.0.1:{free_port()}", "--timeout", "1"], "did not answer within 1s"),
+    ]:
+        out = rig.cli("replay", *args)
+        assert out.returncode == 2 and out.stdout == "", out
+        lines = out.stderr.splitlines()
+        assert len(lines) == 1 and needle in lines[0], out.stderr
+
+
+# --- verify --engine: the engine's history against the signed ledger ---------------------
+
+def _verify_engine(rig: Rig, instance: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    out = rig.cli("verify", instance, "--engine", rig.engine.address, "--json", *extra)
+    assert out.stderr == "" and out.returncode in (0, 1), out
+    return out.returncode, json.loads(out.stdout)
+
+
+def _codes(doc: dict[str, Any]) -> list[str]:
+    return [f["code"] for f in doc["findings"]]
+
+
+@pytest.mark.engine
+def test_verify_engine_cross_check_clean_then_altered_engine_state(rig: Rig) -> None:
+    from examples.nondeterminism import workflows
+
+    rig.start_app()
+    instance = rig.run(workflows.order, ORDER)
+    rc, doc = _verify_engine(rig, instance)
+    assert rc == 0 and doc["ok"] and _codes(doc) == [], doc
+    assert doc["mode"] == "default+engine"
+    rig.kill_app()
+    entries = rig.entries(instance)
+
+    # Erase the signed output of reserve: the engine's copy can no longer be compared.
+    (reserved,) = only(entries, "activity.completed", activity="reserve")
+    out = rig.cli("redact", instance, "--seq", str(reserved.seq), "--field", "output",
+                  "--key", rig.tmp / "keys" / "app.key")
+    assert out.returncode == 0, out
+    rc, doc = _verify_engine(rig, instance)
+    assert rc == 0 and _codes(doc) == ["engine-completion-unverifiable"], doc
+    assert "unverifiable (payload erased)" in doc["findings"][0]["message"]
+    rc, _ = _verify_engine(rig, instance, "--fail-on", "info")
+    assert rc == 1
+
+    # Change charge's result in the engine: the stored payload proves it differs.
+    charge = task_of(entries, "charge")
+    old = rig.alter_engine_completion(instance, charge, result='"charged 0"')
+    assert old == '"charged 30 for order B-5"'
+    rc, doc = _verify_engine(rig, instance)
+    assert rc == 1 and "replay-mismatch" in _codes(doc), doc
+    (mismatch,) = [f for f in doc["findings"] if f["code"] == "replay-mismatch"]
+    assert mismatch["seq"] == only(entries, "activity.completed", activity="charge")[0].seq
+    assert "activity charge" in mismatch["message"]
+
+    # A different size proves a difference even for the erased output.
+    rig.alter_engine_completion(instance, task_of(entries, "reserve"), result='{"x": 1}')
+    rc, doc = _verify_engine(rig, instance)
+    assert _codes(doc).count("replay-mismatch") == 2, doc
+
+    # A completion moved to another task: unsigned in the engine, missing from it.
+    rig.alter_engine_completion(instance, task_of(entries, "ship"), new_task_id=99)
+    rc, doc = _verify_engine(rig, instance)
+    codes = _codes(doc)
+    assert "engine-unsigned-completion" in codes and "engine-missing-completion" in codes, doc
+
+
+@pytest.mark.engine
+def test_verify_engine_usage(rig: Rig) -> None:
+    out = rig.cli("verify", "--all", "--engine", rig.engine.address)
+    assert out.returncode == 2 and "--engine cross-checks one instance" in out.stderr
+
+
+# --- the live check: the interceptor compares replayed results with signed ones ----------
+
+@pytest.mark.engine
+@pytest.mark.crash
+@pytest.mark.parametrize("alter", [False, True], ids=["untouched", "altered"])
+def test_live_check_notices_a_result_altered_in_the_engine_between_crash_and_resume(
+        rig: Rig, alter: bool) -> None:
+    """Quote completes, the workflow waits for an event, the app dies; while it is down
+    the engine's stored quote result is changed; the resumed app replays it."""
+    from examples.nondeterminism import workflows
+
+    rig.start_app()
+    instance = f"approval-{uuid.uuid4().hex[:8]}"
+    rig.client.schedule_new_workflow(workflows.approval, input="lamp", instance_id=instance)
+    rig._until(lambda: any(e.HasField("timerCreated") for e in rig.history(instance)),
+               "the workflow to wait for its event")
+    rig.kill_app()  # a crash while the workflow waits
+    entries = rig.entries(instance)
+    (quoted,) = only(entries, "activity.completed", activity="quote")
+    if alter:
+        old = rig.alter_engine_completion(instance, quoted.data["task_id"],
+                                          result='{"item": "lamp", "price": 1}')
+        assert old == '{"item": "lamp", "price": 42}'
+
+    rig.start_app()
+    rig.client.raise_workflow_event(instance, "approve", data=True)
+    rig.wait(instance)
+    state = rig.client.get_workflow_state(instance)
+    assert state is not None
+    assert state.serialized_output == ('"booked lamp at 1"' if alter else '"booked lamp at 42"')
+
+    entries = rig.entries(instance)
+    mismatches = only(entries, "replay.mismatch")
+    report = rig.verify(instance)
+    if not alter:
+        assert mismatches == [] and report.ok and report.findings == (), report
+        assert rig.cli("verify", instance, "--engine", rig.engine.address).returncode == 0
+        return
+    (m,) = mismatches  # once, though the altered result was replayed more than once
+    assert m.data["task_id"] == quoted.data["task_id"] and m.data["activity"] == "quote"
+    assert m.data["completed_seq"] == quoted.seq
+    assert m.data["expected_digest"] == quoted.data["output_digest"]
+    assert m.data["seen_digest"] not in (None, quoted.data["output_digest"])
+    assert m.kid == rig.signer.kid
+    with Ledger.open(rig.url) as ledger:
+        stored = ledger.payload(m.data["seen"]["c"])
+    assert stored is not None and stored[1] == b'{"item": "lamp", "price": 1}'
+    assert not report.ok
+    (finding,) = [f for f in report.findings if f.code == "replay-mismatch"]
+    assert finding.seq == m.seq and "activity quote" in finding.message
+    out = rig.cli("verify", instance)
+    assert out.returncode == 1 and "replay-mismatch" in out.stdout, out
+
+
+if __name__ == "__main__":
+    serve()
