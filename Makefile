@@ -20,8 +20,12 @@ $(ENGINE): scripts/install-engine.sh engine/main.go engine/go.mod
 postgres:
 	scripts/ensure-postgres.sh
 
+# Most tests wait (fsync, engine round trips, app restarts) rather than compute, so four
+# xdist workers on two cores roughly halve the wall time; each worker starts its own
+# PostgreSQL server and engines on free ports.
+PYTEST_WORKERS ?= 4
 test: venv engine postgres
-	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) -m pytest -q
+	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 demo: venv engine
 	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) examples/triage/demo.py
