@@ -3,13 +3,14 @@
 For each case the app's worker runs with a crash switch (HISTAUDIT_CRASH_AT), dies like
 a power cut inside ``post_comment``, and is started again without it; Dapr resumes the
 workflow. Then the demo counts what the agent did (comment lines, LLM calls) and runs the
-real ``histaudit verify`` on the signed ledger. Between the first and second case it
-SIGKILLs the workflow engine itself and starts it again on the same port and state file.
+real ``histaudit verify`` on the signed ledger. In the first case the workflow engine
+is SIGKILLed too, while the new workflow waits for its start time, and started again on
+the same port and state file.
 
-    case                       comments  LLM calls  histaudit
-    crash before_post              1         1       clean (re-execution is info)
-    crash after_post               2         1       effect-duplicate (error)
-    crash after_post, IDEMPOTENT   1         1       effect-deduplicated (info)
+    case                             comments  LLM calls  histaudit
+    crash before_post + engine kill      1         1       clean (re-execution is info)
+    crash after_post                     2         1       effect-duplicate (error)
+    crash after_post, IDEMPOTENT         1         1       effect-deduplicated (info)
 
 Exit status 0 only when every outcome is the expected one. Everything goes into a fresh
 ``demo-out/`` (or ``--out DIR``), which is wiped first.
@@ -26,7 +27,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,9 @@ READY = "worker ready"
 READY_TIMEOUT_S = 30.0
 CRASH_TIMEOUT_S = 30.0
 WORKFLOW_TIMEOUT_S = 60
+# The engine is killed while the workflow waits to start: nothing is dispatched then, so
+# nothing is locked, and the restarted engine runs it without waiting out a lock.
+START_DELAY_S = 5.0
 
 console = Console(highlight=False)
 
@@ -57,13 +61,18 @@ class Case:
     crash_at: str
     idempotent: bool
     comments: int  # expected comment lines
+    engine_crash: bool = False  # SIGKILL the engine too, before the workflow starts
+
+    @property
+    def extras(self) -> list[str]:
+        return ["IDEMPOTENT=1"] * self.idempotent + ["engine kill"] * self.engine_crash
 
     @property
     def label(self) -> str:
-        return f"crash {self.crash_at}" + (", IDEMPOTENT=1" if self.idempotent else "")
+        return ", ".join([f"crash {self.crash_at}", *self.extras])
 
 
-CASES = (Case(1, "before_post", False, 1),
+CASES = (Case(1, "before_post", False, 1, engine_crash=True),
          Case(2, "after_post", False, 2),
          Case(3, "after_post", True, 1))
 
@@ -189,15 +198,21 @@ class Demo:
         data.mkdir()
         extra = {"IDEMPOTENT": "1"} if case.idempotent else {}
         console.rule(f"case {case.number}/3: {case.label}")
-        first, log = self.worker(f"case{case.number}-crash", data,
-                                 HISTAUDIT_CRASH_AT=case.crash_at, **extra)
-        with self.client() as client:
+        delay = START_DELAY_S if case.engine_crash else 0.0
+        with self.client() as client:  # start_at: queued, even with no worker connected
             client.schedule_new_workflow("triage", input={"id": instance,
                                                           "title": "Login page 500s"},
-                                         instance_id=instance, start_at=datetime.now(UTC))
-            print(f"  worker pid {first.pid} (HISTAUDIT_CRASH_AT={case.crash_at}"
-                  f"{', IDEMPOTENT=1' if case.idempotent else ''}) scheduled {instance}",
-                  flush=True)
+                                         instance_id=instance,
+                                         start_at=datetime.now(UTC) + timedelta(seconds=delay))
+        print(f"  scheduled {instance}" + (f" to start in {delay:.0f}s" if delay else ""),
+              flush=True)
+        if case.engine_crash:
+            outcome.problems += self.crash_engine(instance)
+        first, log = self.worker(f"case{case.number}-crash", data,
+                                 HISTAUDIT_CRASH_AT=case.crash_at, **extra)
+        print(f"  worker pid {first.pid} started with HISTAUDIT_CRASH_AT={case.crash_at}"
+              f"{' IDEMPOTENT=1' if case.idempotent else ''}", flush=True)
+        with self.client() as client:
             try:
                 rc = first.wait(timeout=CRASH_TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -245,29 +260,28 @@ class Demo:
 
     # -- the engine crash ----------------------------------------------------------------
 
-    def crash_engine(self, survivor: str) -> list[str]:
-        console.rule("engine crash")
+    def crash_engine(self, instance: str) -> list[str]:
+        """SIGKILL the engine while ``instance`` waits to start; start the engine again."""
         old_pid = self.engine.pid
         self.engine.kill()
-        print(f"  SIGKILLed the workflow engine (pid {old_pid})", flush=True)
+        print(f"  engine SIGKILLed (pid {old_pid}) with {instance} waiting in it", flush=True)
         self.engine.start()
-        print(f"  engine restarted: pid {self.engine.pid}, same port {self.engine.port}, "
-              f"same state file {rel(self.engine.db_path)}", flush=True)
         with self.client() as client:
-            state = client.get_workflow_state(survivor)
+            state = client.get_workflow_state(instance)
         status = state.runtime_status.name if state is not None else "missing"
-        print(f"  {survivor} as the restarted engine knows it: {status}", flush=True)
-        return [] if status == "COMPLETED" else [f"{survivor} is {status} after the "
-                                                 f"engine restart"]
+        print(f"  engine restarted: pid {self.engine.pid}, same port and state file; "
+              f"{instance} is {status}", flush=True)
+        return [] if status == "PENDING" else [f"{instance} is {status} after the engine "
+                                               f"restart, expected PENDING"]
 
 
 def summary(outcomes: list[Outcome]) -> Table:
     table = Table(title="triage agent: three crashes, resumed and audited", header_style="bold")
-    for col in ("crash at", "comments", "LLM calls", "histaudit verify", "as expected"):
+    for col in ("crash at", "comments", "LLM calls", "histaudit verify", "expected"):
         table.add_column(col)
     for o in outcomes:
         c = o.case
-        label = f"{c.number} {c.crash_at}" + ("\n  + IDEMPOTENT=1" if c.idempotent else "")
+        label = "\n  + ".join([f"{c.number} {c.crash_at}", *c.extras])
         verdict = "\n".join([f"{o.verdict()} (exit {o.verify_exit})", *o.codes])
         table.add_row(label, str(o.comments), str(o.llm_calls), verdict,
                       "yes" if not o.problems else "NO")
@@ -297,8 +311,6 @@ def main() -> int:
               flush=True)
         for case in CASES:
             outcomes.append(demo.run_case(case))
-            if case.number == 1:
-                extra_problems += demo.crash_engine(outcomes[0].instance)
     except (HistauditError, RuntimeError) as exc:  # the engine or a worker would not start
         extra_problems.append(str(exc))
     finally:
