@@ -1,0 +1,354 @@
+"""Interceptor overhead: N sequential trivial activities, plain vs audited, on one engine.
+
+    .venv/bin/python benchmarks/bench_interceptor.py [--n 200] [--rounds 5]
+
+One durabletask-go engine serves every run. Each run starts a fresh worker in this
+process — ``dapr.ext.workflow.WorkflowRuntime`` ("plain"), ``AuditedWorkflowRuntime``
+with its SQLite ledger on the benchmark's disk ("audited", ``synchronous=FULL`` as
+shipped) or on ``/dev/shm`` ("audited-shm": the same code without the cost of a real
+fsync) — warms it up with a short workflow, then times one workflow of ``--n``
+sequential activities that each return their input plus one, from scheduling to
+completion. Only one worker is connected at a time, and the variants take turns in a
+rotating order each round, so drift of the shared machine hits all of them alike.
+
+Figures (medians over rounds, with the spread):
+
+* throughput, activities/s, per variant, and the ratio audited ÷ plain per round
+  (target ≥ 0.85);
+* added latency per activity: the time the interceptor spends on each activity's
+  critical path — signing and storing ``workflow.scheduled_activity`` in the
+  workflow turn, ``activity.started`` (with its attempt count) before the body and
+  ``activity.completed`` after it — measured by timing wrappers around those three
+  calls, p50 and p99 over all activities of all rounds; cross-checked against the
+  per-activity step time (engine ``TaskCompleted`` to ``TaskCompleted``), audited
+  minus plain;
+* a breakdown of where the interceptor's time goes (``--profile-breakdown`` on by
+  default): attempt-count scan, Ed25519 signatures, ledger transaction incl. commit,
+  all per activity.
+
+Results go to ``benchmarks/results/interceptor-latest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+sys.path.insert(0, str(REPO / "src"))
+
+import dapr.ext.workflow as wf  # noqa: E402
+
+from histaudit import dapr as hdapr  # noqa: E402
+from histaudit import store as hstore  # noqa: E402
+from histaudit.engine import Engine  # noqa: E402
+from histaudit.keys import Signer, generate_keypair  # noqa: E402
+
+OUT = BENCH_DIR / "results" / "interceptor-latest.json"
+TARGET_RATIO = 0.85
+VARIANTS = ("plain", "audited", "audited-shm")
+WARMUP_ACTIVITIES = 10
+WORKFLOW_TIMEOUT_S = 600
+# The interceptor's calls on one activity's critical path, in the order they happen: the
+# workflow turn checks the replayed result and signs the decision, the activity signs its
+# start (after counting earlier attempts) and its completion.
+CRITICAL = ("replay_check", "schedule", "start", "completed")
+
+
+# --- timing hooks -----------------------------------------------------------------------
+
+class Hooks:
+    """Timing wrappers around the interceptor's per-activity work (installed once).
+
+    Each wrapped call appends its duration to a list for the current run; outside a run
+    (``active`` False) nothing is recorded. Wrappers are module-attribute patches, so
+    they see exactly the calls the audited runtime makes.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self.samples: dict[str, list[float]] = defaultdict(list)
+        self._installed = False
+
+    def reset(self) -> None:
+        self.samples = defaultdict(list)
+
+    def _timed(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not self.active:
+                return fn(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.samples[label].append(time.perf_counter() - t0)
+        return wrapper
+
+    def install(self) -> None:
+        if self._installed:
+            return
+        self._installed = True
+        # Critical path of one activity: the decision, the start, the completion.
+        hdapr._start_activity = self._timed("start", hdapr._start_activity)
+        hdapr._completed = self._timed("completed", hdapr._completed)
+        ctx = hdapr.AuditedWorkflowContext
+        ctx.call_activity = self._timed("schedule", ctx.call_activity)  # type: ignore[method-assign]
+        check = getattr(hdapr, "ReplayedResultCheck", None)
+        if check is not None:  # the replayed-result check runs in every workflow turn
+            check.check = self._timed("replay_check", check.check)
+            check._signed = self._timed("replay_scan", check._signed)
+        # Breakdown: what those calls spend their time on.
+        rec = hdapr.AuditRecorder
+        rec.prior_starts = self._timed("attempt_scan", rec.prior_starts)  # type: ignore[method-assign]
+        rec.commit = self._timed("payload_commit", rec.commit)  # type: ignore[method-assign]
+        hstore.Ledger.append = self._timed("ledger_append", hstore.Ledger.append)  # type: ignore[method-assign]
+        hstore.Ledger._append_locked = self._timed(  # type: ignore[method-assign]
+            "append_in_txn", hstore.Ledger._append_locked)
+        Signer.sign = self._timed("sign", Signer.sign)  # type: ignore[method-assign]
+
+
+HOOKS = Hooks()
+
+
+# --- the workload -----------------------------------------------------------------------
+
+def _register(wfr: wf.WorkflowRuntime) -> None:
+    """Register the chain workflow on ``wfr`` (fresh functions: registration marks them)."""
+
+    def bump(ctx: wf.WorkflowActivityContext, x: int) -> int:
+        return x + 1
+
+    def chain(ctx: wf.DaprWorkflowContext, n: int) -> Any:
+        x = 0
+        for _ in range(n):
+            x = yield ctx.call_activity(bump, input=x)
+        return x
+
+    wfr.register_activity(bump, name="bump")
+    wfr.register_workflow(chain, name="chain")
+
+
+@contextlib.contextmanager
+def worker(variant: str, engine: Engine, ledgers: dict[str, str], key: Path
+           ) -> Iterator[wf.WorkflowRuntime]:
+    host, port = engine.address.rsplit(":", 1)
+    wfr: wf.WorkflowRuntime
+    if variant == "plain":
+        wfr = wf.WorkflowRuntime(host=host, port=port)
+    else:
+        wfr = hdapr.AuditedWorkflowRuntime(host=host, port=port, ledger=ledgers[variant],
+                                           key=str(key))
+    _register(wfr)
+    wfr.start()
+    try:
+        yield wfr
+    finally:
+        wfr.shutdown()
+
+
+def run_chain(client: wf.DaprWorkflowClient, n: int) -> tuple[str, float]:
+    """Schedule one chain of ``n`` activities and wait for it; (instance, seconds)."""
+    instance = f"chain-{uuid.uuid4().hex[:10]}"
+    t0 = time.perf_counter()
+    client.schedule_new_workflow(workflow="chain", input=n, instance_id=instance)
+    state = client.wait_for_workflow_completion(instance, timeout_in_seconds=WORKFLOW_TIMEOUT_S)
+    elapsed = time.perf_counter() - t0
+    if state is None or state.runtime_status != wf.WorkflowStatus.COMPLETED:
+        raise SystemExit(f"workflow {instance} did not complete: {state}")
+    if json.loads(state.serialized_output) != n:
+        raise SystemExit(f"workflow {instance} returned {state.serialized_output}")
+    return instance, elapsed
+
+
+def step_times(engine: Engine, instance: str) -> list[float]:
+    """Seconds between consecutive TaskCompleted events in the engine's own history."""
+    from dapr.ext.workflow._durabletask.client import TaskHubGrpcClient
+
+    client = TaskHubGrpcClient(host_address=engine.address)
+    try:
+        events = list(client.get_instance_history(instance))
+    finally:
+        client.close()
+    stamps = [e.timestamp.ToDatetime().timestamp() for e in events
+              if e.HasField("taskCompleted")]
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+# --- statistics -------------------------------------------------------------------------
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def us(seconds: float) -> float:
+    return round(seconds * 1e6, 1)
+
+
+# --- main -------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=200, help="activities per workflow (200)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of all variants (5)")
+    ap.add_argument("--workdir", help="scratch directory for the disk ledger and the engine "
+                    "state (default: a new temp dir; it must be on a real disk)")
+    ap.add_argument("--out", default=str(OUT), help="results JSON (%(default)s)")
+    args = ap.parse_args(argv)
+
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(
+        prefix="histaudit-bench-interceptor-"))
+    work.mkdir(parents=True, exist_ok=True)
+    shm_root = Path("/dev/shm")
+    shm = Path(tempfile.mkdtemp(prefix="histaudit-bench-", dir=shm_root)) \
+        if shm_root.is_dir() else None
+    key, _pub, _signer = generate_keypair(work / "keys", name="bench")
+    ledgers = {"audited": f"sqlite:///{work / 'ledger.db'}"}
+    variants = list(VARIANTS)
+    if shm is not None:
+        ledgers["audited-shm"] = f"sqlite:///{shm / 'ledger.db'}"
+    else:
+        variants.remove("audited-shm")
+
+    HOOKS.install()
+    engine = Engine(state_dir=work / "engine")
+    engine.start()
+    host, port = engine.address.rsplit(":", 1)
+    client = wf.DaprWorkflowClient(host=host, port=port)
+    runs: list[dict[str, Any]] = []
+    try:
+        print(f"engine {engine.address}; n={args.n} activities, {args.rounds} rounds, "
+              f"variants {', '.join(variants)}", flush=True)
+        for rnd in range(args.rounds):
+            order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
+            for variant in order:
+                with worker(variant, engine, ledgers, key):
+                    run_chain(client, WARMUP_ACTIVITIES)
+                    HOOKS.reset()
+                    HOOKS.active = variant != "plain"
+                    c0 = time.process_time()
+                    instance, elapsed = run_chain(client, args.n)
+                    cpu = time.process_time() - c0
+                    HOOKS.active = False
+                    samples = {k: list(v) for k, v in HOOKS.samples.items()}
+                steps = step_times(engine, instance)
+                run = {"round": rnd, "variant": variant, "instance": instance,
+                       "seconds": elapsed, "activities_per_s": args.n / elapsed,
+                       "cpu_s": cpu, "step_s": steps, "hooks": samples}
+                runs.append(run)
+                print(f"  round {rnd} {variant:12} {args.n / elapsed:8.1f} act/s  "
+                      f"({elapsed:.2f} s, cpu {cpu:.2f} s, step p50 "
+                      f"{us(pct(steps, .5)):.0f} us)", flush=True)
+    finally:
+        client.close()
+        engine.stop()
+
+    doc = analyse(runs, args, variants)
+    doc["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(),
+                      "loadavg": os.getloadavg(), "platform": platform.platform()}
+    doc["runs"] = [{k: v for k, v in r.items() if k not in ("step_s", "hooks")}
+                   for r in runs]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print_table(doc)
+    print(f"\nresults: {out}")
+    shutil.rmtree(work, ignore_errors=True) if not args.workdir else None
+    if shm is not None:
+        shutil.rmtree(shm, ignore_errors=True)
+    return 0
+
+
+def analyse(runs: list[dict[str, Any]], args: argparse.Namespace,
+            variants: list[str]) -> dict[str, Any]:
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        by[r["variant"]].append(r)
+    doc: dict[str, Any] = {"n": args.n, "rounds": args.rounds, "target_ratio": TARGET_RATIO,
+                           "variants": {}}
+    plain_by_round = {r["round"]: r for r in by["plain"]}
+    plain_steps = [s for r in by["plain"] for s in r["step_s"]]
+    for variant in variants:
+        rs = by[variant]
+        steps = [s for r in rs for s in r["step_s"]]
+        entry: dict[str, Any] = {
+            "activities_per_s": summary([r["activities_per_s"] for r in rs]),
+            "cpu_ms_per_activity": summary([1e3 * r["cpu_s"] / args.n for r in rs]),
+            "step_us": {"p50": us(pct(steps, .5)), "p99": us(pct(steps, .99))},
+        }
+        if variant != "plain":
+            ratios = [r["activities_per_s"] / plain_by_round[r["round"]]["activities_per_s"]
+                      for r in rs]
+            entry["ratio_vs_plain"] = summary(ratios)
+            entry["meets_target"] = statistics.median(ratios) >= TARGET_RATIO
+            # Per activity: the three interceptor calls on its critical path.
+            added: list[float] = []
+            for r in rs:
+                h = r["hooks"]
+                parts = [h[k] for k in CRITICAL if h.get(k)]
+                n = min(len(p) for p in parts)
+                added += [sum(p[i] for p in parts) for i in range(n)]
+            entry["added_latency_us"] = {"p50": us(pct(added, .5)), "p99": us(pct(added, .99)),
+                                         "mean": us(statistics.fmean(added))}
+            entry["step_minus_plain_us"] = {
+                "p50": us(pct(steps, .5) - pct(plain_steps, .5)),
+                "p99": us(pct(steps, .99) - pct(plain_steps, .99))}
+            breakdown: dict[str, dict[str, float]] = {}
+            for label in (*CRITICAL, "attempt_scan", "replay_scan", "payload_commit",
+                          "ledger_append", "append_in_txn", "sign"):
+                vals = [v for r in rs for v in r["hooks"].get(label, [])]
+                if vals:
+                    breakdown[label] = {
+                        "calls_per_activity": round(len(vals) / (len(rs) * args.n), 2),
+                        "us_per_activity": us(sum(vals) / (len(rs) * args.n)),
+                        "p50_us": us(pct(vals, .5)), "p99_us": us(pct(vals, .99))}
+            entry["breakdown"] = breakdown
+        doc["variants"][variant] = entry
+    return doc
+
+
+def print_table(doc: dict[str, Any]) -> None:
+    print(f"\n{doc['n']} sequential activities, {doc['rounds']} rounds (median [min-max])")
+    for variant, e in doc["variants"].items():
+        t = e["activities_per_s"]
+        line = f"  {variant:12} {t['median']:8.1f} act/s [{t['min']:.1f}-{t['max']:.1f}]"
+        if "ratio_vs_plain" in e:
+            r = e["ratio_vs_plain"]
+            a = e["added_latency_us"]
+            line += (f"  ratio {r['median']:.3f} [{r['min']:.3f}-{r['max']:.3f}]"
+                     f" {'ok' if e['meets_target'] else 'BELOW'} {doc['target_ratio']}"
+                     f"  added/activity p50 {a['p50']:.0f} us p99 {a['p99']:.0f} us")
+        print(line)
+    for variant, e in doc["variants"].items():
+        if "breakdown" not in e:
+            continue
+        print(f"  {variant} breakdown (us per activity): " + ", ".join(
+            f"{k} {v['us_per_activity']:.0f}" for k, v in e["breakdown"].items()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
