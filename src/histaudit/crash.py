@@ -12,7 +12,14 @@ crash in its 37th). When ``$HISTAUDIT_CRASH_TRACE`` names a file, every point re
 appended to it as one line (the crash point itself included), so a crash matrix can run
 the workload once and enumerate every point there is to crash at.
 
-Both variables are read on every call, so a test can set them after import.
+``$HISTAUDIT_CRASH_MODE=engine`` turns the point into a place to crash the *engine* at
+(the crash matrix does this): instead of exiting, the process writes a marker file named
+by ``$HISTAUDIT_CRASH_SIGNAL`` (holding the point's name) and waits, polling, until the
+marker is removed — the harness SIGKILLs and restarts the workflow engine meanwhile — and
+then carries on as if nothing happened. Without ``$HISTAUDIT_CRASH_SIGNAL`` the mode is
+ignored and the process exits as usual.
+
+All variables are read on every call, so a test can set them after import.
 """
 
 from __future__ import annotations
@@ -20,16 +27,30 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
-__all__ = ["CRASH_EXIT_CODE", "ENV_CRASH_AT", "ENV_CRASH_TRACE", "crash_point", "read_trace"]
+__all__ = ["CRASH_EXIT_CODE", "CRASH_MODE_ENGINE", "ENV_CRASH_AT", "ENV_CRASH_MODE",
+           "ENV_CRASH_SIGNAL", "ENV_CRASH_TRACE", "crash_point", "read_trace"]
 
 ENV_CRASH_AT = "HISTAUDIT_CRASH_AT"
 """Environment variable naming the crash point(s) to die at."""
 
 ENV_CRASH_TRACE = "HISTAUDIT_CRASH_TRACE"
 """Environment variable naming a file that records every crash point reached."""
+
+ENV_CRASH_MODE = "HISTAUDIT_CRASH_MODE"
+"""``engine``: at the point, signal the harness and wait instead of exiting."""
+
+ENV_CRASH_SIGNAL = "HISTAUDIT_CRASH_SIGNAL"
+"""Marker file written at the point in engine mode; the process waits until it is gone."""
+
+CRASH_MODE_ENGINE = "engine"
+
+SIGNAL_WAIT_LIMIT_S = 600.0
+"""Longest an engine-mode point waits for its marker to go (a dead harness must not
+leave the app blocked for ever)."""
 
 CRASH_EXIT_CODE = 86
 """Exit status of an injected crash.
@@ -64,14 +85,34 @@ def crash_point(name: str) -> None:
         targets = _targets(spec)
         if name not in targets and f"{name}#{count}" not in targets:
             return
-        # Say where, unbuffered, then die without any clean-up: that is the point.
-        try:
-            os.write(sys.stderr.fileno(),
-                     f"histaudit: crash point {name!r} reached ({ENV_CRASH_AT}); "
-                     f"exiting with status {CRASH_EXIT_CODE}\n".encode())
-        except (OSError, ValueError, AttributeError):
-            pass
-        os._exit(CRASH_EXIT_CODE)
+        marker = os.environ.get(ENV_CRASH_SIGNAL, "")
+        if os.environ.get(ENV_CRASH_MODE, "") != CRASH_MODE_ENGINE or not marker:
+            # Say where, unbuffered, then die without any clean-up: that is the point.
+            _say(f"histaudit: crash point {name!r} reached ({ENV_CRASH_AT}); "
+                 f"exiting with status {CRASH_EXIT_CODE}")
+            os._exit(CRASH_EXIT_CODE)
+    # Engine mode: outside the lock, so other threads keep passing their points.
+    _say(f"histaudit: crash point {name!r} reached ({ENV_CRASH_AT}, engine mode); "
+         f"waiting until {marker} is removed")
+    _hold(marker, name)
+
+
+def _say(line: str) -> None:
+    try:
+        os.write(sys.stderr.fileno(), (line + "\n").encode())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _hold(marker: str, name: str) -> None:
+    """Write ``marker`` (atomically, holding ``name``) and wait until someone removes it."""
+    tmp = f"{marker}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(f"{name}\n{os.getpid()}\n")
+    os.replace(tmp, marker)
+    deadline = time.monotonic() + SIGNAL_WAIT_LIMIT_S
+    while os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _append_trace(path: str, name: str) -> None:
