@@ -437,6 +437,59 @@ def replay_cmd(instance_id: str, workflow_ref: str, engine_addr: str | None,
     sys.exit(EXIT_CLEAN if result.ok else EXIT_FINDINGS)
 
 
+# --- crashtest -------------------------------------------------------------------------
+
+@cli.command("crashtest")
+@click.argument("target", metavar="MODULE_OR_FILE:WORKFLOW")
+@click.option("--input", "input_json", required=True, metavar="JSON",
+              help="The workflow input, as JSON.")
+@click.option("--app", metavar="MODULE", help="Module (or .py file) holding the "
+              "WorkflowRuntime, when it is not the target's module.")
+@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Points run at once, each with its own engine and workers.")
+@click.option("--junit", "junit_file", metavar="FILE", help="Also write JUnit XML.")
+@click.option("--json", "json_file", metavar="FILE", help="Also write the result as JSON.")
+@click.option("--point", "points", multiple=True, metavar="P",
+              help="Only this point (repeatable), e.g. after_post or after:fetch_source#2.")
+@click.option("--engine-crash", is_flag=True, help="Crash the engine (not the app) at the "
+              "points.")
+@click.option("--no-engine-points", is_flag=True, help="App crashes only.")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="Seconds a run may take to crash, and then to complete.")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V",
+              help="Environment for the workers (repeatable), e.g. IDEMPOTENT=1.")
+def crashtest_cmd(target: str, input_json: str, app: str | None, jobs: int,
+                  junit_file: str | None, json_file: str | None, points: tuple[str, ...],
+                  engine_crash: bool, no_engine_points: bool, timeout: float,
+                  env_pairs: tuple[str, ...]) -> None:
+    """Crash the workflow at every crash point it reaches, recover, compare with a clean
+    run. Exit 1 if any point diverged, got stuck, failed or has an error finding."""
+    from . import crashtest as ct
+
+    if engine_crash and no_engine_points:
+        raise UsageError("--engine-crash and --no-engine-points exclude each other")
+    inp = ct.parse_input(input_json)
+    env = ct.parse_env(env_pairs)
+
+    def progress(p: ct.PointResult, done: int, total: int) -> None:
+        click.echo(f"[{done}/{total}] {p.point} ({p.kind}): {p.outcome} {p.wall:.1f}s",
+                   err=True)
+
+    result = ct.run_matrix(target, input=inp, app=app, jobs=jobs, env=env, timeout=timeout,
+                           points=points or None, app_points=not engine_crash,
+                           engine_points=not no_engine_points, progress=progress)
+    ct.render(result, _out())
+    for path, data in ((json_file, lambda: ct.json_report(result)),
+                       (junit_file, lambda: ct.junit_xml(result))):
+        if path:
+            try:
+                with open(path, "wb") as fh:
+                    fh.write(data())
+            except OSError as exc:
+                raise InputError(f"cannot write {path}: {exc.strerror}") from None
+    sys.exit(result.exit_code)
+
+
 # --- entry point -----------------------------------------------------------------------
 
 def _fail(message: str) -> NoReturn:
