@@ -395,8 +395,10 @@ def test_ledger_reordered_before_export_is_inclusion_invalid(db_url: str,
     with Ledger.open(db_url) as ledger:
         export(ledger, [], tmp_path / "b", signer=signer, trust=trust)
     got = errors_by_instance(tmp_path / "b", trust)
-    assert got == {"(bundle)": set(), "order-1": {("inclusion-invalid", 1)},
-                   "order-2": {("inclusion-invalid", 1)}}
+    # Each row sits at the other's leaf: the proofs do not hold, and the bodies say so.
+    assert got == {"(bundle)": set(),
+                   "order-1": {("inclusion-invalid", 1), ("leaf-mismatch", 1)},
+                   "order-2": {("inclusion-invalid", 1), ("leaf-mismatch", 1)}}
 
 
 # --- unreadable or unauthenticated bundles: exit status 2, one line ---------------------
