@@ -515,6 +515,7 @@ class _Sandbox:
             self.keys = self.dir / "keys"
             key, _pub, _signer = generate_keypair(self.keys, name="crashtest")
             self.db_url = f"sqlite:///{self.dir / 'ledger.db'}"
+            _create_ledger(self.db_url)
             self.engine = _make_engine(spec, self.dir / "engine", lock_timeout)
             base = {k: v for k, v in os.environ.items()
                     if not k.startswith("HISTAUDIT_") and k not in ("DATA_DIR",)}
@@ -622,6 +623,14 @@ class _Sandbox:
         with contextlib.suppress(Exception):
             self.engine.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _create_ledger(url: str) -> None:
+    """Create the ledger before any worker opens it: two workers starting side by side
+    (the crashing one and the held one) then never race to create one schema."""
+    from .store import Ledger
+
+    Ledger.open(url, create=True).close()
 
 
 def _make_engine(spec: _Spec, state_dir: Path, lock_timeout: float | None) -> Any:
