@@ -1,32 +1,35 @@
 """Interceptor overhead: N sequential trivial activities, plain vs audited, on one engine.
 
-    .venv/bin/python benchmarks/bench_interceptor.py [--n 200] [--rounds 5]
+    .venv/bin/python benchmarks/bench_interceptor.py [--n 200] [--rounds 3]
 
 One durabletask-go engine serves every run. Each run starts a fresh worker in this
 process — ``dapr.ext.workflow.WorkflowRuntime`` ("plain"), ``AuditedWorkflowRuntime``
 with its SQLite ledger on the benchmark's disk ("audited", ``synchronous=FULL`` as
 shipped) or on ``/dev/shm`` ("audited-shm": the same code without the cost of a real
 fsync) — warms it up with a short workflow, then times one workflow of ``--n``
-sequential activities that each return their input plus one, from scheduling to
-completion. Only one worker is connected at a time, and the variants take turns in a
-rotating order each round, so drift of the shared machine hits all of them alike.
+sequential activities that each return their input plus one, from start to completion
+as the engine's own history stamps them. Only one worker is connected at a time, and
+the variants take turns in a rotating order each round, so drift of the shared machine
+hits all of them alike.
 
 Figures (medians over rounds, with the spread):
 
-* throughput, activities/s, per variant, and the ratio audited ÷ plain per round
-  (target ≥ 0.85);
+* throughput, activities/s, per variant, and the ratio audited ÷ plain of the same
+  round (target ≥ 0.85); process CPU per activity (worker, client and ledger are all
+  in this process);
 * added latency per activity: the time the interceptor spends on each activity's
-  critical path — signing and storing ``workflow.scheduled_activity`` in the
-  workflow turn, ``activity.started`` (with its attempt count) before the body and
-  ``activity.completed`` after it — measured by timing wrappers around those three
-  calls, p50 and p99 over all activities of all rounds; cross-checked against the
-  per-activity step time (engine ``TaskCompleted`` to ``TaskCompleted``), audited
-  minus plain;
-* a breakdown of where the interceptor's time goes (``--profile-breakdown`` on by
-  default): attempt-count scan, Ed25519 signatures, ledger transaction incl. commit,
-  all per activity.
+  critical path — the replayed-result check of the workflow turn, signing and storing
+  ``workflow.scheduled_activity``, ``activity.started`` (after counting earlier
+  attempts) before the body and ``activity.completed`` after it — from timing wrappers
+  around those calls, p50 and p99 over all activities of all rounds; cross-checked
+  with the engine's own step time (``TaskCompleted`` to ``TaskCompleted`` in its
+  history), audited minus plain;
+* where that time goes, per activity: the attempt-count read, the replay check's read
+  of the signed completions, payload commitments, ledger appends (whole, and the part
+  inside the write transaction, i.e. without waiting for the lock and the commit's
+  fsync) and Ed25519 signatures.
 
-Results go to ``benchmarks/results/interceptor-latest.json``.
+Results go to ``benchmarks/results/interceptor-latest.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -66,8 +69,10 @@ WARMUP_ACTIVITIES = 10
 WORKFLOW_TIMEOUT_S = 600
 # The interceptor's calls on one activity's critical path, in the order they happen: the
 # workflow turn checks the replayed result and signs the decision, the activity signs its
-# start (after counting earlier attempts) and its completion.
-CRITICAL = ("replay_check", "schedule", "start", "completed")
+# start (after counting earlier attempts) and its completion. Activity i (from 0) is
+# scheduled in turn i; the value is the index of its call in each list (the first
+# decision recorded is workflow.started, in turn 0 as well).
+CRITICAL = {"replay_check": 0, "decide": 1, "start": 0, "completed": 0}
 
 
 # --- timing hooks -----------------------------------------------------------------------
@@ -104,11 +109,14 @@ class Hooks:
         if self._installed:
             return
         self._installed = True
-        # Critical path of one activity: the decision, the start, the completion.
+        # Critical path of one activity: the decision, the start, the completion. Only the
+        # recording part of a decision is timed: the SDK replays the workflow function
+        # from the top every turn, so call_activity itself runs n(n+1)/2 times, mostly
+        # replaying, in plain and audited runs alike; _decide runs once per new decision.
         hdapr._start_activity = self._timed("start", hdapr._start_activity)
         hdapr._completed = self._timed("completed", hdapr._completed)
         ctx = hdapr.AuditedWorkflowContext
-        ctx.call_activity = self._timed("schedule", ctx.call_activity)  # type: ignore[method-assign]
+        ctx._decide = self._timed("decide", ctx._decide)  # type: ignore[method-assign]
         check = getattr(hdapr, "ReplayedResultCheck", None)
         if check is not None:  # the replayed-result check runs in every workflow turn
             check.check = self._timed("replay_check", check.check)
@@ -162,22 +170,37 @@ def worker(variant: str, engine: Engine, ledgers: dict[str, str], key: Path
         wfr.shutdown()
 
 
-def run_chain(client: wf.DaprWorkflowClient, n: int) -> tuple[str, float]:
-    """Schedule one chain of ``n`` activities and wait for it; (instance, seconds)."""
+def run_chain(client: wf.DaprWorkflowClient, n: int) -> str:
+    """Schedule one chain of ``n`` activities and wait until it completed; its instance id.
+
+    Polls the state instead of ``wait_for_workflow_completion``: the engine's SQLite
+    backend answers that call by polling with a back-off of up to 10 s, which would round
+    every run up to the next poll. The run is timed from the engine's history instead.
+    """
     instance = f"chain-{uuid.uuid4().hex[:10]}"
-    t0 = time.perf_counter()
     client.schedule_new_workflow(workflow="chain", input=n, instance_id=instance)
-    state = client.wait_for_workflow_completion(instance, timeout_in_seconds=WORKFLOW_TIMEOUT_S)
-    elapsed = time.perf_counter() - t0
-    if state is None or state.runtime_status != wf.WorkflowStatus.COMPLETED:
-        raise SystemExit(f"workflow {instance} did not complete: {state}")
-    if json.loads(state.serialized_output) != n:
+    deadline = time.monotonic() + WORKFLOW_TIMEOUT_S
+    while True:
+        state = client.get_workflow_state(instance)
+        if state is not None and state.runtime_status not in (
+                wf.WorkflowStatus.PENDING, wf.WorkflowStatus.RUNNING):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"workflow {instance} not done after {WORKFLOW_TIMEOUT_S}s")
+        time.sleep(0.05)
+    if state.runtime_status != wf.WorkflowStatus.COMPLETED:
+        raise SystemExit(f"workflow {instance} ended {state.runtime_status}")
+    if json.loads(state.serialized_output or "null") != n:
         raise SystemExit(f"workflow {instance} returned {state.serialized_output}")
-    return instance, elapsed
+    return instance
 
 
-def step_times(engine: Engine, instance: str) -> list[float]:
-    """Seconds between consecutive TaskCompleted events in the engine's own history."""
+def timeline(engine: Engine, instance: str) -> tuple[float, list[float]]:
+    """From the engine's own history: (seconds from start to completion, step times).
+
+    A step is the time between consecutive ``TaskCompleted`` events: one activity's full
+    cycle (workflow turn, dispatch, body, completion).
+    """
     from dapr.ext.workflow._durabletask.client import TaskHubGrpcClient
 
     client = TaskHubGrpcClient(host_address=engine.address)
@@ -185,9 +208,14 @@ def step_times(engine: Engine, instance: str) -> list[float]:
         events = list(client.get_instance_history(instance))
     finally:
         client.close()
-    stamps = [e.timestamp.ToDatetime().timestamp() for e in events
-              if e.HasField("taskCompleted")]
-    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+    def ts(e: Any) -> float:
+        return float(e.timestamp.ToDatetime().timestamp())
+
+    started = next(ts(e) for e in events if e.HasField("executionStarted"))
+    ended = next(ts(e) for e in events if e.HasField("executionCompleted"))
+    stamps = [ts(e) for e in events if e.HasField("taskCompleted")]
+    return ended - started, [b - a for a, b in zip(stamps, stamps[1:])]
 
 
 # --- statistics -------------------------------------------------------------------------
@@ -214,7 +242,7 @@ def us(seconds: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200, help="activities per workflow (200)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of all variants (5)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of all variants (3)")
     ap.add_argument("--workdir", help="scratch directory for the disk ledger and the engine "
                     "state (default: a new temp dir; it must be on a real disk)")
     ap.add_argument("--out", default=str(OUT), help="results JSON (%(default)s)")
@@ -251,11 +279,11 @@ def main(argv: list[str] | None = None) -> int:
                     HOOKS.reset()
                     HOOKS.active = variant != "plain"
                     c0 = time.process_time()
-                    instance, elapsed = run_chain(client, args.n)
+                    instance = run_chain(client, args.n)
                     cpu = time.process_time() - c0
                     HOOKS.active = False
                     samples = {k: list(v) for k, v in HOOKS.samples.items()}
-                steps = step_times(engine, instance)
+                elapsed, steps = timeline(engine, instance)
                 run = {"round": rnd, "variant": variant, "instance": instance,
                        "seconds": elapsed, "activities_per_s": args.n / elapsed,
                        "cpu_s": cpu, "step_s": steps, "hooks": samples}
@@ -270,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = analyse(runs, args, variants)
     doc["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(),
                       "loadavg": os.getloadavg(), "platform": platform.platform()}
+    doc["code"] = code_version()
     doc["runs"] = [{k: v for k, v in r.items() if k not in ("step_s", "hooks")}
                    for r in runs]
     out = Path(args.out)
@@ -281,6 +310,21 @@ def main(argv: list[str] | None = None) -> int:
     if shm is not None:
         shutil.rmtree(shm, ignore_errors=True)
     return 0
+
+
+def code_version() -> dict[str, Any]:
+    """The commit measured, and whether src/ differed from it (uncommitted changes)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True,
+                                  text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD"),
+            "src_changes": git("status", "--porcelain", "--", "src").splitlines()}
 
 
 def analyse(runs: list[dict[str, Any]], args: argparse.Namespace,
@@ -309,9 +353,9 @@ def analyse(runs: list[dict[str, Any]], args: argparse.Namespace,
             added: list[float] = []
             for r in rs:
                 h = r["hooks"]
-                parts = [h[k] for k in CRITICAL if h.get(k)]
-                n = min(len(p) for p in parts)
-                added += [sum(p[i] for p in parts) for i in range(n)]
+                parts = [(h[k], off) for k, off in CRITICAL.items() if h.get(k)]
+                n = min(len(p) - off for p, off in parts)
+                added += [sum(p[i + off] for p, off in parts) for i in range(n)]
             entry["added_latency_us"] = {"p50": us(pct(added, .5)), "p99": us(pct(added, .99)),
                                          "mean": us(statistics.fmean(added))}
             entry["step_minus_plain_us"] = {
