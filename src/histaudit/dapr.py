@@ -50,11 +50,12 @@ import logging
 import os
 import socket
 import threading
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dapr.ext.workflow import DaprWorkflowContext, WorkflowActivityContext, WorkflowRuntime
 from dapr.ext.workflow._durabletask.internal import shared as _sdk_shared
@@ -149,6 +150,34 @@ class _Payload:
     rows: dict[bytes, tuple[str, bytes]]
 
 
+_S = TypeVar("_S")
+_R = TypeVar("_R")
+_MAX_FOLDS = 4096
+"""Fold states kept per recorder (instance × fold), least recently used dropped first."""
+
+
+class _Fold:
+    """One fold's state over one instance's chain, and the last seq folded into it."""
+
+    __slots__ = ("lock", "seq", "state")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.state: Any = None
+
+
+class _StartCounts(Counter[tuple[str, Any]]):
+    """``activity.started`` entries counted by execution id and by task id."""
+
+    def add(self, entry: fmt.Entry) -> None:
+        if entry.kind == ACTIVITY_STARTED:
+            data = entry.data
+            if data.get("execution_id"):
+                self["execution_id", data["execution_id"]] += 1
+            self["task_id", data.get("task_id")] += 1
+
+
 class AuditRecorder:
     """Signs events into one ledger with one key; shared by a runtime's threads."""
 
@@ -157,6 +186,8 @@ class AuditRecorder:
         self.signer = signer
         self.keep_payloads = keep_payloads
         self._secret = functools.lru_cache(maxsize=4096)(self._derive_secret)
+        self._folds: OrderedDict[tuple[str, str], _Fold] = OrderedDict()
+        self._folds_lock = threading.Lock()
 
     def _derive_secret(self, instance: str) -> bytes:
         return _instance_secret(self.signer, instance)
@@ -195,6 +226,39 @@ class AuditRecorder:
             except HistauditError:
                 continue
 
+    def fold(self, instance: str, name: str, init: Callable[[], _S],
+             step: Callable[[_S, fmt.Entry], None], answer: Callable[[_S], _R]) -> _R:
+        """Fold ``step`` over ``instance``'s parsed entries; return ``answer(state)``.
+
+        Reading the whole chain for every activity makes a long workflow quadratic. A
+        chain only grows at its end, and appends are serialized, so what this process
+        has read of it stays a prefix: the state of each fold (``name``) is kept per
+        instance and brought up to date by reading only the entries after the last seq
+        it has seen — entries any process appended since included. A new process (after
+        a crash) starts from the first entry, as before. ``answer`` runs under the fold's
+        lock, so it may read the state but must return something that does not share it.
+        States are kept for the most recently used instances only.
+        """
+        key = (instance, name)
+        with self._folds_lock:
+            slot = self._folds.get(key)
+            if slot is None:
+                slot = self._folds[key] = _Fold()
+            self._folds.move_to_end(key)
+            while len(self._folds) > _MAX_FOLDS:
+                self._folds.popitem(last=False)
+        with slot.lock:
+            if slot.state is None:
+                slot.state = init()
+            for row in self.ledger.entries(instance, after_seq=slot.seq):
+                slot.seq = max(slot.seq, row.seq)
+                try:
+                    entry = fmt.parse_entry(row.body)
+                except HistauditError:
+                    continue  # counted nowhere; the verifier reports it
+                step(slot.state, entry)
+            return answer(slot.state)
+
     def prior_starts(self, instance: str, execution_id: str, task_id: int) -> int:
         """How many times this activity call already started, according to the ledger.
 
@@ -202,15 +266,9 @@ class AuditRecorder:
         retry-policy retries (each gets a new task id) and engine re-deliveries (same task
         id); an SDK that sends none falls back to the task id.
         """
-        count = 0
-        for entry in self.entries(instance):
-            if entry.kind != ACTIVITY_STARTED:
-                continue
-            data = entry.data
-            same = (data.get("execution_id") == execution_id if execution_id
-                    else data.get("task_id") == task_id)
-            count += bool(same)
-        return count
+        by = ("execution_id", execution_id) if execution_id else ("task_id", task_id)
+        return self.fold(instance, "starts", _StartCounts, _StartCounts.add,
+                         lambda counts: counts[by])
 
     def load_payload(self, ref: Mapping[str, Any]) -> tuple[bool, bytes | None]:
         """The stored bytes behind a reference: (True, bytes), or (False, None) once erased.
@@ -591,7 +649,7 @@ class ReplayedResultCheck:
             todo.append((key, raw, seen))
         if not todo:
             return 0
-        completions, recorded = self._signed(instance)
+        completions, recorded = self._signed(instance, {key[1] for key, _, _ in todo})
         count = 0
         for key, raw, seen in todo:
             _, task_id, execution_id = key
@@ -626,17 +684,30 @@ class ReplayedResultCheck:
             count += 1
         return count
 
-    def _signed(self, instance: str) -> tuple[dict[int, list[fmt.Entry]], set[Any]]:
-        completions: dict[int, list[fmt.Entry]] = {}
-        recorded: set[Any] = set()
-        for entry in self.recorder.entries(instance):
+    def _signed(self, instance: str, task_ids: set[int]
+                ) -> tuple[dict[int, list[fmt.Entry]], set[Any]]:
+        """Signed completions of ``task_ids``, and the mismatches already recorded."""
+
+        def init() -> tuple[dict[int, list[fmt.Entry]], set[Any]]:
+            return {}, set()
+
+        def step(state: tuple[dict[int, list[fmt.Entry]], set[Any]],
+                 entry: fmt.Entry) -> None:
+            completions, recorded = state
             if entry.kind == ACTIVITY_COMPLETED:
                 task_id = entry.data.get("task_id")
                 if isinstance(task_id, int):
                     completions.setdefault(task_id, []).append(entry)
             elif entry.kind == REPLAY_MISMATCH:
                 recorded.add((entry.data.get("task_id"), entry.data.get("seen_digest")))
-        return completions, recorded
+
+        def copy(state: tuple[dict[int, list[fmt.Entry]], set[Any]]
+                 ) -> tuple[dict[int, list[fmt.Entry]], set[Any]]:
+            completions, recorded = state
+            return ({t: list(completions[t]) for t in task_ids if t in completions},
+                    set(recorded))
+
+        return self.recorder.fold(instance, "replay", init, step, copy)
 
     def _same(self, instance: str, entry: fmt.Entry, raw: bytes | None) -> bool:
         ref = entry.data.get("output")

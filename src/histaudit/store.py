@@ -358,10 +358,17 @@ class Ledger:
 
     # -- reading ----------------------------------------------------------------------
 
-    def entries(self, instance: str, *, chunk: int = 5000) -> Iterator[StoredEntry]:
-        """Stream ``instance``'s rows in insertion (leaf) order, in constant memory."""
-        return self._stream(sa.select(entries).where(entries.c.instance == instance)
-                            .order_by(entries.c.leaf), chunk)
+    def entries(self, instance: str, *, chunk: int = 5000,
+                after_seq: int = 0) -> Iterator[StoredEntry]:
+        """Stream ``instance``'s rows in insertion (leaf) order, in constant memory.
+
+        ``after_seq`` skips the rows up to that seq (an index range on (instance, seq)),
+        so a reader that keeps up with a chain reads only what was appended since.
+        """
+        query = sa.select(entries).where(entries.c.instance == instance)
+        if after_seq:
+            query = query.where(entries.c.seq > after_seq)
+        return self._stream(query.order_by(entries.c.leaf), chunk)
 
     def all_entries(self, *, chunk: int = 5000) -> Iterator[StoredEntry]:
         return self._stream(sa.select(entries).order_by(entries.c.leaf), chunk)
