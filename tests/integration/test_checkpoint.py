@@ -399,11 +399,14 @@ def test_cosignatures_and_extension_lines_are_tolerated(world: World) -> None:
 WRITERS, PER_WRITER = 4, 40
 
 
-def _append_worker(url: str, key_path: str, worker: int, count: int, barrier: Any) -> None:
+def _append_worker(url: str, key_path: str, worker: int, count: int, barrier: Any,
+                   halfway: Any) -> None:
     signer = Signer.load(key_path)
     with Ledger.open(url) as ledger:
         barrier.wait(timeout=120)
         for i in range(count):
+            if i == count // 2:
+                halfway.wait(timeout=600)  # the test checkpoints here, mid-run, for certain
             ledger.append(f"wf-writer-{worker}", "step.done", {"i": i}, signer=signer)
             ledger.append("wf-shared", "step.done", {"worker": worker, "i": i}, signer=signer)
 
@@ -413,15 +416,24 @@ def test_concurrent_appends_give_contiguous_leaves_and_consistent_checkpoints(
     first = checkpoint(world.url, world.signer)
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(WRITERS + 1)
+    halfway = ctx.Barrier(WRITERS + 1, action=None)
     procs = [ctx.Process(target=_append_worker, daemon=True,
-                         args=(world.url, str(world.key), w, PER_WRITER, barrier))
+                         args=(world.url, str(world.key), w, PER_WRITER, barrier, halfway))
              for w in range(WRITERS)]
     for p in procs:
         p.start()
     taken = [first]
     try:
         barrier.wait(timeout=120)
-        deadline = time.monotonic() + 240
+        # Checkpoints race the writers until they all reach halfway; one more is taken
+        # while they wait there, so at least one lands strictly inside the run however
+        # slow this machine is.
+        while halfway.n_waiting < WRITERS and any(p.is_alive() for p in procs):
+            taken.append(checkpoint(world.url, world.signer))
+            time.sleep(0.02)
+        taken.append(checkpoint(world.url, world.signer))
+        halfway.wait(timeout=120)
+        deadline = time.monotonic() + 600
         while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
             taken.append(checkpoint(world.url, world.signer))  # while the writers write
             time.sleep(0.02)

@@ -24,6 +24,9 @@ from histaudit.keys import Signer, TrustStore, generate_keypair
 from histaudit.store import Ledger
 from histaudit.verify import verify_instance
 
+# Thousands of fsynced appends from many processes: minutes on a loaded shared machine.
+pytestmark = pytest.mark.timeout(1200)
+
 PROCS, PER_PROC = 8, 500
 THREADS, PER_THREAD = 8, 200
 MIX_PROCS, MIX_INSTANCES, MIX_ROUNDS = 4, 4, 100
