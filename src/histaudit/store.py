@@ -27,6 +27,10 @@ from .errors import StoreError
 from .keys import Signer
 
 DEFAULT_URL = "sqlite:///histaudit.db"
+# How long a SQLite append waits for the write lock. Appends are short, but on a shared
+# disk with many writers each holds the lock for an fsync; failing after a minute turned
+# slow into broken (an activity fails, then retries into the same queue).
+SQLITE_BUSY_SECONDS = 300
 # The drivers histaudit installs; any other (asyncpg, psycopg2, ...) is refused up front.
 _DRIVERS = {"sqlite": ("sqlite", "sqlite+pysqlite"),
             "postgresql": ("postgresql", "postgresql+psycopg")}
@@ -132,6 +136,22 @@ _PG_TRIGGERS = [
     """CREATE OR REPLACE TRIGGER histaudit_payloads_no_update BEFORE UPDATE
        ON histaudit_payloads FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
 ]
+
+
+# The append path's statements, built once: constructing and cache-keying SQLAlchemy
+# statements anew for every append cost as much CPU as everything else an append does.
+_APPEND_LOCK = sa.text("SELECT pg_advisory_xact_lock(:k)")
+_LAST_OF_INSTANCE = (sa.select(entries.c.seq, entries.c.hash)
+                     .where(entries.c.instance == sa.bindparam("instance"))
+                     .order_by(entries.c.seq.desc()).limit(1))
+_TOP_LEAF = sa.select(sa.func.max(entries.c.leaf))
+_INSERT_ENTRY = entries.insert()
+_INSERT_HEAD = heads.insert()
+# (An UPDATE's parameters may not be named after its columns.)
+_MOVE_HEAD = (heads.update().where(heads.c.instance == sa.bindparam("h_instance"))
+              .values(seq=sa.bindparam("h_seq"), body=sa.bindparam("h_body"),
+                      sig=sa.bindparam("h_sig")))
+_INSERT_PAYLOAD = payloads.insert()
 
 
 def writer_role_sql(role: str = "histaudit_writer") -> list[str]:
@@ -309,29 +329,28 @@ class Ledger:
                        data: Mapping[str, Any], signer: Signer,
                        payload_rows: Mapping[bytes, tuple[str, bytes]] | None) -> fmt.Entry:
         if self.dialect == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_APPEND_LOCK})
-        last = conn.execute(
-            sa.select(entries.c.seq, entries.c.hash).where(entries.c.instance == instance)
-            .order_by(entries.c.seq.desc()).limit(1)).first()
-        leaf = conn.execute(sa.select(sa.func.max(entries.c.leaf))).scalar()
+            conn.execute(_APPEND_LOCK, {"k": _PG_APPEND_LOCK})
+        last = conn.execute(_LAST_OF_INSTANCE, {"instance": instance}).first()
+        leaf = conn.execute(_TOP_LEAF).scalar()
         leaf = 0 if leaf is None else leaf + 1
         seq, prev = (1, fmt.GENESIS_PREV) if last is None else (last.seq + 1, last.hash)
         ts = fmt.now_ts()
         body = fmt.entry_body(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind,
                               ts=ts, kid=signer.kid, data=data)
         digest = fmt.sha256_hex(body)
-        conn.execute(entries.insert().values(leaf=leaf, instance=instance, seq=seq,
-                                             hash=digest, body=body, sig=signer.sign(body)))
+        conn.execute(_INSERT_ENTRY, {"leaf": leaf, "instance": instance, "seq": seq,
+                                     "hash": digest, "body": body, "sig": signer.sign(body)})
         hbody = fmt.head_body(instance=instance, seq=seq, leaf=leaf, hash=digest, ts=ts,
                               kid=signer.kid)
         hsig = signer.sign(hbody)
         if last is None:
-            conn.execute(heads.insert().values(instance=instance, seq=seq, body=hbody, sig=hsig))
+            conn.execute(_INSERT_HEAD, {"instance": instance, "seq": seq, "body": hbody,
+                                        "sig": hsig})
         else:
-            conn.execute(heads.update().where(heads.c.instance == instance)
-                         .values(seq=seq, body=hbody, sig=hsig))
+            conn.execute(_MOVE_HEAD, {"h_instance": instance, "h_seq": seq, "h_body": hbody,
+                                      "h_sig": hsig})
         if payload_rows:
-            conn.execute(payloads.insert(), [
+            conn.execute(_INSERT_PAYLOAD, [
                 {"commitment": c, "salt": salt, "data": data_}
                 for salt, (c, data_) in payload_rows.items()])
         return fmt.Entry(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind, ts=ts,
@@ -473,14 +492,14 @@ def _sqlite_engine(parsed: sa.URL, *, create: bool, shown: str) -> Engine:
                 magic = fh.read(16)
             if magic and magic != b"SQLite format 3\x00":
                 raise StoreError(f"ledger {shown}: {path} is not a SQLite database")
-    engine = sa.create_engine(parsed, connect_args={"timeout": 60})
+    engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_SECONDS})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Take transaction control away from pysqlite so BEGIN IMMEDIATE is ours.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout = 60000")
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_SECONDS * 1000}")
         if create:
             cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = FULL")
