@@ -1,0 +1,180 @@
+"""Figure 2: PostgreSQL appends/s with 1 and 4 processes against raw INSERT commits.
+
+A private PostgreSQL server (``tests/support/postgres.py``) runs on this machine, with
+its default durability (fsync on, synchronous_commit on). Every measurement starts N
+fresh processes (spawn), lets each connect and warm up, lines them up on a barrier and
+lets them run for a fixed wall time; throughput = all operations / (last end - first
+start). Scenarios, interleaved in every round:
+
+* ``raw×1`` / ``raw×4``  baseline: autocommit ``INSERT`` of one entry-sized row per
+  transaction, from 1 or 4 processes (4 connections get PostgreSQL's group commit);
+* ``raw+lock×4``         diagnostic: the same INSERT inside a transaction that first takes
+  one transaction-scoped advisory lock — the ledger's serialization, without the ledger;
+* ``append×1``           ``Ledger.append`` from 1 process;
+* ``append×4 separate``  4 processes, each appending to its own instance;
+* ``append×4 shared``    4 processes appending to one shared instance.
+
+Figures: append×1 / raw×1, append×4 / raw×4 (separate and shared). The issue's absolute
+target (≥ 2,000 appends/s with 4 processes) is shown for information as measured/2,000.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from typing import Any
+
+from bench_common import Series, log
+
+LOCK_KEY = 0x6265_6E63_686C_6F63  # any key other than the ledger's own
+TARGET_4P = 2000.0
+
+
+def _worker(kind: str, target: str, instance: str, duration: float, warmup: int,
+            seed: int, barrier: Any, queue: Any) -> None:
+    """One measuring process. ``target`` is a SQLAlchemy URL (append) or a conninfo (raw)."""
+    try:
+        body = os.urandom(420)
+        if kind == "append":
+            from bench_synth import workload
+
+            from histaudit.keys import Signer
+            from histaudit.store import Ledger
+
+            ledger = Ledger.open(target)
+            signer = Signer.generate()
+            mix = workload(50_000_000, seed=seed, first_task=seed * 10_000_000)
+
+            def op() -> None:
+                k, data, payloads = next(mix)
+                ledger.append(instance, k, data, signer=signer, payloads=payloads or None)
+        else:
+            import psycopg
+
+            conn = psycopg.connect(target, autocommit=(kind == "raw"))
+            if kind == "raw":
+                def op() -> None:
+                    conn.execute("INSERT INTO raw_t (v) VALUES (%s)", (body,))
+            else:
+                def op() -> None:
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                        conn.execute("INSERT INTO raw_t (v) VALUES (%s)", (body,))
+        for _ in range(warmup):
+            op()
+        barrier.wait(timeout=300)
+        count, c0, t0 = 0, time.process_time(), time.perf_counter()
+        deadline = t0 + duration
+        while True:
+            op()
+            count += 1
+            t1 = time.perf_counter()
+            if t1 >= deadline:
+                break
+        queue.put({"count": count, "t0": t0, "t1": t1, "cpu": time.process_time() - c0})
+    except BaseException as exc:  # report, never hang the parent
+        queue.put({"error": f"{type(exc).__name__}: {exc}"})
+        try:
+            barrier.abort()
+        except Exception:
+            pass
+
+
+def _measure(kind: str, target: str, procs: int, duration: float, *, shared: bool,
+             seed0: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(procs)
+    queue = ctx.Queue()
+    ps = []
+    for k in range(procs):
+        instance = "shared-instance" if shared else f"proc-{seed0 + k}"
+        p = ctx.Process(target=_worker, args=(kind, target, instance, duration, 5,
+                                              seed0 + k, barrier, queue))
+        p.start()
+        ps.append(p)
+    results = [queue.get(timeout=600) for _ in ps]
+    for p in ps:
+        p.join(timeout=60)
+    errors = [r["error"] for r in results if "error" in r]
+    if errors:
+        raise RuntimeError(f"{kind}×{procs} failed: {errors[0]}")
+    total = sum(r["count"] for r in results)
+    span = max(r["t1"] for r in results) - min(r["t0"] for r in results)
+    return {"ops": total, "span_s": round(span, 4), "rate_per_s": total / span,
+            "per_process": [r["count"] for r in results],
+            "client_cpu_us_per_op": round(1e6 * sum(r["cpu"] for r in results) / total, 1)}
+
+
+def run(*, rounds: int, duration: float) -> dict[str, Any]:
+    from bench_common import add_repo_paths
+
+    add_repo_paths()
+    import psycopg
+    from support.postgres import PostgresServer
+
+    from histaudit.store import Ledger
+
+    server = PostgresServer()
+    log("starting a private PostgreSQL server")
+    server.start()
+    try:
+        server.create_database("bench_raw")
+        raw_info = server.conninfo("bench_raw")
+        with psycopg.connect(raw_info, autocommit=True) as c:
+            c.execute("CREATE TABLE raw_t (id BIGSERIAL PRIMARY KEY, v BYTEA NOT NULL)")
+            settings = {name: c.execute(f"SHOW {name}").fetchone()[0]
+                        for name in ("server_version", "fsync", "synchronous_commit",
+                                     "wal_sync_method", "commit_delay", "shared_buffers")}
+        urls = {}
+        for scen in ("one", "sep", "shared"):
+            urls[scen] = server.create_database(f"bench_ledger_{scen}")
+            Ledger.open(urls[scen], create=True).close()
+
+        scenarios = [
+            ("raw×1", "raw", raw_info, 1, False, "one"),
+            ("append×1", "append", urls["one"], 1, False, "one"),
+            ("raw×4", "raw", raw_info, 4, False, "sep"),
+            ("append×4 separate", "append", urls["sep"], 4, False, "sep"),
+            ("append×4 shared", "append", urls["shared"], 4, True, "shared"),
+            ("raw+lock×4", "raw_locked", raw_info, 4, False, "sep"),
+        ]
+        rates = {name: Series() for name, *_ in scenarios}
+        cpu = {name: Series() for name, *_ in scenarios}
+        ratios = {k: Series() for k in ("append1_over_raw1", "append4_separate_over_raw4",
+                                        "append4_shared_over_raw4", "rawlock4_over_raw4",
+                                        "append4_separate_over_rawlock4",
+                                        "append4_separate_over_append1",
+                                        "append4_separate_over_target2000",
+                                        "append4_shared_over_target2000")}
+        raw_rounds = []
+        seed = 1
+        for r in range(rounds):
+            got: dict[str, dict[str, Any]] = {}
+            for name, kind, target, procs, shared, _scen in scenarios:
+                got[name] = _measure(kind, target, procs, duration, shared=shared, seed0=seed)
+                seed += procs
+                rates[name].add(got[name]["rate_per_s"])
+                cpu[name].add(got[name]["client_cpu_us_per_op"])
+            raw_rounds.append(got)
+            rate = {k: v["rate_per_s"] for k, v in got.items()}
+            ratios["append1_over_raw1"].add(rate["append×1"] / rate["raw×1"])
+            ratios["append4_separate_over_raw4"].add(rate["append×4 separate"] / rate["raw×4"])
+            ratios["append4_shared_over_raw4"].add(rate["append×4 shared"] / rate["raw×4"])
+            ratios["rawlock4_over_raw4"].add(rate["raw+lock×4"] / rate["raw×4"])
+            ratios["append4_separate_over_rawlock4"].add(
+                rate["append×4 separate"] / rate["raw+lock×4"])
+            ratios["append4_separate_over_append1"].add(
+                rate["append×4 separate"] / rate["append×1"])
+            ratios["append4_separate_over_target2000"].add(rate["append×4 separate"] / TARGET_4P)
+            ratios["append4_shared_over_target2000"].add(rate["append×4 shared"] / TARGET_4P)
+            log("pg round {}/{}: ".format(r + 1, rounds) +
+                ", ".join(f"{k} {v:,.0f}/s" for k, v in rate.items()))
+        return {"params": {"rounds": rounds, "seconds_per_measurement": duration},
+                "server": settings,
+                "rates_per_s": {k: s.to_json(1) for k, s in rates.items()},
+                "client_cpu_us_per_op": {k: s.to_json(1) for k, s in cpu.items()},
+                "ratios": {k: s.to_json() for k, s in ratios.items()},
+                "rounds": raw_rounds}
+    finally:
+        server.stop()

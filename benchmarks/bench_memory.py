@@ -1,0 +1,177 @@
+"""Figure 4: peak RSS of a process verifying a big instance, against an idle interpreter.
+
+Each measurement is a fresh subprocess (``python bench_memory.py child ...``) — the very
+children bench_verify times — so nothing the benchmark driver allocated counts. The
+figure is the child's ``VmHWM`` (peak resident set) from ``/proc/self/status``, read
+just before it exits. ``ru_maxrss`` is recorded too (the child's own
+``RUSAGE_SELF``, and the parent's ``os.wait4`` view) but is NOT used: Linux carries the
+pre-exec high-water mark of the forking parent into the child's ``ru_maxrss``, so it
+reports the benchmark driver's size whenever that is bigger. In ``--full`` mode
+``RUSAGE_CHILDREN`` of the child gives its largest signature worker (Linux reports the
+largest, not a sum).
+
+Baseline: the same interpreter after ``import histaudit.verify`` (which pulls in the
+store, SQLAlchemy, cryptography and orjson) and nothing else. Figures: peak ÷ idle and
+peak − idle. The issue's target (< 100 MB for 1,000,000 entries) is absolute memory,
+which does not depend on machine speed, so it is shown as peak ÷ 100 MB. A second,
+smaller instance in the same ledger gives the growth per entry (slope), which is what
+separates constant-memory streaming from state that grows with the instance.
+
+``child trace`` repeats a verify under ``tracemalloc`` and snapshots the heap at the
+moment the behaviour analyzer finishes (when per-instance state is largest), listing the
+allocation sites that hold the most memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+def _child(argv: list[str]) -> None:
+    sys.path.insert(0, str(HERE.parent / "src"))
+    what = argv[0]
+    out: dict[str, Any] = {}
+    import histaudit.verify  # noqa: F401 - the baseline is "imported histaudit"
+
+    if what in ("verify", "trace"):
+        from histaudit.keys import PublicKey, TrustStore
+        from histaudit.store import Ledger
+        from histaudit.verify import verify_instance
+
+        db, instance, pub, mode = argv[1:5]
+        trust = TrustStore([PublicKey.from_json(json.loads(pub), source="bench")])
+        ledger = Ledger.open(f"sqlite:///{db}")
+        if what == "trace":
+            import tracemalloc
+
+            from histaudit import behaviour
+
+            holder: dict[str, Any] = {}
+            original = behaviour.BehaviourAnalyzer.finish
+
+            def finish(self: Any) -> Any:
+                holder["snap"] = tracemalloc.take_snapshot()
+                holder["current"], holder["peak"] = tracemalloc.get_traced_memory()
+                return original(self)
+
+            behaviour.BehaviourAnalyzer.finish = finish  # type: ignore[method-assign]
+            tracemalloc.start(1)
+        import time
+
+        c0, t0 = time.process_time(), time.perf_counter()
+        rep = verify_instance(ledger, instance, trust=trust, full=(mode == "full"))
+        t1, c1 = time.perf_counter(), time.process_time()
+        out["entries"], out["ok"] = rep.entries, rep.ok
+        out["wall_s"], out["cpu_s"] = t1 - t0, c1 - c0
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out["children_cpu_s"] = kids.ru_utime + kids.ru_stime
+        out["findings"] = [f"{f.code}: {f.message}" for f in rep.findings[:5]]
+        out["findings_count"] = len(rep.findings)
+        if what == "trace":
+            snap = holder["snap"]
+            stats = snap.statistics("lineno")
+            out["traced_at_finish_bytes"] = holder["current"]
+            out["traced_peak_bytes"] = holder["peak"]
+            out["top"] = [{"site": f"{Path(s.traceback[0].filename).name}:"
+                                   f"{s.traceback[0].lineno}",
+                           "bytes": s.size, "blocks": s.count} for s in stats[:12]]
+        ledger.close()
+    out["vmhwm_kb"] = _status_kb("VmHWM")
+    out["vmrss_kb"] = _status_kb("VmRSS")
+    out["maxrss_self_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out["maxrss_children_kb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    print(json.dumps(out))
+
+
+def measure_child(args: list[str]) -> dict[str, Any]:
+    """Run one child; add the parent's view of its peak RSS (``os.wait4``)."""
+    with tempfile.TemporaryFile() as err_file:
+        proc = subprocess.Popen([sys.executable, str(Path(__file__)), "child", *args],
+                                stdout=subprocess.PIPE, stderr=err_file)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err_file.seek(0)
+            err = err_file.read().decode("utf-8", "replace")
+            raise RuntimeError(f"memory child {args[:1]} failed: {err[-2000:]}")
+    doc = json.loads(out)
+    doc["wait4_maxrss_kb"] = usage.ru_maxrss
+    return doc
+
+
+def verify_child(db: Path, instance: str, pub_json: dict[str, Any], mode: str
+                 ) -> dict[str, Any]:
+    """Verify ``instance`` in a fresh process: its timing and its peak memory together."""
+    return measure_child(["verify", str(db), instance, json.dumps(pub_json), mode])
+
+
+def run(db: Path, instances: dict[str, int], pub_json: dict[str, Any], *, big: str,
+        small: str, big_default: list[dict[str, Any]] | None = None,
+        big_full: list[dict[str, Any]] | None = None, full_mode: bool,
+        trace: bool) -> dict[str, Any]:
+    """Peak RSS figures. ``big_default``/``big_full``: child results the speed benchmark
+    already produced (the same children are timed and measured); run here if absent."""
+    pub = json.dumps(pub_json)
+    idle = [measure_child(["idle"]) for _ in range(3)]
+    idle_kb = sorted(d["vmhwm_kb"] for d in idle)[1]
+    res: dict[str, Any] = {"idle": idle, "idle_vmhwm_kb_median": idle_kb}
+    d = measure_child(["verify", str(db), small, pub, "default"])
+    d["instance_entries"] = instances[small]
+    res["default_small"] = d
+    if not big_default:
+        big_default = [measure_child(["verify", str(db), big, pub, "default"])]
+    # the largest peak over the rounds: a peak is a worst case, not a typical value
+    res["default_big"] = dict(max(big_default, key=lambda x: x["vmhwm_kb"]),
+                              instance_entries=instances[big],
+                              vmhwm_kb_rounds=[x["vmhwm_kb"] for x in big_default])
+    if full_mode:
+        if not big_full:
+            big_full = [measure_child(["verify", str(db), big, pub, "full"])]
+        res["full_big"] = dict(max(big_full, key=lambda x: x["vmhwm_kb"]),
+                               instance_entries=instances[big],
+                               vmhwm_kb_rounds=[x["vmhwm_kb"] for x in big_full])
+    if trace:
+        res["trace_small"] = measure_child(["trace", str(db), small, pub, "default"])
+    big_kb = res["default_big"]["vmhwm_kb"]
+    small_kb = res["default_small"]["vmhwm_kb"]
+    dn = instances[big] - instances[small]
+    res["summary"] = {
+        "idle_mb": idle_kb / 1024,
+        "peak_default_big_mb": big_kb / 1024,
+        "peak_default_small_mb": small_kb / 1024,
+        "ratio_peak_over_idle": big_kb / idle_kb,
+        "delta_over_idle_mb": (big_kb - idle_kb) / 1024,
+        "peak_over_target_100mb": big_kb / 1024 / 100,
+        "growth_bytes_per_entry": (big_kb - small_kb) * 1024 / dn if dn else None,
+        "big_entries": instances[big], "small_entries": instances[small],
+    }
+    if full_mode:
+        fb = res["full_big"]
+        res["summary"]["peak_full_big_main_mb"] = fb["vmhwm_kb"] / 1024
+        res["summary"]["peak_full_big_largest_worker_mb"] = fb["maxrss_children_kb"] / 1024
+    return res
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "child":
+        _child(sys.argv[2:])
+    else:
+        sys.exit("usage: bench_memory.py child idle|verify|trace ... (run via benchmarks/run.py)")

@@ -1,0 +1,323 @@
+"""Where the time of default-mode verification goes.
+
+Two complementary views of ``verify_instance(ledger, instance, trust=trust)``:
+
+1. **cProfile, categorised.** The profiler's raw per-code-object stats (so the many
+   generated ``<string>:__init__`` of dataclasses stay apart) are folded into named
+   categories: a Python function by its module/name, a C function (``set()``,
+   ``isinstance``, ``dict.get`` ...) by the function that called it, except the few C
+   functions that are a category of their own (``orjson.loads``, hashlib, the sqlite3
+   driver). Shares are of the profiled total. cProfile's per-call overhead inflates
+   categories made of many tiny calls, hence view 2.
+
+2. **Isolated components, no profiler.** The same rows pushed through one stage at a
+   time (stream only; SHA-256 only; ``parse_entry`` only; ``orjson.loads`` only; key
+   checks; behaviour analyzer; ``verify_chain`` on pre-loaded rows), each timed on its
+   own and shown as µs/entry and % of the unprofiled ``verify_instance`` time.
+
+Plus, for ``--full`` mode: the cost of one payload-commitment lookup
+(``Ledger.payload``), which full mode does for every committed payload reference.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+from bench_common import log
+from bench_verify import floor_pass
+
+from histaudit import format as fmt
+from histaudit.behaviour import BehaviourAnalyzer
+from histaudit.keys import PublicKey, TrustStore
+from histaudit.store import Ledger
+from histaudit import verify as verify_mod
+from histaudit.verify import verify_chain, verify_instance
+
+CATS = {
+    "sqlalchemy": "SQLAlchemy: execute, result & Row objects",
+    "driver": "sqlite3 C driver (execute/fetch)",
+    "stream": "Ledger._stream loop + bytes() copies",
+    "stored": "StoredEntry(...) construction",
+    "sha": "SHA-256 (format.sha256_hex)",
+    "orjson": "orjson.loads",
+    "parse": "parse_entry field checks (set(), _str/_int/_hex64)",
+    "entry": "Entry(...) construction (frozen dataclass)",
+    "key": "key checks (_check_key, TrustStore.get, valid_at)",
+    "behaviour": "behaviour analyzer (observe/finish)",
+    "loop": "verify_chain loop (seq/link bookkeeping)",
+    "head": "head check + report",
+    "other": "other",
+}
+
+
+def _own_category(code: Any) -> str | None:
+    if isinstance(code, str):  # a C function
+        if "orjson" in code:
+            return "orjson"
+        if "_hashlib" in code or "sha256" in code:
+            return "sha"
+        if "sqlite3" in code:
+            return "driver"
+        return None
+    fn, name = code.co_filename.replace("\\", "/"), code.co_name
+    if fn == "<string>":
+        return None
+    if "/sqlalchemy/" in fn:
+        return "sqlalchemy"
+    if fn.endswith("histaudit/store.py"):
+        return "stream"
+    if fn.endswith("histaudit/format.py"):
+        if name == "sha256_hex":
+            return "sha"
+        if name in ("parse_head",):
+            return "head"
+        return "parse"
+    if fn.endswith("histaudit/behaviour.py"):
+        return "behaviour"
+    if fn.endswith("histaudit/keys.py"):
+        return "key" if name in ("get", "valid_at", "parse_time") else "head"
+    if fn.endswith("histaudit/verify.py"):
+        if name == "_check_key":
+            return "key"
+        if name == "verify_chain":
+            return "loop"
+        return "head"
+    if fn.endswith("histaudit/findings.py"):
+        return "head"
+    if "/sqlite3/" in fn:
+        return "driver"
+    return "other"
+
+
+def categorise(prof: cProfile.Profile) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    stats = prof.getstats()
+    callers: dict[Any, list[tuple[Any, float, float]]] = defaultdict(list)
+    for e in stats:
+        for s in e.calls or ():
+            callers[s.code].append((e.code, s.inlinetime, s.totaltime))
+
+    memo: dict[Any, str] = {}
+
+    def cat_of(code: Any, depth: int = 0) -> str:
+        if code in memo:
+            return memo[code]
+        own = _own_category(code)
+        if own is None:
+            if not isinstance(code, str) and code.co_filename == "<string>" \
+                    and code.co_name == "__init__":
+                src = max(callers.get(code, [(None, 0, 0)]), key=lambda c: c[2])[0]
+                own = ("entry" if src is not None and not isinstance(src, str)
+                       and src.co_filename.endswith("format.py") else
+                       "stored" if src is not None and not isinstance(src, str)
+                       and src.co_filename.endswith("store.py") else "other")
+            elif depth > 20 or not callers.get(code):
+                own = "other"
+            else:
+                src = max(callers[code], key=lambda c: c[2])[0]
+                own = cat_of(src, depth + 1)
+        memo[code] = own
+        return own
+
+    totals: dict[str, float] = defaultdict(float)
+    funcs: list[dict[str, Any]] = []
+    for e in stats:
+        code = e.code
+        if _own_category(code) is None and isinstance(code, str) and callers.get(code):
+            # C helper: split its time over its callers' categories
+            for src, inline, _tot in callers[code]:
+                totals[cat_of(src)] += inline
+        else:
+            totals[cat_of(code)] += e.inlinetime
+        label = code if isinstance(code, str) else \
+            f"{Path(code.co_filename).name}:{code.co_firstlineno}({code.co_name})"
+        funcs.append({"function": label, "calls": e.callcount,
+                      "tottime_s": round(e.inlinetime, 4), "cumtime_s": round(e.totaltime, 4)})
+    funcs.sort(key=lambda f: -f["tottime_s"])
+    return dict(totals), funcs[:25]
+
+
+def _t(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run(db: Path, instance: str, trust: TrustStore, *, repeats: int = 3) -> dict[str, Any]:
+    ledger = Ledger.open(f"sqlite:///{db}")
+    try:
+        head = ledger.head(instance)
+        # unprofiled reference time (best of repeats: the least disturbed run)
+        t_total = min(_t(lambda: verify_instance(ledger, instance, trust=trust))
+                      for _ in range(repeats))
+        prof = cProfile.Profile()
+        rep = prof.runcall(verify_instance, ledger, instance, trust=trust)
+        n = rep.entries
+        totals, top = categorise(prof)
+        prof_total = sum(totals.values())
+        log(f"profile: {n:,} entries, {t_total:.2f}s unprofiled, {prof_total:.2f}s profiled")
+
+        rows = list(ledger.entries(instance))
+        bodies = [r.body for r in rows]
+        parsed = [fmt.parse_entry(b) for b in bodies]
+        key = next(iter(trust))
+        windowed = TrustStore([PublicKey(kid=key.kid, raw=key.raw,
+                                         not_before="2020-01-01T00:00:00.000000Z",
+                                         not_after="2030-01-01T00:00:00.000000Z")])
+
+        def stream() -> None:
+            for _ in ledger.entries(instance):
+                pass
+
+        def sha() -> None:
+            for b in bodies:
+                fmt.sha256_hex(b)
+
+        def loads() -> None:
+            for b in bodies:
+                orjson.loads(b)
+
+        def parse() -> None:
+            for b in bodies:
+                fmt.parse_entry(b)
+
+        def keys(ts: TrustStore) -> Any:
+            def go() -> None:
+                sink: list[Any] = []
+                for e in parsed:
+                    verify_mod._check_key(e.kid, e.ts, e.seq, instance, ts, sink.append,
+                                          "entry")
+            return go
+
+        def behaviour() -> None:
+            b = BehaviourAnalyzer(instance)
+            for e in parsed:
+                b.observe(e)
+            b.finish()
+
+        def chain() -> None:
+            verify_chain(instance, rows, head, trust=trust)
+
+        def raw_read() -> None:
+            floor_pass(db, instance, parse=False, hash_=False)
+
+        parts = {
+            "stream (Ledger.entries: SQLAlchemy + StoredEntry)": stream,
+            "raw sqlite3 read of the same rows (for comparison)": raw_read,
+            "verify_chain on pre-loaded rows (everything but the stream)": chain,
+            "  SHA-256 of each body": sha,
+            "  parse_entry (incl. orjson.loads)": parse,
+            "    of which orjson.loads alone": loads,
+            "  _check_key, key without validity window": keys(trust),
+            "  _check_key, key WITH a validity window (for comparison)": keys(windowed),
+            "  BehaviourAnalyzer.observe + finish": behaviour,
+        }
+        iso = {}
+        for label, fn in parts.items():
+            try:
+                best = min(_t(fn) for _ in range(repeats))
+            except Exception as exc:  # a private helper changed under us: say so, go on
+                iso[label] = {"error": f"{type(exc).__name__}: {exc}"}
+                continue
+            iso[label] = {"us_per_entry": round(best / n * 1e6, 3),
+                          "pct_of_verify": round(100 * best / t_total, 1)}
+
+        # --full mode extra: the canonical-form re-check of every entry, if the verifier has it
+        canon = getattr(verify_mod, "_is_canonical", None)
+        t_canon = None
+        if canon is not None:
+            sample = parsed[:20_000]
+            t_canon = min(_t(lambda: [canon(e) for e in sample]) for _ in range(2)) / len(sample)
+
+        # --full mode extra: one payload lookup per committed reference
+        commitments = [e.data["output"]["c"] for e in parsed
+                       if isinstance(e.data.get("output"), dict)][:2000]
+        refs_per_entry = sum(1 for e in parsed for v in e.data.values()
+                             if isinstance(v, dict) and isinstance(v.get("c"), str)) / n
+        t_lookup = min(_t(lambda: [ledger.payload(c) for c in commitments])
+                       for _ in range(2)) / max(1, len(commitments))
+        del rows, bodies, parsed
+    finally:
+        ledger.close()
+    return {
+        "instance": instance, "entries": n,
+        "verify_unprofiled_s": round(t_total, 4),
+        "verify_unprofiled_entries_per_s": round(n / t_total, 1),
+        "profiled_total_s": round(prof_total, 4),
+        "categories": {CATS[k]: {"seconds": round(v, 4), "pct": round(100 * v / prof_total, 1)}
+                       for k, v in sorted(totals.items(), key=lambda kv: -kv[1])},
+        "top_functions": top,
+        "isolated": iso,
+        "full_mode_payload_lookup": {
+            "us_per_lookup": round(t_lookup * 1e6, 1),
+            "refs_per_entry": round(refs_per_entry, 3),
+            "us_per_entry": round(t_lookup * refs_per_entry * 1e6, 1)},
+        "full_mode_canonical_check_us_per_entry":
+            None if t_canon is None else round(t_canon * 1e6, 2),
+    }
+
+
+def stream_experiments(db: Path, sizes: dict[str, int], scratch: Path) -> dict[str, Any]:
+    """How reading one instance scales, as the ledger is built and with one extra index.
+
+    ``Ledger.entries`` pages with ``WHERE instance = ? AND leaf > ? ORDER BY leaf LIMIT
+    5000``. Timed per instance (µs/entry: flat = linear, growing = super-linear), next to
+    one plain ``sqlite3`` query over the same rows, then again on a copy of the ledger
+    with an index on (instance, leaf) — a what-if for the store, measured on a copy so
+    the ledger under test is never changed.
+    """
+    import shutil
+    import sqlite3
+
+    def plan(path: Path, inst: str) -> list[str]:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return [r[3] for r in con.execute(
+                "EXPLAIN QUERY PLAN SELECT leaf, instance, seq, hash, body, sig FROM "
+                "histaudit_entries WHERE instance = ? AND leaf > ? ORDER BY leaf LIMIT 5000",
+                (inst, -1))]
+        finally:
+            con.close()
+
+    def stream_us(path: Path, inst: str) -> float:
+        ledger = Ledger.open(f"sqlite:///{path}")
+        try:
+            t0, n = time.perf_counter(), 0
+            for _ in ledger.entries(inst):
+                n += 1
+            return (time.perf_counter() - t0) / n * 1e6
+        finally:
+            ledger.close()
+
+    out: dict[str, Any] = {"as_built": {}, "with_instance_leaf_index": {}}
+    for inst, n in sorted(sizes.items(), key=lambda kv: kv[1]):
+        t0 = time.perf_counter()
+        floor_pass(db, inst, parse=False, hash_=False)
+        raw_us = (time.perf_counter() - t0) / n * 1e6
+        us = stream_us(db, inst)
+        out["as_built"][inst] = {"entries": n, "ledger_entries_us_per_entry": round(us, 2),
+                                 "single_raw_query_us_per_entry": round(raw_us, 2)}
+        log(f"stream {inst}: Ledger.entries {us:.1f} µs/entry, one raw query {raw_us:.2f}")
+    out["as_built_plan"] = plan(db, max(sizes, key=sizes.get))
+    copy = scratch / "whatif-index.db"
+    shutil.copyfile(db, copy)
+    try:
+        con = sqlite3.connect(copy)
+        con.execute("CREATE INDEX bench_whatif_instance_leaf ON histaudit_entries "
+                    "(instance, leaf)")
+        con.close()
+        out["with_index_plan"] = plan(copy, max(sizes, key=sizes.get))
+        for inst, n in sorted(sizes.items(), key=lambda kv: kv[1]):
+            floor_pass(copy, inst, parse=False, hash_=False)  # warm the copy's pages
+            us = stream_us(copy, inst)
+            out["with_instance_leaf_index"][inst] = {
+                "entries": n, "ledger_entries_us_per_entry": round(us, 2)}
+            log(f"stream {inst} with (instance, leaf) index: {us:.1f} µs/entry")
+    finally:
+        for p in (copy, Path(f"{copy}-wal"), Path(f"{copy}-shm")):
+            p.unlink(missing_ok=True)
+    return out
