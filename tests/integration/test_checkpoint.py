@@ -15,10 +15,8 @@ import base64
 import hashlib
 import json
 import multiprocessing as mp
-import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -468,32 +466,7 @@ def test_concurrent_appends_give_contiguous_leaves_and_consistent_checkpoints(
 
 # --- the command ------------------------------------------------------------------------
 
-_SCRIPT = Path(sys.executable).with_name("histaudit")
-HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
-
-
-def cli(*args: str | os.PathLike[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-    env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
-    return subprocess.run([*HISTAUDIT, *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          text=True, encoding="utf-8", errors="replace", timeout=180)
-
-
-def exits(result: subprocess.CompletedProcess[str], code: int) -> None:
-    assert "Traceback" not in result.stdout + result.stderr, result.stderr
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert result.stderr == ""
-
-
-def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    assert "Traceback" not in result.stdout + result.stderr, result.stderr
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("histaudit: error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert result.stdout == ""
-    return lines[0]
+from support.cli import cli, exits, one_error_line  # noqa: E402
 
 
 def test_cli_checkpoint_then_verify_since_checkpoint(world: World) -> None:
