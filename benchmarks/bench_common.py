@@ -121,6 +121,16 @@ def git_commit() -> str:
         return "unknown"
 
 
+def git_dirty(path: str = "src") -> list[str]:
+    """Files under ``path`` that differ from HEAD (others edit the tree while we measure)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--", path], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout
+        return [line[3:] for line in out.splitlines() if line.strip()]
+    except (OSError, subprocess.CalledProcessError):
+        return ["unknown"]
+
+
 def versions() -> dict[str, str]:
     import sqlite3
 
