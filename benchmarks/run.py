@@ -267,19 +267,19 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     if "memory" in f:
         m = f["memory"]["summary"]
         rows.append(["4a", f"peak RSS verifying {m['big_entries']:,} entries ÷ idle interpreter",
-                     fmt_num(m["peak_default_big_mb"], " MB"), fmt_num(m["idle_mb"], " MB"),
+                     fmt_num(m["peak_default_big_mb"], " MiB"), fmt_num(m["idle_mb"], " MiB"),
                      f"{m['ratio_peak_over_idle']:.3f}", "(info)", ""])
-        rows.append(["4b", "peak RSS ÷ 100 MB", fmt_num(m["peak_default_big_mb"], " MB"),
-                     "100 MB", f"{m['peak_over_target_100mb']:.3f}", "< 1",
+        rows.append(["4b", "peak RSS ÷ 100 MiB", fmt_num(m["peak_default_big_mb"], " MiB"),
+                     "100 MiB", f"{m['peak_over_target_100mb']:.3f}", "< 1",
                      _status(m["peak_over_target_100mb"], 1.0, higher_is_better=False)])
         rows.append(["4c", "RSS growth per entry (big vs small instance)",
                      fmt_num(m["growth_bytes_per_entry"], " B/entry"), "0 (streaming)", "-",
                      "(info)", ""])
         if "peak_full_big_main_mb" in m:
             rows.append(["4d", "peak RSS --full: main process / largest worker",
-                         f"{fmt_num(m['peak_full_big_main_mb'], ' MB')} / "
-                         f"{fmt_num(m['peak_full_big_largest_worker_mb'], ' MB')}",
-                         fmt_num(m["idle_mb"], " MB"), "-", "(info)", ""])
+                         f"{fmt_num(m['peak_full_big_main_mb'], ' MiB')} / "
+                         f"{fmt_num(m['peak_full_big_largest_worker_mb'], ' MiB')}",
+                         fmt_num(m["idle_mb"], " MiB"), "-", "(info)", ""])
     return head, rows
 
 
