@@ -1,3 +1,4 @@
+from histaudit.ledger import chain
 """Figure 2: PostgreSQL appends/s with 1 and 4 processes against raw INSERT commits.
 
 A private PostgreSQL server (``tests/support/postgres.py``) runs on this machine, with
@@ -39,8 +40,8 @@ def _worker(kind: str, target: str, instance: str, duration: float, warmup: int,
         if kind == "append":
             from bench_synth import workload
 
-            from histaudit.keys import Signer
-            from histaudit.store import Ledger
+            from histaudit.ledger.keys import Signer
+            from histaudit.ledger.store import Ledger
 
             ledger = Ledger.open(target)
             signer = Signer.generate()
@@ -48,7 +49,7 @@ def _worker(kind: str, target: str, instance: str, duration: float, warmup: int,
 
             def op() -> None:
                 k, data, payloads = next(mix)
-                ledger.append(instance, k, data, signer=signer, payloads=payloads or None)
+                chain.append(ledger, instance, k, data, signer=signer, payloads=payloads or None)
         else:
             import psycopg
 
@@ -113,7 +114,7 @@ def run(*, rounds: int, duration: float) -> dict[str, Any]:
     import psycopg
     from support.postgres import PostgresServer
 
-    from histaudit.store import Ledger
+    from histaudit.ledger.store import Ledger
 
     server = PostgresServer()
     log("starting a private PostgreSQL server")

@@ -35,9 +35,10 @@ from bench_common import Series, Timing, log, measure
 from bench_synth import raw_private, ts_for, workload
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from histaudit import format as fmt
-from histaudit.keys import Signer
-from histaudit.store import Ledger
+from histaudit.ledger import records as fmt
+from histaudit.ledger.keys import Signer
+from histaudit.ledger.store import Ledger
+from histaudit.ledger import chain
 
 INSTANCES = 8
 SLICES = 10
@@ -157,7 +158,7 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
         for _ in range(n):
             i = next(counter)
             kind, data, payloads = next(mix)
-            ledger.append(f"wf-{i % INSTANCES}", kind, data, signer=signer,
+            chain.append(ledger, f"wf-{i % INSTANCES}", kind, data, signer=signer,
                           payloads=payloads or None)
         return n
 

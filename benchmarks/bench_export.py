@@ -45,11 +45,12 @@ if str(REPO / "src") not in sys.path:
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey  # noqa: E402
 
-from histaudit import format as fmt  # noqa: E402
-from histaudit import store  # noqa: E402
-from histaudit.bundle import export, verify_bundle  # noqa: E402
-from histaudit.keys import Signer, TrustStore  # noqa: E402
-from histaudit.store import Ledger  # noqa: E402
+from histaudit.ledger import records as fmt  # noqa: E402
+from histaudit.ledger import store  # noqa: E402
+from histaudit.bundle.export import export  # noqa: E402
+from histaudit.bundle.verify import verify_bundle
+from histaudit.ledger.keys import Signer, TrustStore  # noqa: E402
+from histaudit.ledger.store import Ledger  # noqa: E402
 
 PAYLOAD_EVERY = 4
 
@@ -86,7 +87,7 @@ def synthesize(url: str, signer: Signer, entries: int, instances: int) -> None:
         heads.append({"instance": instance, "seq": seq, "body": hbody,
                       "sig": signer.sign(hbody)})
     with Ledger.open(url, create=True) as ledger:
-        with ledger.engine.begin() as conn:
+        with ledger.db.begin() as conn:
             conn.execute(store.entries.insert(), rows)
             conn.execute(store.heads.insert(), heads)
             conn.execute(store.payloads.insert(), payloads)

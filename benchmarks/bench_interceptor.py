@@ -58,9 +58,9 @@ sys.path.insert(0, str(REPO / "src"))
 import dapr.ext.workflow as wf  # noqa: E402
 
 from histaudit import dapr as hdapr  # noqa: E402
-from histaudit import store as hstore  # noqa: E402
-from histaudit.engine import Engine  # noqa: E402
-from histaudit.keys import Signer, generate_keypair  # noqa: E402
+from histaudit.ledger import store as hstore  # noqa: E402
+from histaudit.crashtest.engine import EngineProcess  # noqa: E402
+from histaudit.ledger.keys import Signer, generate_keypair  # noqa: E402
 
 OUT = BENCH_DIR / "results" / "interceptor-latest.json"
 TARGET_RATIO = 0.85
@@ -153,7 +153,7 @@ def _register(wfr: wf.WorkflowRuntime) -> None:
 
 
 @contextlib.contextmanager
-def worker(variant: str, engine: Engine, ledgers: dict[str, str], key: Path
+def worker(variant: str, engine: EngineProcess, ledgers: dict[str, str], key: Path
            ) -> Iterator[wf.WorkflowRuntime]:
     host, port = engine.address.rsplit(":", 1)
     wfr: wf.WorkflowRuntime
@@ -195,7 +195,7 @@ def run_chain(client: wf.DaprWorkflowClient, n: int) -> str:
     return instance
 
 
-def timeline(engine: Engine, instance: str) -> tuple[float, list[float]]:
+def timeline(engine: EngineProcess, instance: str) -> tuple[float, list[float]]:
     """From the engine's own history: (seconds from start to completion, step times).
 
     A step is the time between consecutive ``TaskCompleted`` events: one activity's full
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         variants.remove("audited-shm")
 
     HOOKS.install()
-    engine = Engine(state_dir=work / "engine")
+    engine = EngineProcess(state_dir=work / "engine")
     engine.start()
     host, port = engine.address.rsplit(":", 1)
     client = wf.DaprWorkflowClient(host=host, port=port)

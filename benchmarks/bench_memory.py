@@ -50,9 +50,9 @@ def _child(argv: list[str]) -> None:
     import histaudit.verify  # noqa: F401 - the baseline is "imported histaudit"
 
     if what in ("verify", "trace"):
-        from histaudit.keys import PublicKey, TrustStore
-        from histaudit.store import Ledger
-        from histaudit.verify import verify_instance
+        from histaudit.ledger.keys import PublicKey, TrustStore
+        from histaudit.ledger.store import Ledger
+        from histaudit.verify.verifier import verify_instance
 
         db, instance, pub, mode = argv[1:5]
         trust = TrustStore([PublicKey.from_json(json.loads(pub), source="bench")])

@@ -31,12 +31,12 @@ import orjson
 from bench_common import log
 from bench_verify import floor_pass
 
-from histaudit import format as fmt
-from histaudit.behaviour import BehaviourAnalyzer
-from histaudit.keys import PublicKey, TrustStore
-from histaudit.store import Ledger
-from histaudit import verify as verify_mod
-from histaudit.verify import verify_chain, verify_instance
+from histaudit.ledger import records as fmt
+from histaudit.verify.behaviour import BehaviourCheck
+from histaudit.ledger.keys import PublicKey, TrustStore
+from histaudit.ledger.store import Ledger
+from histaudit.verify import verifier as verify_mod
+from histaudit.verify.verifier import verify_chain, verify_instance
 
 CATS = {
     "sqlalchemy": "SQLAlchemy: execute, result & Row objects",
@@ -194,7 +194,7 @@ def run(db: Path, instance: str, trust: TrustStore, *, repeats: int = 3) -> dict
             return go
 
         def behaviour() -> None:
-            b = BehaviourAnalyzer(instance)
+            b = BehaviourCheck(instance)
             for e in parsed:
                 b.observe(e)
             b.finish()
@@ -214,7 +214,7 @@ def run(db: Path, instance: str, trust: TrustStore, *, repeats: int = 3) -> dict
             "    of which orjson.loads alone": loads,
             "  _check_key, key without validity window": keys(trust),
             "  _check_key, key WITH a validity window (for comparison)": keys(windowed),
-            "  BehaviourAnalyzer.observe + finish": behaviour,
+            "  BehaviourCheck.observe + finish": behaviour,
         }
         iso = {}
         for label, fn in parts.items():

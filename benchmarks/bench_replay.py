@@ -129,12 +129,12 @@ def record_on_engine(n: int, timeout: float) -> list[Any]:
     """Run ``chain(n)`` on the real engine (durabletask-go) and fetch its history."""
     import dapr.ext.workflow as wf
 
-    from histaudit.engine import Engine
-    from histaudit.replay import fetch_history
+    from histaudit.crashtest.engine import EngineProcess
+    from histaudit.replay import History
 
     logging.getLogger("WorkflowRuntime").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp, \
-            Engine(state_dir=tmp) as engine:
+            EngineProcess(state_dir=tmp) as engine:
         host, port = engine.address.rsplit(":", 1)
         runtime = wf.WorkflowRuntime(host=host, port=port)
         runtime.register_workflow(_copy(chain), name="chain")
@@ -148,7 +148,7 @@ def record_on_engine(n: int, timeout: float) -> list[Any]:
                                                         timeout_in_seconds=int(timeout))
             if state is None or state.runtime_status.name != "COMPLETED":
                 raise SystemExit(f"chain({n}) did not complete on the engine: {state}")
-            return fetch_history(engine.address, instance, timeout=60)
+            return list(History.fetch(engine.address, instance, timeout=60))
         finally:
             client.close()
             runtime.shutdown()

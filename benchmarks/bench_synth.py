@@ -44,9 +44,9 @@ import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives import serialization
 
-from histaudit import format as fmt
-from histaudit.keys import Signer
-from histaudit.store import Ledger
+from histaudit.ledger import records as fmt
+from histaudit.ledger.keys import Signer
+from histaudit.ledger.store import Ledger
 
 ACTIVITIES = ("fetch-order", "charge-card", "reserve-stock", "send-email")
 WORKFLOW = "order-triage"

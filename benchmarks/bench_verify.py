@@ -32,7 +32,7 @@ import orjson
 from bench_common import Series, Timing, log, measure
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from histaudit.keys import TrustStore
+from histaudit.ledger.keys import TrustStore
 
 TARGET_PER_CORE = 250_000.0
 

@@ -101,7 +101,7 @@ def current_schema(where: Path) -> list[str]:
     """The SQL of the schema ``Ledger.open(create=True)`` makes today (cache key)."""
     import sqlite3
 
-    from histaudit.store import Ledger
+    from histaudit.ledger.store import Ledger
 
     probe = where / "schema-probe.db"
     for p in (probe, Path(f"{probe}-wal"), Path(f"{probe}-shm")):
@@ -121,7 +121,7 @@ def verify_ledger(args: argparse.Namespace, workdir: Path, entries: int
     """Build (or reuse) the SQLite ledger with a big and a small instance."""
     from bench_synth import build_ledger, self_check
 
-    from histaudit.keys import PublicKey, Signer, TrustStore
+    from histaudit.ledger.keys import PublicKey, Signer, TrustStore
 
     big, small = f"bench-big-{entries}", f"bench-small-{entries // 10}"
     sizes = {small: entries // 10, big: entries}

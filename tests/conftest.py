@@ -19,7 +19,7 @@ _TESTS_DIR = Path(__file__).resolve().parent
 if str(_TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(_TESTS_DIR))
 
-from histaudit.engine import Engine, find_engine_binary  # noqa: E402
+from histaudit.crashtest.engine import EngineProcess, find_engine_binary  # noqa: E402
 from histaudit.errors import EngineError  # noqa: E402
 from support.postgres import PostgresError, PostgresServer  # noqa: E402
 
@@ -90,9 +90,9 @@ def engine_binary() -> Path:
 
 
 @pytest.fixture
-def engine(engine_binary: Path, tmp_path: Path) -> Iterator[Engine]:
+def engine(engine_binary: Path, tmp_path: Path) -> Iterator[EngineProcess]:
     """A running workflow engine with its state in the test's tmp dir, killed afterwards."""
-    eng = Engine(binary=engine_binary, state_dir=tmp_path / "engine")
+    eng = EngineProcess(binary=engine_binary, state_dir=tmp_path / "engine")
     problem = _attempt(eng.start, (EngineError,))
     if problem:
         pytest.fail(f"cannot start the workflow engine: {problem}", pytrace=False)

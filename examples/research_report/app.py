@@ -49,7 +49,7 @@ import dapr.ext.workflow as wf
 
 from histaudit.crash import crash_point
 from histaudit.dapr import AuditedWorkflowRuntime
-from histaudit.effects import side_effect
+from histaudit.interceptor.effects import side_effect
 
 APP_READY = "RESEARCH APP READY"
 DEFAULT_SOURCES = ("arxiv", "news", "filings", "patents")

@@ -35,11 +35,11 @@ from rich.console import Console
 from rich.table import Table
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.engine import Engine
+from histaudit.crashtest.engine import EngineProcess
 from histaudit.errors import HistauditError
-from histaudit.keys import TrustStore, generate_keypair
-from histaudit.store import Ledger
-from histaudit.verify import verify_instance
+from histaudit.ledger.keys import TrustStore, generate_keypair
+from histaudit.ledger.store import Ledger
+from histaudit.verify.verifier import verify_instance
 
 HERE = Path(__file__).resolve().parent
 APP = HERE / "app.py"
@@ -138,7 +138,7 @@ class Demo:
         self.key, _pub, _signer = generate_keypair(out / "keys", name="triage")
         self.trust = out / "keys"
         self.db = f"sqlite:///{rel(out / 'ledger.db')}"
-        self.engine = Engine(state_dir=out / "engine")
+        self.engine = EngineProcess(state_dir=out / "engine")
         self.workers: list[subprocess.Popen[bytes]] = []
 
     # -- processes ---------------------------------------------------------------------

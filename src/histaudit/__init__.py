@@ -8,8 +8,7 @@ from .crash import crash_point
 from .errors import HistauditError
 
 if TYPE_CHECKING:
-    from .dapr import AuditedWorkflowRuntime
-    from .effects import SideEffect, once, side_effect
+    from .interceptor import AuditedWorkflowRuntime, SideEffect, once, side_effect
 
 __all__ = ["AuditedWorkflowRuntime", "HistauditError", "SideEffect", "__version__",
            "crash_point", "once", "side_effect"]
@@ -17,8 +16,8 @@ __version__ = "0.1.0"
 
 # The Dapr-facing names import the Dapr SDK (and gRPC); load them only when asked for,
 # so `import histaudit` stays light for the CLI and the verifier.
-_LAZY = {"AuditedWorkflowRuntime": "dapr", "SideEffect": "effects", "once": "effects",
-         "side_effect": "effects"}
+_LAZY = {"AuditedWorkflowRuntime": "interceptor", "SideEffect": "interceptor",
+         "once": "interceptor", "side_effect": "interceptor"}
 
 
 def __getattr__(name: str) -> Any:

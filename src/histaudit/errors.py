@@ -1,7 +1,9 @@
 """One error tree for histaudit.
 
-Every error the library raises derives from :class:`HistauditError`. The CLI turns any
-of them into one line on stderr and exit status 2; they never escape as tracebacks.
+Every error the library raises derives from :class:`HistauditError`. The CLI's one error
+boundary (:func:`histaudit.cli.main`) turns any of them into one line on stderr and exit
+status 2; they never escape as tracebacks. Parsers raise these errors themselves, so no
+caller has to re-wrap a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class FormatError(InputError):
     """An entry, head or bundle does not follow docs/format.md (or has an unknown version)."""
 
 
-class KeyProblem(HistauditError):
+class KeyMaterialError(HistauditError):
     """A key is missing, unreadable, malformed, or unsafe (a private key others can read)."""
 
 

@@ -25,10 +25,10 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from histaudit import format as fmt
-from histaudit.canonical import canonical_bytes
+from histaudit.ledger import records as fmt
+from histaudit.ledger.canonical import canonical_bytes
 from histaudit.errors import FormatError
-from histaudit.keys import PublicKey, key_id
+from histaudit.ledger.keys import PublicKey, key_id
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "vectors.json"

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT / "src"))
 import dapr.ext.workflow as wf  # noqa: E402
 
 from examples.nondeterminism import workflows  # noqa: E402
-from histaudit.engine import Engine  # noqa: E402
-from histaudit.replay import fetch_history, replay, save_history  # noqa: E402
+from histaudit.crashtest.engine import EngineProcess  # noqa: E402
+from histaudit.replay import History, replay  # noqa: E402
 
 RUNS = {  # file stem -> (workflow, input, instance id)
     "order": (workflows.order, {"id": "A-17", "items": ["book", "lamp"], "amount": 42},
@@ -42,7 +42,7 @@ TIMEOUT_S = 60
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="histaudit-golden-") as tmp, \
-            Engine(state_dir=tmp) as engine:
+            EngineProcess(state_dir=tmp) as engine:
         host, port = engine.address.rsplit(":", 1)
         runtime = wf.WorkflowRuntime(host=host, port=port)
         workflows.register(runtime)
@@ -60,13 +60,13 @@ def main() -> None:
                                                             timeout_in_seconds=TIMEOUT_S)
                 if state is None or state.runtime_status.name != "COMPLETED":
                     raise SystemExit(f"{stem}: did not complete: {state}")
-                events = fetch_history(engine.address, instance)
+                events = History.fetch(engine.address, instance).events
                 if stem != "wall_clock":  # past its deadline by the next replay, not now
                     check = replay(events, fn)
                     if stem != "dice" and not check.ok:
                         raise SystemExit(f"{stem}: fresh history does not replay:\n"
                                          f"{check.explain()}")
-                path = save_history(events, OUT / f"{stem}.json")
+                path = History.of(events).save(OUT / f"{stem}.json")
                 print(f"{stem}: {len(events)} events -> {path.relative_to(ROOT)}")
         finally:
             client.close()

@@ -19,11 +19,13 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from histaudit import format as fmt
+from histaudit.ledger import records as fmt
 from histaudit.errors import StoreError
-from histaudit.keys import Signer, TrustStore
-from histaudit.store import Ledger, StoredHead, writer_role_sql
-from histaudit.verify import verify_instance
+from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.store import Ledger, writer_role_sql
+from histaudit.ledger.records import StoredHead
+from histaudit.verify.verifier import verify_instance
+from histaudit.ledger import chain
 
 INSTANCES = ("wf-one", "wf-two")
 ENTRIES = 6
@@ -56,7 +58,7 @@ def build(url: str) -> Setup:
                     stored = {salt: (c, payload)}
                     if instance == "wf-one" and seq == 2:
                         commitment = c
-                ledger.append(instance, "step.done", data, signer=signer, payloads=stored)
+                chain.append(ledger, instance, "step.done", data, signer=signer, payloads=stored)
             if seq == 3:
                 old_head = ledger.head("wf-one")
     assert old_head is not None and commitment
@@ -192,12 +194,12 @@ def test_appending_and_erasing_still_work_with_the_triggers(setup: Setup) -> Non
     and erasing a payload."""
     with Ledger.open(setup.url) as ledger:
         for instance in INSTANCES:
-            ledger.append(instance, "step.done", {"n": ENTRIES + 1}, signer=setup.signer)
+            chain.append(ledger, instance, "step.done", {"n": ENTRIES + 1}, signer=setup.signer)
         head = ledger.head("wf-one")
         assert head is not None and head.seq == ENTRIES + 1
     assert_verifies(setup.url, setup.trust, ENTRIES + 1)
     with Ledger.open(setup.url) as ledger:
-        erased, entry = ledger.erase_payload(INSTANCES[0], setup.commitment,
+        erased, entry = chain.erase_payload(ledger, INSTANCES[0], setup.commitment,
                                              signer=setup.signer, record={"reason": "test"})
         assert erased and entry.kind == "payload.erased" and entry.seq == ENTRIES + 2
         assert ledger.payload(setup.commitment) is None
@@ -275,7 +277,7 @@ def test_writer_role_can_append_and_verify(writer: Writer) -> None:
             for instance in (*INSTANCES, "wf-new"):
                 payload, salt = f"late {n}".encode(), fmt.new_salt()
                 c = fmt.commit(payload, salt)
-                ledger.append(instance, "step.done", {"n": 100 + n, "arg": {"c": c}},
+                chain.append(ledger, instance, "step.done", {"n": 100 + n, "arg": {"c": c}},
                               signer=s.signer, payloads={salt: (c, payload)})
         for instance, count in ((INSTANCES[0], ENTRIES + 10), (INSTANCES[1], ENTRIES + 10),
                                 ("wf-new", 10)):
@@ -283,7 +285,7 @@ def test_writer_role_can_append_and_verify(writer: Writer) -> None:
             assert report.findings == () and report.entries == count
         # Erasing is the owner's business: the writer has no DELETE on payloads.
         with pytest.raises(StoreError):
-            ledger.erase_payload(INSTANCES[0], s.commitment, signer=s.signer, record={})
+            chain.erase_payload(ledger, INSTANCES[0], s.commitment, signer=s.signer, record={})
     assert_verifies(writer.owner_url, s.trust, ENTRIES + 10)
 
 

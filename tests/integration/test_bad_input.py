@@ -33,9 +33,10 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from histaudit import format as fmt
-from histaudit.keys import Signer, generate_keypair
-from histaudit.store import Ledger
+from histaudit.ledger import records as fmt
+from histaudit.ledger.keys import Signer, generate_keypair
+from histaudit.ledger.store import Ledger
+from histaudit.ledger import chain
 
 # --- running the command ----------------------------------------------------------------
 
@@ -135,13 +136,13 @@ SECRET = b'{"card":"4111-1111-1111-1111"}'
 def append_order(ledger: Ledger, signer: Signer, instance: str) -> None:
     salt = fmt.new_salt()
     c = fmt.commit(SECRET, salt)
-    ledger.append(instance, "workflow.started", {"input": {"c": c, "n": len(SECRET)}},
+    chain.append(ledger, instance, "workflow.started", {"input": {"c": c, "n": len(SECRET)}},
                   signer=signer, payloads={salt: (c, SECRET)})
-    ledger.append(instance, "activity.started", {"task_id": 1, "activity": "charge"},
+    chain.append(ledger, instance, "activity.started", {"task_id": 1, "activity": "charge"},
                   signer=signer)
-    ledger.append(instance, "activity.completed", {"task_id": 1, "activity": "charge"},
+    chain.append(ledger, instance, "activity.completed", {"task_id": 1, "activity": "charge"},
                   signer=signer)
-    ledger.append(instance, "workflow.completed", {"status": "COMPLETED"}, signer=signer)
+    chain.append(ledger, instance, "workflow.completed", {"status": "COMPLETED"}, signer=signer)
 
 
 @dataclass
@@ -180,7 +181,7 @@ def big_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with Ledger.open(f"sqlite:///{path}", create=True) as ledger:
         for i in range(60):
             for n in range(5):
-                ledger.append(f"order-{n}", "activity.started",
+                chain.append(ledger, f"order-{n}", "activity.started",
                               {"task_id": i, "activity": "charge" * 30}, signer=signer)
     return path
 
@@ -903,7 +904,7 @@ def test_huge_committed_payload_verifies_and_redacts(ledger_ctx: Ctx) -> None:
     salt = fmt.new_salt()
     c = fmt.commit(payload, salt)
     with Ledger.open(ctx.url) as ledger:
-        ledger.append("order-1", "activity.completed",
+        chain.append(ledger, "order-1", "activity.completed",
                       {"task_id": 1, "output": {"c": c, "n": len(payload)}},
                       signer=Signer.load(ctx.key), payloads={salt: (c, payload)})
     r = run([*DB_COMMANDS["verify"](ctx), "--full", "--json"], cwd=ctx.tmp)

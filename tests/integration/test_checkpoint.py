@@ -27,13 +27,21 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
                                                               Ed25519PublicKey)
 
-from histaudit import merkle
-from histaudit.checkpoint import (Checkpoint, check_consistency, make_checkpoint,
-                                  note_key_hash, origin_of, parse_note, sign_note,
-                                  verifier_key)
+from histaudit.ledger import merkle
+from histaudit.ledger.checkpoint import (
+    Checkpoint,
+    note_key_hash,
+    origin_of,
+    parse_note,
+    sign_note,
+    verifier_key,
+)
+from histaudit.verify.consistency import check_consistency
+from histaudit.ledger.chain import make_checkpoint
 from histaudit.errors import InputError
-from histaudit.keys import Signer, TrustStore, generate_keypair
-from histaudit.store import Ledger
+from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.store import Ledger
+from histaudit.ledger import chain
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTANCES = ("wf-a", "wf-b", "wf-c")
@@ -57,7 +65,7 @@ def append_rounds(url: str, signer: Signer, rounds: int = ROUNDS, start: int = 1
     with Ledger.open(url, create=True) as ledger:
         for rnd in range(start, start + rounds):
             for instance in instances:
-                ledger.append(instance, "step.done", {"round": rnd, "note": f"{instance} {rnd}"},
+                chain.append(ledger, instance, "step.done", {"round": rnd, "note": f"{instance} {rnd}"},
                               signer=signer)
 
 
@@ -405,8 +413,8 @@ def _append_worker(url: str, key_path: str, worker: int, count: int, barrier: An
         for i in range(count):
             if i == count // 2:
                 halfway.wait(timeout=600)  # the test checkpoints here, mid-run, for certain
-            ledger.append(f"wf-writer-{worker}", "step.done", {"i": i}, signer=signer)
-            ledger.append("wf-shared", "step.done", {"worker": worker, "i": i}, signer=signer)
+            chain.append(ledger, f"wf-writer-{worker}", "step.done", {"i": i}, signer=signer)
+            chain.append(ledger, "wf-shared", "step.done", {"worker": worker, "i": i}, signer=signer)
 
 
 def test_concurrent_appends_give_contiguous_leaves_and_consistent_checkpoints(

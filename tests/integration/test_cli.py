@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from histaudit import format as fmt
-from histaudit.keys import Signer, generate_keypair, key_id
-from histaudit.store import Ledger
+from histaudit.ledger import records as fmt
+from histaudit.ledger.keys import Signer, generate_keypair, key_id
+from histaudit.ledger.store import Ledger
+from histaudit.ledger import chain
 
 # --- running the command ----------------------------------------------------------------
 
@@ -104,18 +105,18 @@ def append_order(ledger: Ledger, signer: Signer, instance: str, *,
     delivery is Dapr's contract; only what it does to side effects is a warning or error).
     """
     ref, rows = _payload(SECRET)
-    ledger.append(instance, "workflow.started", {"workflow": "order", "input": ref},
+    chain.append(ledger, instance, "workflow.started", {"workflow": "order", "input": ref},
                   signer=signer, payloads=rows)
-    ledger.append(instance, "activity.started", {"task_id": 1, "activity": "charge"},
+    chain.append(ledger, instance, "activity.started", {"task_id": 1, "activity": "charge"},
                   signer=signer)
     if reexecuted:
-        ledger.append(instance, "activity.started", {"task_id": 1, "activity": "charge"},
+        chain.append(ledger, instance, "activity.started", {"task_id": 1, "activity": "charge"},
                       signer=signer)
     out_ref, out_rows = _payload(RESULT)
-    ledger.append(instance, "activity.completed",
+    chain.append(ledger, instance, "activity.completed",
                   {"task_id": 1, "activity": "charge", "output": out_ref,
                    "output_digest": fmt.sha256_hex(RESULT)}, signer=signer, payloads=out_rows)
-    ledger.append(instance, "workflow.completed", {"status": "COMPLETED"}, signer=signer)
+    chain.append(ledger, instance, "workflow.completed", {"status": "COMPLETED"}, signer=signer)
 
 
 @pytest.fixture
@@ -291,7 +292,7 @@ def test_tampered_body_exits_1_and_names_the_entry(world: World) -> None:
 def test_forged_append_with_another_key_exits_1(world: World) -> None:
     """An attacker who can INSERT (allowed by the triggers) but lacks the key is caught."""
     with Ledger.open(world.url) as ledger:
-        ledger.append("order-1", "workflow.completed", {"status": "FORGED"},
+        chain.append(ledger, "order-1", "workflow.completed", {"status": "FORGED"},
                       signer=Signer.generate())
     r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--json",
             cwd=world.tmp)

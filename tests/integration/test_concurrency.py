@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from histaudit import format as fmt
-from histaudit.errors import KeyProblem
-from histaudit.keys import Signer, TrustStore, generate_keypair
-from histaudit.store import Ledger
-from histaudit.verify import verify_instance
+from histaudit.ledger import records as fmt
+from histaudit.errors import KeyMaterialError
+from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.store import Ledger
+from histaudit.verify.verifier import verify_instance
+from histaudit.ledger import chain
 
 # Thousands of fsynced appends from many processes: minutes on a loaded shared machine.
 pytestmark = pytest.mark.timeout(1200)
@@ -49,7 +50,7 @@ def _append_worker(url: str, key_path: str, instances: list[str], rounds: int, w
                     c = fmt.commit(payload, salt)
                     data["arg"] = {"c": c}
                     stored = {salt: (c, payload)}
-                ledger.append(instance, "step.done", data, signer=signer, payloads=stored)
+                chain.append(ledger, instance, "step.done", data, signer=signer, payloads=stored)
 
 
 # --- helpers -----------------------------------------------------------------------------
@@ -143,7 +144,7 @@ def test_threads_append_through_one_ledger(db_url: str,
             try:
                 barrier.wait(timeout=60)
                 for i in range(PER_THREAD):
-                    ledger.append("wf-threads", "step.done", {"worker": worker, "i": i},
+                    chain.append(ledger, "wf-threads", "step.done", {"worker": worker, "i": i},
                                   signer=signer)
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
@@ -193,5 +194,5 @@ def test_worker_refuses_a_key_file_others_can_read(tmp_path: Path) -> None:
     """The workers above load their key with Signer.load, which insists on mode 0600."""
     key, _ = _key(tmp_path)
     os.chmod(key, 0o644)
-    with pytest.raises(KeyProblem, match="readable by others"):
+    with pytest.raises(KeyMaterialError, match="readable by others"):
         Signer.load(key)

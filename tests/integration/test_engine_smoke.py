@@ -22,7 +22,7 @@ from pathlib import Path
 import dapr.ext.workflow as wf
 import pytest
 
-from histaudit.engine import Engine
+from histaudit.crashtest.engine import EngineProcess
 
 pytestmark = pytest.mark.engine
 
@@ -44,7 +44,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> floa
 class SmokeApp:
     """One smoke_app.py process connected to ``engine``, talking to us through ``workdir``."""
 
-    def __init__(self, engine: Engine, workdir: Path, number: int) -> None:
+    def __init__(self, engine: EngineProcess, workdir: Path, number: int) -> None:
         """Configure the process; ``number`` only names its log file."""
         self.engine = engine
         self.workdir = workdir
@@ -99,7 +99,7 @@ def smoke_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start_app(engine: Engine, smoke_dir: Path) -> Iterator[Callable[[], SmokeApp]]:
+def start_app(engine: EngineProcess, smoke_dir: Path) -> Iterator[Callable[[], SmokeApp]]:
     """Factory starting smoke apps; every app it started is killed at teardown."""
     started: list[SmokeApp] = []
 
@@ -113,13 +113,13 @@ def start_app(engine: Engine, smoke_dir: Path) -> Iterator[Callable[[], SmokeApp
         app.kill()
 
 
-def make_client(engine: Engine) -> wf.DaprWorkflowClient:
+def make_client(engine: EngineProcess) -> wf.DaprWorkflowClient:
     """A workflow client aimed explicitly at ``engine``."""
     return wf.DaprWorkflowClient(host="127.0.0.1", port=str(engine.port))
 
 
 @pytest.fixture
-def client(engine: Engine) -> Iterator[wf.DaprWorkflowClient]:
+def client(engine: EngineProcess) -> Iterator[wf.DaprWorkflowClient]:
     """Workflow client for the test's engine, closed afterwards."""
     c = make_client(engine)
     yield c
@@ -152,7 +152,7 @@ def finished_output(client: wf.DaprWorkflowClient, iid: str) -> object:
 def test_two_activity_workflow_completes(
     start_app: Callable[[], SmokeApp], client: wf.DaprWorkflowClient, smoke_dir: Path
 ) -> None:
-    """Engine + SDK + separate app process run a two-activity workflow to the end."""
+    """EngineProcess + SDK + separate app process run a two-activity workflow to the end."""
     app = start_app()
     iid = client.schedule_new_workflow("two_steps", input={"name": "ledger"}, instance_id="smoke-1")
     assert iid == "smoke-1"
@@ -197,7 +197,7 @@ def test_app_killed_mid_activity_is_redispatched_to_restarted_app(
 @pytest.mark.crash
 @pytest.mark.timeout(90)
 def test_engine_killed_while_workflow_waits_then_restarted(
-    engine: Engine,
+    engine: EngineProcess,
     start_app: Callable[[], SmokeApp],
     client: wf.DaprWorkflowClient,
     smoke_dir: Path,

@@ -27,12 +27,16 @@ import pytest
 import sqlalchemy as sa
 from jsonschema import Draft202012Validator
 
-from histaudit import format as fmt
-from histaudit.bundle import MANIFEST_TYPE, export, pae, verify_bundle
+from histaudit.ledger import records as fmt
+from histaudit.bundle.envelope import MANIFEST_TYPE, pae
+from histaudit.bundle.export import export
+from histaudit.bundle.verify import verify_bundle
 from histaudit.errors import InputError, UsageError
-from histaudit.findings import Severity
-from histaudit.keys import Signer, TrustStore, generate_keypair
-from histaudit.store import Ledger, StoredHead
+from histaudit.verify.findings import Severity
+from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.store import Ledger
+from histaudit.ledger.records import StoredHead
+from histaudit.ledger import chain
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schemas" / "bundle-manifest.schema.json"
@@ -74,7 +78,7 @@ def build_orders(url: str, signer: Signer, instances: tuple[str, ...]) -> None:
         for step in range(4):
             for instance, plan in plans.items():
                 kind, data, rows = plan[step]
-                ledger.append(instance, kind, data, signer=signer, payloads=rows)
+                chain.append(ledger, instance, kind, data, signer=signer, payloads=rows)
 
 
 @dataclass
@@ -510,7 +514,7 @@ def timed(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Expor
             for instance, times in TIMES.items():
                 if step < len(times):
                     monkeypatch.setattr(fmt, "now_ts", lambda t=times[step]: t)
-                    ledger.append(instance, "step.done", {"step": step}, signer=signer)
+                    chain.append(ledger, instance, "step.done", {"step": step}, signer=signer)
     monkeypatch.undo()
     return Exported(db_url, tmp_path, signer, key, pub, TrustStore([signer.public]),
                     tmp_path / "unused", None, "")  # type: ignore[arg-type]
@@ -566,8 +570,8 @@ def _keep_appending(url: str, key_path: str, running: Any, stop: Any) -> None:
     with Ledger.open(url) as ledger:
         n = 0
         while not stop.is_set():
-            ledger.append("order-2", "progress", {"n": n}, signer=signer)
-            ledger.append("busy", "progress", {"n": n}, signer=signer)
+            chain.append(ledger, "order-2", "progress", {"n": n}, signer=signer)
+            chain.append(ledger, "busy", "progress", {"n": n}, signer=signer)
             running.set()
             n += 1
 

@@ -30,13 +30,17 @@ from typing import Any
 import orjson
 import pytest
 
-from histaudit import format as fmt
-from histaudit.bundle import MANIFEST_TYPE, export, pae, verify_bundle
-from histaudit.checkpoint import make_checkpoint
+from histaudit.ledger import records as fmt
+from histaudit.bundle.envelope import MANIFEST_TYPE, pae
+from histaudit.bundle.export import export
+from histaudit.bundle.verify import verify_bundle
+from histaudit.ledger.chain import make_checkpoint
 from histaudit.errors import InputError
-from histaudit.findings import Severity
-from histaudit.keys import Signer, TrustStore, generate_keypair
-from histaudit.store import Ledger, StoredHead
+from histaudit.verify.findings import Severity
+from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.store import Ledger
+from histaudit.ledger.records import StoredHead
+from histaudit.ledger import chain
 
 ROOT = Path(__file__).resolve().parents[2]
 VERIFIER = ROOT / "tests" / "independent" / "verifier.py"
@@ -144,13 +148,13 @@ def build(url: str, signer: Signer) -> StoredHead:
                 if inst == "inv-2" and rnd == 2:
                     data["odd"] = AWKWARD
                 kind = "activity.started" if rnd < 4 else "workflow.completed"
-                ledger.append(inst, kind, data, signer=signer, payloads=rows)
+                chain.append(ledger, inst, kind, data, signer=signer, payloads=rows)
         # A crash retry (a warning for histaudit, nothing for the chain), and an erasure.
-        ledger.append("inv-3", "activity.started", {"task_id": 3, "activity": "charge"},
+        chain.append(ledger, "inv-3", "activity.started", {"task_id": 3, "activity": "charge"},
                       signer=signer)
         older = ledger.head("inv-1")
         assert older is not None
-        erased, _ = ledger.erase_payload("inv-1", refs[("inv-1", 1)], signer=signer,
+        erased, _ = chain.erase_payload(ledger, "inv-1", refs[("inv-1", 1)], signer=signer,
                                          record={"entry": 1, "field": "input"})
         assert erased
     return older
@@ -271,7 +275,7 @@ def _key_replaced(b: Path, m: Made) -> None:
 def _newer_checkpoint(b: Path, m: Made) -> None:
     """A genuine, trusted, later checkpoint of the same ledger put in the bundle."""
     with Ledger.open(m.url) as ledger:
-        ledger.append("inv-4", "late", {}, signer=m.signer)
+        chain.append(ledger, "inv-4", "late", {}, signer=m.signer)
         (b / "checkpoint.note").write_bytes(make_checkpoint(ledger, m.signer).note)
 
 

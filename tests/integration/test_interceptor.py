@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from histaudit import format as fmt
+from histaudit.ledger import records as fmt
 from histaudit.crash import CRASH_EXIT_CODE, read_trace
-from histaudit.engine import Engine
-from histaudit.keys import Signer, TrustStore, generate_keypair
-from histaudit.store import Ledger
+from histaudit.crashtest.engine import EngineProcess
+from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.store import Ledger
 
 APP_READY = "APP READY"
 APP_READY_TIMEOUT_S = 30.0
@@ -123,7 +123,7 @@ def serve() -> None:
 class App:
     """One app process connected to ``engine``; output goes to a log file."""
 
-    def __init__(self, engine: Engine, env: dict[str, str], log: Path) -> None:
+    def __init__(self, engine: EngineProcess, env: dict[str, str], log: Path) -> None:
         self.env = env
         self.log = log
         self.engine = engine
@@ -173,7 +173,7 @@ class App:
 class Audit:
     """Everything one test needs: key, ledger URL, data dir, app and workflow client."""
 
-    def __init__(self, engine: Engine, tmp: Path, ledger_url: str) -> None:
+    def __init__(self, engine: EngineProcess, tmp: Path, ledger_url: str) -> None:
         import dapr.ext.workflow as wf
 
         self.engine = engine
@@ -223,7 +223,7 @@ class Audit:
 
     def verify(self, instance: str) -> set[str]:
         """Run the verifier (full: signatures and payloads); return its finding codes."""
-        from histaudit.verify import verify_instance
+        from histaudit.verify.verifier import verify_instance
 
         with Ledger.open(self.url) as ledger:
             report = verify_instance(ledger, instance, trust=TrustStore([self.signer.public]),
@@ -251,7 +251,7 @@ class Audit:
 
 
 @pytest.fixture
-def audit(engine: Engine, tmp_path: Path) -> Iterator[Audit]:
+def audit(engine: EngineProcess, tmp_path: Path) -> Iterator[Audit]:
     a = Audit(engine, tmp_path, f"sqlite:///{tmp_path / 'ledger.db'}")
     try:
         yield a
@@ -280,7 +280,7 @@ TICKET = {"id": 7, "title": "Login page 500s"}
 # --- clean run --------------------------------------------------------------------------
 
 @pytest.mark.engine
-def test_clean_run_records_every_activity_and_decision(engine: Engine, tmp_path: Path,
+def test_clean_run_records_every_activity_and_decision(engine: EngineProcess, tmp_path: Path,
                                                        db_url: str) -> None:
     """Two activities, no crash: one start and one completion each, attempt 1, all signed."""
     audit = Audit(engine, tmp_path, db_url)
@@ -343,7 +343,7 @@ def test_clean_run_records_every_activity_and_decision(engine: Engine, tmp_path:
     assert audit.payload(effect_done.data["result"]) == '"comment-1"'
 
     with Ledger.open(db_url) as ledger:
-        from histaudit.verify import verify_instance
+        from histaudit.verify.verifier import verify_instance
 
         report = verify_instance(ledger, instance, trust=TrustStore([audit.signer.public]),
                                  full=True)
@@ -512,7 +512,7 @@ def test_unusable_key_or_ledger_stops_the_app_before_any_workflow(audit: Audit, 
     extra: dict[str, str] = {}
     if problem == "missing key":
         del audit.app.env["HISTAUDIT_KEY"]
-        expected = "KeyProblem: AuditedWorkflowRuntime: no signing key"
+        expected = "KeyMaterialError: AuditedWorkflowRuntime: no signing key"
     elif problem == "readable key":
         audit.key_path.chmod(0o644)
         expected = "is readable by others (mode 0644)"

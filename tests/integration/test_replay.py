@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from histaudit import format as fmt  # noqa: E402
-from histaudit.engine import Engine, free_port  # noqa: E402
-from histaudit.keys import TrustStore, generate_keypair  # noqa: E402
-from histaudit.store import Ledger  # noqa: E402
+from histaudit.ledger import records as fmt  # noqa: E402
+from histaudit.crashtest.engine import EngineProcess, free_port  # noqa: E402
+from histaudit.ledger.keys import TrustStore, generate_keypair  # noqa: E402
+from histaudit.ledger.store import Ledger  # noqa: E402
 
 APP_READY = "APP READY"
 TIMEOUT_S = 60.0
@@ -62,9 +62,9 @@ HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "hist
 
 
 class Rig:
-    """Engine + audited app + ledger + workflow client for one test."""
+    """EngineProcess + audited app + ledger + workflow client for one test."""
 
-    def __init__(self, engine: Engine, tmp: Path) -> None:
+    def __init__(self, engine: EngineProcess, tmp: Path) -> None:
         import dapr.ext.workflow as wf
 
         self.engine = engine
@@ -121,16 +121,16 @@ class Rig:
             f"{state}\n{self.output()}"
 
     def history(self, instance: str) -> list[Any]:
-        from histaudit.replay import fetch_history
+        from histaudit.replay import History
 
-        return fetch_history(self.engine.address, instance)
+        return History.fetch(self.engine.address, instance).events
 
     def entries(self, instance: str) -> list[fmt.Entry]:
         with Ledger.open(self.url) as ledger:
             return [fmt.parse_entry(row.body) for row in ledger.entries(instance)]
 
     def verify(self, instance: str) -> Any:
-        from histaudit.verify import verify_instance
+        from histaudit.verify.verifier import verify_instance
 
         with Ledger.open(self.url) as ledger:
             return verify_instance(ledger, instance, trust=TrustStore([self.signer.public]),
@@ -179,7 +179,7 @@ class Rig:
 
 
 @pytest.fixture
-def rig(engine: Engine, tmp_path: Path) -> Iterator[Rig]:
+def rig(engine: EngineProcess, tmp_path: Path) -> Iterator[Rig]:
     r = Rig(engine, tmp_path)
     try:
         yield r
@@ -203,7 +203,7 @@ def task_of(entries: list[fmt.Entry], activity: str) -> int:
 @pytest.mark.engine
 def test_recorded_history_replays_clean_and_changed_code_diverges(rig: Rig) -> None:
     from examples.nondeterminism import v2, workflows
-    from histaudit.replay import load_history, replay, save_history
+    from histaudit.replay import History, replay
 
     rig.start_app()
     instance = rig.run(workflows.order, ORDER)
@@ -223,8 +223,8 @@ def test_recorded_history_replays_clean_and_changed_code_diverges(rig: Rig) -> N
         assert d.expected != d.actual and d.expected in changed.explain()
 
     # The history saved to a file replays the same way; the CLI says so in its exit code.
-    saved = save_history(events, rig.tmp / "order.json")
-    assert replay(load_history(saved), workflows.order).ok
+    saved = History.of(events).save(rig.tmp / "order.json")
+    assert replay(History.load(saved).events, workflows.order).ok
     out = rig.cli("replay", instance, "--workflow", "examples.nondeterminism.workflows:order",
                   "--engine", rig.engine.address, "--save", rig.tmp / "cli.json")
     assert out.returncode == 0 and "OK" in out.stdout, out
@@ -238,7 +238,7 @@ def test_recorded_history_replays_clean_and_changed_code_diverges(rig: Rig) -> N
 @pytest.mark.engine
 def test_nondeterministic_workflows_diverge_on_replay(rig: Rig) -> None:
     from examples.nondeterminism import workflows
-    from histaudit.replay import DIFFERENT_ACTIVITY, DIFFERENT_INPUT, replay
+    from histaudit.replay import History, DIFFERENT_ACTIVITY, DIFFERENT_INPUT, replay
 
     rig.start_app()
     deadline = datetime.now(UTC) + timedelta(seconds=5)

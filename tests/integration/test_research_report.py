@@ -23,13 +23,14 @@ from typing import Any
 import dapr.ext.workflow as wf
 import pytest
 
-from histaudit import format as fmt
+from histaudit.ledger import records as fmt
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.engine import Engine
-from histaudit.findings import Severity
-from histaudit.keys import TrustStore, generate_keypair
-from histaudit.store import Ledger
-from histaudit.verify import Report, verify_instance
+from histaudit.crashtest.engine import EngineProcess
+from histaudit.verify.findings import Severity
+from histaudit.ledger.keys import TrustStore, generate_keypair
+from histaudit.ledger.store import Ledger
+from histaudit.verify.report import Report
+from histaudit.verify.verifier import verify_instance
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "examples" / "research_report" / "app.py"
@@ -54,7 +55,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
 class ResearchApp:
     """The example app as a child process, its output in one log file."""
 
-    def __init__(self, engine: Engine, env: dict[str, str], log: Path) -> None:
+    def __init__(self, engine: EngineProcess, env: dict[str, str], log: Path) -> None:
         self.engine, self.env, self.log = engine, env, log
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -96,7 +97,7 @@ class ResearchApp:
 class Lab:
     """One engine, one ledger, one key, one data directory, one app."""
 
-    def __init__(self, engine: Engine, tmp: Path) -> None:
+    def __init__(self, engine: EngineProcess, tmp: Path) -> None:
         self.engine = engine
         self.data = tmp / "data"
         self.data.mkdir()
@@ -183,7 +184,7 @@ class Lab:
 
 
 @pytest.fixture
-def lab(engine: Engine, tmp_path: Path) -> Iterator[Lab]:
+def lab(engine: EngineProcess, tmp_path: Path) -> Iterator[Lab]:
     lab = Lab(engine, tmp_path)
     try:
         yield lab
@@ -351,7 +352,7 @@ LOCK_TIMEOUT_S = 5.0
 @pytest.fixture
 def short_lock_lab(engine_binary: Path, tmp_path: Path) -> Iterator[Lab]:
     """A lab whose engine re-dispatches a lost work item after seconds, not two minutes."""
-    engine = Engine(binary=engine_binary, state_dir=tmp_path / "engine",
+    engine = EngineProcess(binary=engine_binary, state_dir=tmp_path / "engine",
                     lock_timeout=LOCK_TIMEOUT_S)
     engine.start()
     lab = Lab(engine, tmp_path)

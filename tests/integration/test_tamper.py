@@ -17,11 +17,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from histaudit import format as fmt
-from histaudit.findings import CODES
-from histaudit.keys import PublicKey, Signer, TrustStore
-from histaudit.store import Ledger, StoredHead
-from histaudit.verify import Report, verify_instance
+from histaudit.ledger import records as fmt
+from histaudit.verify.findings import CODES
+from histaudit.ledger.keys import PublicKey, Signer, TrustStore
+from histaudit.ledger.store import Ledger
+from histaudit.ledger.records import StoredHead
+from histaudit.verify.report import Report
+from histaudit.verify.verifier import verify_instance
+from histaudit.ledger import chain
 
 # Interleaved appends, so every instance's leaves are spread over the ledger.
 INSTANCES = {"wf-alpha": 10, "wf-beta": 10, "wf-gamma": 8}
@@ -75,7 +78,7 @@ def build_ledger(url: str) -> Built:
                     data["input"] = {"c": commitment, "len": len(payload)}
                     stored = {salt: (commitment, payload)}
                     built.commitments.setdefault(instance, {})[rnd] = commitment
-                ledger.append(instance, _kind(rnd, count), data, signer=signer,
+                chain.append(ledger, instance, _kind(rnd, count), data, signer=signer,
                               payloads=stored)
                 head = ledger.head(instance)
                 assert head is not None
@@ -268,9 +271,9 @@ def test_erasing_payloads_keeps_the_ledger_verifying(built: Built) -> None:
     with Ledger.open(built.url) as ledger:
         for commitment in built.commitments[VICTIM].values():
             erase = dict(signer=built.signer, record={"reason": "test"})
-            assert ledger.erase_payload(VICTIM, commitment, **erase)[0] is True
+            assert chain.erase_payload(ledger, VICTIM, commitment, **erase)[0] is True
             assert ledger.payload(commitment) is None
-            assert ledger.erase_payload(VICTIM, commitment, **erase)[0] is False  # already gone
+            assert chain.erase_payload(ledger, VICTIM, commitment, **erase)[0] is False  # already gone
     assert_clean(built, *others(VICTIM))
     erasures = len(built.commitments[VICTIM]) * 2  # one signed payload.erased per call
     for full in (False, True):

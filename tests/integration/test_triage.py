@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 
-from histaudit import format as fmt
+from histaudit.ledger import records as fmt
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.engine import Engine
-from histaudit.keys import generate_keypair
-from histaudit.store import Ledger
+from histaudit.crashtest.engine import EngineProcess
+from histaudit.ledger.keys import generate_keypair
+from histaudit.ledger.store import Ledger
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
 
@@ -62,7 +62,7 @@ def count_lines(path: Path) -> int:
 class Triage:
     """The example app's worker processes, its data directory, ledger and key."""
 
-    def __init__(self, engine: Engine, tmp: Path, db_url: str, *, idempotent: bool) -> None:
+    def __init__(self, engine: EngineProcess, tmp: Path, db_url: str, *, idempotent: bool) -> None:
         import dapr.ext.workflow as wf
 
         self.engine = engine
@@ -132,7 +132,7 @@ class Triage:
 
 
 @pytest.fixture
-def make_triage(engine: Engine, tmp_path: Path) -> Iterator[Any]:
+def make_triage(engine: EngineProcess, tmp_path: Path) -> Iterator[Any]:
     made: list[Triage] = []
 
     def make(db_url: str, *, idempotent: bool = False) -> Triage:

@@ -16,7 +16,7 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from histaudit.canonical import MAX_SAFE_INTEGER, canonical_bytes
+from histaudit.ledger.canonical import MAX_SAFE_INTEGER, canonical_bytes
 from histaudit.errors import FormatError
 
 EXAMPLES = settings(max_examples=200, deadline=None,

@@ -266,7 +266,7 @@ def test_spec_quotes_the_golden_values(vectors: dict[str, Any]) -> None:
 # --- histaudit's own code produces the golden bytes ----------------------------------
 
 def test_histaudit_builds_identical_records(vectors: dict[str, Any]) -> None:
-    from histaudit import format as fmt
+    from histaudit.ledger import records as fmt
 
     for item in vectors["entries"]:
         body = item["body"].encode("utf-8")
@@ -289,7 +289,7 @@ def test_histaudit_builds_identical_records(vectors: dict[str, Any]) -> None:
 
 
 def test_histaudit_keys_and_signatures(vectors: dict[str, Any]) -> None:
-    from histaudit.keys import PublicKey, Signer, key_id
+    from histaudit.ledger.keys import PublicKey, Signer, key_id
 
     key = vectors["key"]
     signer = Signer(Ed25519PrivateKey.from_private_bytes(bytes.fromhex(key["private_seed_hex"])))
@@ -304,7 +304,7 @@ def test_histaudit_keys_and_signatures(vectors: dict[str, Any]) -> None:
 
 
 def test_histaudit_commitments(vectors: dict[str, Any]) -> None:
-    from histaudit import format as fmt
+    from histaudit.ledger import records as fmt
 
     for p in vectors["payloads"]:
         if p["erased"]:
@@ -318,7 +318,7 @@ def test_histaudit_commitments(vectors: dict[str, Any]) -> None:
 def test_histaudit_canonicalization(vectors: dict[str, Any]) -> None:
     import rfc8785
 
-    from histaudit.canonical import canonical_bytes
+    from histaudit.ledger.canonical import canonical_bytes
     from histaudit.errors import FormatError
 
     for case in vectors["canonicalization"]:
@@ -452,7 +452,7 @@ def test_broken_entry_refused(vectors: dict[str, Any], name: str) -> None:
     ENTRY_BREAKS[name](doc)
     assert not _validator("entry.schema.json").is_valid(doc)
     if name in PARSER_ALSO_REFUSES:
-        from histaudit import format as fmt
+        from histaudit.ledger import records as fmt
         from histaudit.errors import FormatError
 
         with pytest.raises(FormatError):
@@ -465,7 +465,7 @@ def test_broken_head_refused(vectors: dict[str, Any], name: str) -> None:
     HEAD_BREAKS[name](doc)
     assert not _validator("head.schema.json").is_valid(doc)
     if name in HEAD_PARSER_ALSO_REFUSES:
-        from histaudit import format as fmt
+        from histaudit.ledger import records as fmt
         from histaudit.errors import FormatError
 
         with pytest.raises(FormatError):
@@ -481,7 +481,7 @@ def test_broken_public_key_refused(vectors: dict[str, Any], name: str) -> None:
 
 def test_version_is_checked_before_anything_else(vectors: dict[str, Any]) -> None:
     """An unknown version is refused as such, even when the rest would not parse."""
-    from histaudit import format as fmt
+    from histaudit.ledger import records as fmt
     from histaudit.errors import FormatError
 
     with pytest.raises(FormatError, match="version"):

@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from histaudit.errors import KeyProblem
-from histaudit.keys import (
+from histaudit.errors import FormatError, KeyMaterialError
+from histaudit.ledger.keys import (
     PublicKey,
     Signer,
     TrustStore,
@@ -74,7 +74,7 @@ def test_generate_private_key_is_0600_whatever_the_umask(tmp_path: Path) -> None
 @pytest.mark.parametrize("existing", ["ops.key", "ops.pub.json"])
 def test_generate_refuses_to_overwrite(tmp_path: Path, existing: str) -> None:
     (tmp_path / existing).write_bytes(b"precious")
-    with pytest.raises(KeyProblem, match="refusing to overwrite"):
+    with pytest.raises(KeyMaterialError, match="refusing to overwrite"):
         generate_keypair(tmp_path, name="ops")
     assert (tmp_path / existing).read_bytes() == b"precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == [existing]
@@ -83,7 +83,7 @@ def test_generate_refuses_to_overwrite(tmp_path: Path, existing: str) -> None:
 def test_generate_twice_refuses_second(tmp_path: Path) -> None:
     priv, pub, _ = generate_keypair(tmp_path)
     before = priv.read_bytes(), pub.read_bytes()
-    with pytest.raises(KeyProblem):
+    with pytest.raises(KeyMaterialError):
         generate_keypair(tmp_path)
     assert (priv.read_bytes(), pub.read_bytes()) == before
 
@@ -92,7 +92,7 @@ def test_generate_twice_refuses_second(tmp_path: Path) -> None:
 def test_load_refuses_readable_private_key(tmp_path: Path, mode: int) -> None:
     pem = Signer(Ed25519PrivateKey.from_private_bytes(SEED)).private_pem()
     path = _write_private(tmp_path / "k.key", pem, mode)
-    with pytest.raises(KeyProblem, match="chmod 600") as info:
+    with pytest.raises(KeyMaterialError, match="chmod 600") as info:
         Signer.load(path)
     assert f"{mode:04o}" in str(info.value)
 
@@ -113,7 +113,7 @@ BAD_PEM = b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
                          ids=["empty", "text", "bad-pem", "der"])
 def test_load_refuses_non_pem(tmp_path: Path, content: bytes) -> None:
     path = _write_private(tmp_path / "k.key", content)
-    with pytest.raises(KeyProblem, match="not an unencrypted PEM"):
+    with pytest.raises(KeyMaterialError, match="not an unencrypted PEM"):
         Signer.load(path)
 
 
@@ -121,7 +121,7 @@ def test_load_refuses_encrypted_pem(tmp_path: Path) -> None:
     pem = Ed25519PrivateKey.from_private_bytes(SEED).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.BestAvailableEncryption(b"pw"))
-    with pytest.raises(KeyProblem, match="not an unencrypted PEM"):
+    with pytest.raises(KeyMaterialError, match="not an unencrypted PEM"):
         Signer.load(_write_private(tmp_path / "k.key", pem))
 
 
@@ -132,21 +132,21 @@ def test_load_refuses_non_ed25519(tmp_path: Path, make: object) -> None:
     pem = make().private_bytes(serialization.Encoding.PEM,  # type: ignore[operator]
                                serialization.PrivateFormat.PKCS8,
                                serialization.NoEncryption())
-    with pytest.raises(KeyProblem, match="not an Ed25519 key"):
+    with pytest.raises(KeyMaterialError, match="not an Ed25519 key"):
         Signer.load(_write_private(tmp_path / "k.key", pem))
 
 
 def test_load_refuses_missing_and_directory(tmp_path: Path) -> None:
-    with pytest.raises(KeyProblem, match="does not exist"):
+    with pytest.raises(KeyMaterialError, match="does not exist"):
         Signer.load(tmp_path / "absent.key")
-    with pytest.raises(KeyProblem, match="not a regular file"):
+    with pytest.raises(KeyMaterialError, match="not a regular file"):
         Signer.load(tmp_path)
 
 
 def test_signer_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     priv, _, signer = generate_keypair(tmp_path)
     monkeypatch.delenv("HISTAUDIT_KEY", raising=False)
-    with pytest.raises(KeyProblem, match="HISTAUDIT_KEY"):
+    with pytest.raises(KeyMaterialError, match="HISTAUDIT_KEY"):
         signer_from_env()
     monkeypatch.setenv("HISTAUDIT_KEY", str(priv))
     assert signer_from_env().kid == signer.kid
@@ -198,35 +198,35 @@ def test_public_key_kid_may_be_derived() -> None:
 def test_public_key_bad_base64_refused(public_key: str) -> None:
     doc = _pub_doc()
     doc["public_key"] = public_key
-    with pytest.raises(KeyProblem, match="base64 Ed25519"):
+    with pytest.raises(KeyMaterialError, match="base64 Ed25519"):
         PublicKey.from_json(doc, source="t")
 
 
 def test_public_key_missing_key_refused() -> None:
     doc = _pub_doc()
     del doc["public_key"]
-    with pytest.raises(KeyProblem):
+    with pytest.raises(KeyMaterialError):
         PublicKey.from_json(doc, source="t")
 
 
 def test_public_key_kid_mismatch_refused() -> None:
     doc = _pub_doc()
     doc["kid"] = _pub_doc(bytes(32))["kid"]
-    with pytest.raises(KeyProblem, match="does not match"):
+    with pytest.raises(KeyMaterialError, match="does not match"):
         PublicKey.from_json(doc, source="t")
 
 
 @pytest.mark.parametrize("doc", [[], "key", None, {"alg": "rsa"}, {"public_key": "x"}],
                          ids=["list", "string", "null", "rsa", "no-alg"])
 def test_public_key_wrong_shape_refused(doc: object) -> None:
-    with pytest.raises(KeyProblem):
+    with pytest.raises(KeyMaterialError):
         PublicKey.from_json(doc, source="t")
 
 
 @pytest.mark.parametrize("bound", ["yesterday", "2025-01-01T00:00:00+00:00",
                                    "2025-13-01T00:00:00Z"])
 def test_public_key_bad_window_refused(bound: str) -> None:
-    with pytest.raises(KeyProblem, match="not_after"):
+    with pytest.raises(KeyMaterialError, match="not_after"):
         PublicKey.from_json(_pub_doc(not_after=bound), source="t")
 
 
@@ -279,17 +279,18 @@ def test_open_ended_windows() -> None:
     assert not only_end.valid_at("2025-01-01T00:00:00.000001Z")
 
 
-def test_window_with_bad_timestamp_raises_value_error() -> None:
+def test_window_with_bad_timestamp_raises_format_error() -> None:
     key = _windowed("2025-01-01T00:00:00Z", None)
-    with pytest.raises(ValueError):
+    with pytest.raises(FormatError):
         key.valid_at("2025-01-01T00:00:00+00:00")
 
 
 def test_parse_time_requires_z() -> None:
     assert parse_time("2025-01-01T00:00:00.000001Z").microsecond == 1
     assert parse_time("2025-01-01T00:00:00Z").utcoffset() is not None
-    for bad in ("2025-01-01T00:00:00", "2025-01-01T00:00:00+00:00", "", "Z"):
-        with pytest.raises(ValueError):
+    for bad in ("2025-01-01T00:00:00", "2025-01-01T00:00:00+00:00", "", "Z",
+                "2025-13-40T00:00:00Z"):
+        with pytest.raises(FormatError):
             parse_time(bad)
 
 
@@ -335,23 +336,23 @@ def test_trust_store_from_keys_list(tmp_path: Path) -> None:
 
 
 def test_trust_store_errors(tmp_path: Path) -> None:
-    with pytest.raises(KeyProblem, match="does not exist"):
+    with pytest.raises(KeyMaterialError, match="does not exist"):
         TrustStore.load(tmp_path / "absent")
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(KeyProblem, match="no \\*.pub.json"):
+    with pytest.raises(KeyMaterialError, match="no \\*.pub.json"):
         TrustStore.load(empty)
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(KeyProblem, match="not JSON"):
+    with pytest.raises(KeyMaterialError, match="not JSON"):
         TrustStore.load(tmp_path / "bad.json")
-    with pytest.raises(KeyProblem, match="must be a list"):
+    with pytest.raises(KeyMaterialError, match="must be a list"):
         TrustStore.load(_write_json(tmp_path / "k.json", {"keys": {"a": 1}}))
     bad_kid = _pub_doc()
     bad_kid["kid"] = "0" * 16
-    with pytest.raises(KeyProblem, match="key 1"):
+    with pytest.raises(KeyMaterialError, match="key 1"):
         TrustStore.load(_write_json(tmp_path / "list.json", {"keys": [_pub_doc(), bad_kid]}))
     bad_dir = tmp_path / "bad-dir"
     bad_dir.mkdir()
     _write_json(bad_dir / "x.pub.json", {"alg": "ed25519", "public_key": "%%%"})
-    with pytest.raises(KeyProblem, match="x.pub.json"):
+    with pytest.raises(KeyMaterialError, match="x.pub.json"):
         TrustStore.load(bad_dir)

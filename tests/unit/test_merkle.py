@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from histaudit import merkle
+from histaudit.ledger import merkle
 
 # --- the naive reference (RFC 9162 §2.1.1, §2.1.3.1, §2.1.4.1) ---------------------------
 

@@ -22,12 +22,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from histaudit import format as fmt
+from histaudit.ledger import records as fmt
 from histaudit.errors import HistauditError, VerificationError
-from histaudit.findings import CODES, Finding, Severity
-from histaudit.keys import Signer, TrustStore
-from histaudit.store import Ledger, StoredEntry
-from histaudit.verify import Report, verify_instance
+from histaudit.verify.findings import CODES, Finding, Severity
+from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.store import Ledger
+from histaudit.ledger.records import StoredEntry
+from histaudit.verify.report import Report
+from histaudit.verify.verifier import verify_instance
+from histaudit.ledger import chain
 
 SIGNER = Signer.generate()
 TRUST = TrustStore([SIGNER.public])
@@ -88,7 +91,7 @@ def built(spec: tuple[list[str], list[Step]]) -> Iterator[tuple[Path, list[str]]
                     c = fmt.commit(step.payload, salt)
                     data["payload"] = {"c": c, "len": len(step.payload)}
                     stored = {salt: (c, step.payload)}
-                ledger.append(instance, step.kind, data, signer=SIGNER, payloads=stored)
+                chain.append(ledger, instance, step.kind, data, signer=SIGNER, payloads=stored)
                 if instance not in used:
                     used.append(instance)
         yield path, used
@@ -200,8 +203,8 @@ def test_report_without_findings_is_ok_and_truthy() -> None:
     report.raise_for_findings()
     report.raise_for_findings(Severity.INFO)
     doc = report.to_json()
-    assert doc == {"instance_id": "wf-1", "ok": True, "entries": 3, "mode": "default",
-                   "findings": []}
+    assert doc == {"instance_id": "wf-1", "scope": "instance", "ok": True, "entries": 3,
+                   "mode": "default", "findings": []}
 
 
 def test_report_with_an_error_is_falsy_and_raises() -> None:

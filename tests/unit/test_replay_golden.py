@@ -25,16 +25,15 @@ if str(ROOT) not in sys.path:
 
 from examples.nondeterminism import v2, workflows  # noqa: E402
 from histaudit.errors import InputError  # noqa: E402
-from histaudit.replay import (  # noqa: E402
+from histaudit.replay import (
+    History,
     DIFFERENT_ACTIVITY,
     DIFFERENT_INPUT,
     DIFFERENT_OUTCOME,
     HISTORY_FORMAT,
     assert_replays,
-    load_history,
     replay,
-    save_history,
-)
+    )
 
 GOLDEN = ROOT / "tests" / "golden" / "histories"
 ORDER = GOLDEN / "order.json"
@@ -69,7 +68,7 @@ def test_a_refactoring_that_keeps_the_steps_replays() -> None:
 def test_workflow_may_be_given_as_mapping_or_runtime() -> None:
     import dapr.ext.workflow as wf
 
-    assert replay(load_history(ORDER), {"order": workflows.order}).ok
+    assert replay(History.load(ORDER).events, {"order": workflows.order}).ok
     runtime = wf.WorkflowRuntime(host="127.0.0.1", port="1")
     runtime.register_workflow(v2.order_new_input)
     assert replay(ORDER, runtime).divergence.kind == DIFFERENT_INPUT  # type: ignore[union-attr]
@@ -142,13 +141,13 @@ def test_code_that_goes_on_after_the_recorded_end_is_a_different_outcome() -> No
 
 
 def test_a_running_history_replays_clean_as_running() -> None:
-    events = load_history(ORDER)[:-3]  # drop the last turn: still waiting for ship
+    events = History.load(ORDER).events[:-3]  # drop the last turn: still waiting for ship
     result = replay(events, workflows.order)
     assert result.ok and result.outcome == "running"
 
 
 def test_code_with_more_steps_than_a_running_history_diverges() -> None:
-    events = load_history(ORDER)[:-3]
+    events = History.load(ORDER).events[:-3]
     events = [e for e in events if e.eventId != 3]  # the history never scheduled ship
     d = replay(events, workflows.order).divergence
     assert d is not None and d.kind == DIFFERENT_ACTIVITY and "activity 'ship'" in d.actual
@@ -186,7 +185,7 @@ def test_history_of_another_instance_is_bad_input() -> None:
 def test_empty_history_and_history_without_start_are_bad_input() -> None:
     with pytest.raises(InputError, match="empty"):
         replay([], workflows.order)
-    events = [e for e in load_history(ORDER) if not e.HasField("executionStarted")]
+    events = [e for e in History.load(ORDER).events if not e.HasField("executionStarted")]
     with pytest.raises(InputError, match="ExecutionStarted"):
         replay(events, workflows.order)
 
@@ -225,25 +224,25 @@ def _bad_files() -> dict[str, Any]:
 def test_bad_history_file_is_input_error(tmp_path: Path, case: str) -> None:
     path = _write(tmp_path, _bad_files()[case])
     with pytest.raises(InputError, match=str(path)):
-        load_history(path)
+        History.load(path).events
     with pytest.raises(InputError):
         replay(path, workflows.order)
 
 
 def test_missing_history_file_is_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="No such file"):
-        load_history(tmp_path / "nope.json")
+        History.load(tmp_path / "nope.json").events
     with pytest.raises(InputError):
-        load_history(tmp_path)  # a directory
+        History.load(tmp_path).events  # a directory
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
-    events = load_history(ORDER)
-    out = save_history(events, tmp_path / "sub" / "copy.json")
-    again = load_history(out)
+    events = History.load(ORDER).events
+    out = History.of(events).save(tmp_path / "sub" / "copy.json")
+    again = History.load(out).events
     assert [e.SerializeToString(deterministic=True) for e in again] == \
         [e.SerializeToString(deterministic=True) for e in events]
-    assert save_history(again, tmp_path / "copy2.json").read_bytes() == out.read_bytes()
+    assert History.of(again).save(tmp_path / "copy2.json").read_bytes() == out.read_bytes()
     assert out.read_bytes() == ORDER.read_bytes()  # the golden files are in this exact form
     doc = _doc(out)
     assert doc["format"] == HISTORY_FORMAT and doc["version"] == 1 and doc["count"] == 12

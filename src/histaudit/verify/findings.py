@@ -1,8 +1,8 @@
 """Finding codes: one stable code per thing the verifier can report.
 
 Codes never change meaning once released; new classes get new codes. The table below
-is the single source of truth for code, default severity and a one-line description;
-docs/findings.md is generated from it.
+is the single source of truth for each code's severity, group and one-line description
+(the README's list of codes is a summary of it).
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import Any
+
+from ..errors import UsageError
 
 
 class Severity(enum.IntEnum):
@@ -22,15 +24,25 @@ class Severity(enum.IntEnum):
         try:
             return cls[text.upper()]
         except KeyError:
-            raise ValueError(f"unknown severity {text!r} (use info, warning or error)") from None
+            raise UsageError(f"unknown severity {text!r} (use info, warning or error)") from None
 
     def __str__(self) -> str:
         return self.name.lower()
 
 
+class Group(enum.StrEnum):
+    """What a finding is about: the records themselves, or what the workflow did."""
+
+    INTEGRITY = "integrity"
+    """The ledger (or bundle) is not what was signed: tampering, loss, a bad key."""
+    BEHAVIOUR = "behaviour"
+    """The records are intact and show what a crash did: a re-run, a duplicate effect."""
+
+
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 
-#: code -> (severity, what it means)
+#: code -> (severity, what it means); every code before "activity-reexecuted" is about
+#: integrity, every code from it on about behaviour (see GROUPS)
 CODES: dict[str, tuple[Severity, str]] = {
     # integrity of the chain
     "body-changed": (E, "stored entry bytes no longer hash to the recorded entry hash"),
@@ -71,6 +83,15 @@ CODES: dict[str, tuple[Severity, str]] = {
 }
 
 
+_FIRST_BEHAVIOUR = list(CODES).index("activity-reexecuted")
+GROUPS: dict[str, Group] = {
+    code: Group.INTEGRITY if i < _FIRST_BEHAVIOUR else Group.BEHAVIOUR
+    for i, code in enumerate(CODES)}
+"""code -> group."""
+BEHAVIOUR_CODES = frozenset(c for c, g in GROUPS.items() if g is Group.BEHAVIOUR)
+"""What a crash may legitimately cause; every other code is about integrity."""
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One thing the verifier found, at one position of one instance's chain."""
@@ -80,6 +101,10 @@ class Finding:
     seq: int | None
     message: str
     severity: Severity
+
+    @property
+    def group(self) -> Group:
+        return GROUPS[self.code]
 
     @classmethod
     def make(cls, code: str, instance: str, seq: int | None, message: str) -> Finding:

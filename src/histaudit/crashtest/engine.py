@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from histaudit.errors import EngineError
+from ..errors import EngineError
 
-__all__ = ["BINARY_NAME", "ENV_BINARY", "Engine", "find_engine_binary", "free_port"]
+__all__ = ["BINARY_NAME", "ENV_BINARY", "EngineProcess", "find_engine_binary", "free_port"]
 
 BINARY_NAME = "durabletask-go"
 """File name of the engine binary that ``make engine`` builds."""
@@ -47,7 +47,7 @@ _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "localhost"})
 
 # Engines still running when the interpreter exits are killed, so a failed test run or a
 # crashed benchmark does not leave sidecars behind holding ports and state files.
-# Strong references on purpose: an Engine object dropped without stop() must not take
+# Strong references on purpose: an EngineProcess object dropped without stop() must not take
 # the only handle on a still-running process with it.
 _LIVE: set[subprocess.Popen[bytes]] = set()
 
@@ -67,8 +67,8 @@ atexit.register(_kill_live_engines)
 
 
 def _repo_root() -> Path:
-    """The checkout this module lives in (``src/histaudit/engine.py`` → repo root)."""
-    return Path(__file__).resolve().parents[2]
+    """The checkout this module lives in (``src/histaudit/crashtest/engine.py`` → root)."""
+    return Path(__file__).resolve().parents[3]
 
 
 def find_engine_binary() -> Path:
@@ -97,7 +97,7 @@ def free_port(host: str = _LOOPBACK) -> int:
     """Ask the kernel for a currently unused TCP port on ``host``.
 
     The port is free when this returns; another process could still take it before the
-    caller binds, which :meth:`Engine.start` handles by retrying on a fresh port.
+    caller binds, which :meth:`EngineProcess.start` handles by retrying on a fresh port.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -113,7 +113,7 @@ def _accepts_tcp(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
-class Engine:
+class EngineProcess:
     """One durabletask-go sidecar process with its SQLite state file.
 
     The port is fixed at construction (picked free when not given) so ``env()`` and
@@ -232,7 +232,7 @@ class Engine:
 
     # -- life cycle ------------------------------------------------------------------
 
-    def start(self) -> Engine:
+    def start(self) -> EngineProcess:
         """Spawn the engine and wait until it is ready to serve gRPC.
 
         Ready means both: the process printed its listening line and the port accepts
@@ -286,12 +286,12 @@ class Engine:
                 pass
         self.kill()
 
-    def restart(self) -> Engine:
+    def restart(self) -> EngineProcess:
         """Kill the engine and start it again on the same port with the same database."""
         self.kill()
         return self.start()
 
-    def __enter__(self) -> Engine:
+    def __enter__(self) -> EngineProcess:
         """Start the engine unless it already runs."""
         if not self.running:
             self.start()
@@ -308,7 +308,7 @@ class Engine:
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"
-        return f"Engine({self.address}, db={self._db_path}, {state})"
+        return f"EngineProcess({self.address}, db={self._db_path}, {state})"
 
     # -- internals -------------------------------------------------------------------
 

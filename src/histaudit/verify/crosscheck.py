@@ -26,17 +26,17 @@ carry one (it tells apart tasks of different generations of a ``continue_as_new`
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from . import format as fmt
-from .errors import HistauditError
+from ..ledger.kinds import Kind
+from ..ledger.records import Entry, StoredEntry, commitment_matches
+from .check import Parsed
 from .findings import Finding
-from .store import Ledger
-from .verify import Report
+from .payloads import PayloadLookup
 
-__all__ = ["crosscheck", "with_findings"]
+__all__ = ["EngineCrossCheck"]
 
 _SAME, _DIFFERENT, _UNKNOWN = "same", "different", "unknown"
 
@@ -50,31 +50,16 @@ class _Signed:
     output: Any  # {"c", "n"} or None
 
 
-def _signed_completions(ledger: Ledger, instance: str) -> list[_Signed]:
-    out = []
-    for row in ledger.entries(instance):
-        try:
-            entry = fmt.parse_entry(row.body)
-        except HistauditError:
-            continue  # the verifier reports malformed entries
-        if entry.kind != "activity.completed":
-            continue
-        data = entry.data
-        out.append(_Signed(entry.seq, str(data.get("activity", "?")), data.get("task_id"),
-                           str(data.get("execution_id") or ""), data.get("output")))
-    return out
-
-
-def _compare(ledger: Ledger, signed: _Signed, raw: bytes | None) -> str:
+def _compare(lookup: PayloadLookup, signed: _Signed, raw: bytes | None) -> str:
     ref = signed.output
     if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
         return _SAME if raw is None else _DIFFERENT
     if raw is None:
         return _DIFFERENT
-    stored = ledger.payload(ref["c"])
+    stored = lookup(ref["c"])
     if stored is not None:
         salt, _data = stored
-        return _SAME if fmt.commitment_matches(ref["c"], raw, salt) else _DIFFERENT
+        return _SAME if commitment_matches(ref["c"], raw, salt) else _DIFFERENT
     size = ref.get("n")
     if isinstance(size, int) and size != len(raw):
         return _DIFFERENT
@@ -87,10 +72,28 @@ def _same_task(signed: _Signed, task_id: int, execution_id: str) -> bool:
     return not (execution_id and signed.execution_id) or signed.execution_id == execution_id
 
 
-def crosscheck(ledger: Ledger, instance: str, history: Iterable[Any]) -> list[Finding]:
-    """Findings from comparing the engine's ``history`` (HistoryEvent protobufs) with the
-    signed ``activity.completed`` entries of ``instance`` in ``ledger``."""
-    signed = _signed_completions(ledger, instance)
+class EngineCrossCheck:
+    """Compares the engine's ``history`` (HistoryEvent protobufs) of ``instance`` with its
+    signed ``activity.completed`` entries; ``lookup`` finds stored payloads."""
+
+    def __init__(self, instance: str, history: Iterable[Any], lookup: PayloadLookup) -> None:
+        self.instance, self.history, self.lookup = instance, list(history), lookup
+        self.signed: list[_Signed] = []
+
+    def observe(self, row: StoredEntry, parsed: Parsed) -> None:
+        if not isinstance(parsed, Entry) or parsed.kind != Kind.ACTIVITY_COMPLETED:
+            return  # the integrity check reports malformed entries
+        data = parsed.data
+        self.signed.append(_Signed(parsed.seq, str(data.get("activity", "?")),
+                                   data.get("task_id"), str(data.get("execution_id") or ""),
+                                   data.get("output")))
+
+    def finish(self) -> Iterable[Finding]:
+        return _crosscheck(self.instance, self.signed, self.history, self.lookup)
+
+
+def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
+                lookup: PayloadLookup) -> list[Finding]:
     by_task: dict[Any, list[_Signed]] = defaultdict(list)
     for s in signed:
         by_task[s.task_id].append(s)
@@ -110,7 +113,7 @@ def crosscheck(ledger: Ledger, instance: str, history: Iterable[Any]) -> list[Fi
                 f"the engine holds a completion of task {task_id} "
                 f"({_size(raw)}) that no signed activity.completed records"))
             continue
-        verdicts = [_compare(ledger, s, raw) for s in mine]
+        verdicts = [_compare(lookup, s, raw) for s in mine]
         last = mine[-1]
         if _SAME in verdicts:
             continue
@@ -141,10 +144,3 @@ def crosscheck(ledger: Ledger, instance: str, history: Iterable[Any]) -> list[Fi
 
 def _size(raw: bytes | None) -> str:
     return "no result" if raw is None else f"{len(raw)} bytes"
-
-
-def with_findings(report: Report, findings: Sequence[Finding], mode: str = "engine") -> Report:
-    """``report`` with ``findings`` merged in (same order rule as the verifier's)."""
-    merged = sorted((*report.findings, *findings),
-                    key=lambda f: (f.seq if f.seq is not None else 1 << 62, -f.severity))
-    return replace(report, mode=f"{report.mode}+{mode}", findings=tuple(merged))

@@ -11,7 +11,9 @@ A checkpoint note is::
 The signature covers the note text (the first three lines, newline included); the key
 hash is SHA-256(name || "\\n" || 0x01 || raw public key)[:4], as C2SP signed-note
 defines it for Ed25519, so Go's ``golang.org/x/mod/sumdb/note`` can read these notes.
-Anyone who keeps a checkpoint can later prove the ledger only grew since.
+Anyone who keeps a checkpoint can later prove the ledger only grew since
+(:mod:`histaudit.verify.consistency`); checkpoints are made by
+:func:`histaudit.ledger.chain.make_checkpoint`.
 """
 
 from __future__ import annotations
@@ -21,17 +23,22 @@ import binascii
 import hashlib
 from dataclasses import dataclass
 
-from . import merkle
-from .errors import InputError
-from .findings import Finding
+from typing import Protocol
+
+from ..errors import InputError
 from .keys import PublicKey, Signer, TrustStore
-from .store import Ledger
 
 ED25519_ALG = b"\x01"
 SIG_PREFIX = "\u2014 "  # an em dash and a space start every signature line
 
 
-def origin_of(ledger: Ledger) -> str:
+class _HasLedgerId(Protocol):
+    @property
+    def ledger_id(self) -> str: ...
+
+
+def origin_of(ledger: _HasLedgerId) -> str:
+    """The checkpoint origin line of a ledger: ``histaudit/<ledger id>``."""
     return f"histaudit/{ledger.ledger_id}"
 
 
@@ -108,62 +115,3 @@ def _verify_signatures(text: bytes, block: str, origin: str, trust: TrustStore,
         if key is not None and key.verify(blob[4:], text):
             return key.kid
     raise InputError(f"{source}: no valid signature by a trusted key for origin {origin}")
-
-
-def make_checkpoint(ledger: Ledger, signer: Signer) -> Checkpoint:
-    """Sign and store a checkpoint over every leaf the ledger holds now."""
-    size = ledger.leaf_count()
-    got, root = merkle.root_of(merkle.leaf_hash(body) for _, body in ledger.leaves(below=size))
-    if got != size:
-        raise InputError(f"ledger has {got} leaves below index {size}: leaves are missing; "
-                         f"run `histaudit verify --all` before checkpointing")
-    note = sign_note(origin_of(ledger), size, root, signer)
-    ledger.add_checkpoint(size, root.hex(), note)
-    return Checkpoint(origin=origin_of(ledger), size=size, root=root, note=note,
-                      kid=signer.kid)
-
-
-@dataclass(frozen=True)
-class ConsistencyReport:
-    """Is the ledger today an append-only extension of what an old checkpoint saw?"""
-
-    old_size: int
-    size: int
-    proof: tuple[bytes, ...]
-    findings: tuple[Finding, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-
-def check_consistency(ledger: Ledger, old: Checkpoint) -> ConsistencyReport:
-    """Prove (RFC 9162 consistency proof) that the ledger extends the checkpoint ``old``."""
-    if old.origin != origin_of(ledger):
-        raise InputError(f"checkpoint is from another ledger ({old.origin}, this is "
-                         f"{origin_of(ledger)})")
-    scope = "ledger"
-    findings: list[Finding] = []
-    hashes: list[bytes] = []
-    for leaf, body in ledger.leaves():
-        if leaf != len(hashes):
-            findings.append(Finding.make(
-                "leaves-missing", scope, None,
-                f"ledger leaves {len(hashes)}..{leaf - 1} are gone (a deleted instance or "
-                f"entries)"))
-            hashes.extend([b""] * (leaf - len(hashes)))  # keep positions; roots will differ
-        hashes.append(merkle.leaf_hash(body))
-    tree = merkle.Tree(hashes)
-    if tree.size < old.size:
-        findings.append(Finding.make(
-            "checkpoint-rollback", scope, None,
-            f"ledger holds {tree.size} leaves, the checkpoint saw {old.size}: restored from "
-            f"an older copy or cut"))
-        return ConsistencyReport(old.size, tree.size, (), tuple(findings))
-    proof = tree.consistency_proof(old.size)
-    if not merkle.verify_consistency(old.size, tree.size, old.root, tree.root(), proof):
-        findings.append(Finding.make(
-            "checkpoint-inconsistent", scope, None,
-            f"the first {old.size} leaves no longer hash to the checkpoint's root: the ledger "
-            f"was rewritten, forked or rolled back"))
-    return ConsistencyReport(old.size, tree.size, tuple(proof), tuple(findings))

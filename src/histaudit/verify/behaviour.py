@@ -1,9 +1,9 @@
 """Behaviour across crashes, read from the signed entries of one instance.
 
-The interceptor (:mod:`histaudit.dapr`) records ``activity.started`` before every
+The interceptor (:mod:`histaudit.interceptor`) records ``activity.started`` before every
 activity body and ``activity.completed``/``activity.failed`` after it; activity code
 records ``effect.intent`` before a side effect and ``effect.done``, ``effect.skipped`` or
-``effect.failed`` after it (:mod:`histaudit.effects`). A crash between those records
+``effect.failed`` after it (:mod:`histaudit.interceptor.effects`). A crash between those records
 leaves a pattern this analyzer names:
 
 * one task (same ``task_id`` and ``execution_id``) started more than once: Dapr
@@ -23,10 +23,13 @@ re-executions.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import format as fmt
+from ..ledger.kinds import Kind
+from ..ledger.records import Entry, StoredEntry
+from .check import Parsed
 from .findings import Finding
 
 
@@ -49,8 +52,8 @@ def _task_key(data: Any) -> tuple[Any, Any]:
     return (data.get("task_id"), data.get("execution_id"))
 
 
-class BehaviourAnalyzer:
-    """Feed it parsed entries in chain order; ``finish()`` returns behaviour findings."""
+class BehaviourCheck:
+    """Reads one instance's entries in chain order; ``finish()`` names what crashes did."""
 
     def __init__(self, instance: str) -> None:
         self.instance = instance
@@ -58,17 +61,21 @@ class BehaviourAnalyzer:
         self._effects: dict[tuple[str, str], _Effect] = defaultdict(_Effect)
         self._mismatches: list[Finding] = []
 
-    def observe(self, entry: fmt.Entry) -> None:
+    def observe(self, row: StoredEntry, parsed: Parsed) -> None:
+        if isinstance(parsed, Entry):
+            self.observe_entry(parsed)
+
+    def observe_entry(self, entry: Entry) -> None:
         data, kind = entry.data, entry.kind
-        if kind == "activity.started":
+        if kind == Kind.ACTIVITY_STARTED:
             task = self._tasks[_task_key(data)]
             task.activity = str(data.get("activity", "?"))
             task.starts.append(entry.seq)
-        elif kind == "activity.completed":
+        elif kind == Kind.ACTIVITY_COMPLETED:
             digest = data.get("output_digest")
             if isinstance(digest, str):
                 self._tasks[_task_key(data)].results.setdefault((entry.kid, digest), entry.seq)
-        elif kind == "replay.mismatch":
+        elif kind == Kind.REPLAY_MISMATCH:
             self._mismatches.append(Finding.make(
                 "replay-mismatch", self.instance, entry.seq,
                 f"activity {data.get('activity', '?')} (task {data.get('task_id')}): on "
@@ -77,18 +84,18 @@ class BehaviourAnalyzer:
                 f"(digest {_short(data.get('expected_digest'))})"))
         elif kind.startswith("effect."):
             effect = self._effects[(str(data.get("name")), str(data.get("key")))]
-            if kind == "effect.intent":
+            if kind == Kind.EFFECT_INTENT:
                 effect.intents[entry.seq] = _task_key(data)
                 return
             intent = data.get("intent_seq")
             if isinstance(intent, int):
                 effect.closed.add(intent)
-            if kind == "effect.done":
+            if kind == Kind.EFFECT_DONE:
                 effect.done.append(entry.seq)
-            elif kind == "effect.skipped":
+            elif kind == Kind.EFFECT_SKIPPED:
                 effect.skipped.append(entry.seq)
 
-    def finish(self) -> list[Finding]:
+    def finish(self) -> Iterable[Finding]:
         out: list[Finding] = list(self._mismatches)
         for (task_id, _), task in self._tasks.items():
             label = f"activity {task.activity} (task {task_id})"

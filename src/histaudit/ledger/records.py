@@ -1,4 +1,4 @@
-"""The ledger's record format (docs/format.md is the normative spec).
+"""The ledger's records (docs/format.md is the normative spec): parse, build, commit.
 
 Two signed record types, both canonical JSON (see :mod:`histaudit.canonical`):
 
@@ -10,6 +10,10 @@ Two signed record types, both canonical JSON (see :mod:`histaudit.canonical`):
 
 The signature is Ed25519 over exactly the stored body bytes; the entry hash is SHA-256
 over the same bytes. Nothing here re-serializes a stored record to check it.
+
+:class:`StoredEntry` and :class:`StoredHead` are rows as a store keeps them (and a bundle
+carries them): the exact signed bytes and the columns that index them. The verifier
+reads these values, whoever produced them.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 import orjson
 
 from .canonical import canonical_bytes
-from .errors import FormatError
+from ..errors import FormatError
 
 FORMAT_VERSION = 1
 GENESIS_PREV = "0" * 64
@@ -71,6 +75,39 @@ def commitment_matches(commitment: str, payload: bytes, salt: bytes) -> bool:
 
 
 # --- records --------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """One stored entry row: the exact signed bytes and the columns that index them."""
+
+    leaf: int
+    instance: str
+    seq: int
+    hash: str
+    body: bytes
+    sig: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredHead:
+    """One stored signed head: the exact signed bytes and their signature."""
+
+    instance: str
+    seq: int
+    body: bytes
+    sig: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSummary:
+    """What a store can say about one instance without parsing anything."""
+
+    instance: str
+    entries: int
+    last_seq: int
+    first_leaf: int
+    last_leaf: int
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:

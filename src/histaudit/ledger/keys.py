@@ -1,9 +1,10 @@
-"""Keys: the only module that touches the signing primitives.
+"""Keys: the only module that touches the signing primitives (Ed25519).
 
 A key pair is an Ed25519 private key (PKCS#8 PEM, file mode 0600) and a public key file
 (JSON, see docs/format.md §Keys). The key id is derived from the public key, so it cannot
 be chosen to collide with another key's. A trust store is a directory of ``*.pub.json``
-files or one JSON file; each key may carry a validity window.
+files or one JSON file; each key may carry a validity window. :class:`BatchVerifier`
+checks many signatures at once, on every core.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from .errors import KeyProblem
+from ..errors import FormatError, KeyMaterialError
 
 ALGORITHM = "ed25519"
 PUBLIC_SUFFIX = ".pub.json"
@@ -49,8 +51,12 @@ def parse_time(text: str) -> datetime:
     Entries always carry six fraction digits; key windows may omit the fraction.
     """
     if not isinstance(text, str) or not _TS.fullmatch(text):
-        raise ValueError(f"timestamp {text!r} is not RFC 3339 UTC (YYYY-MM-DDTHH:MM:SS[.ffffff]Z)")
-    return datetime.fromisoformat(text[:-1] + "+00:00")
+        raise FormatError(f"timestamp {text!r} is not RFC 3339 UTC "
+                          f"(YYYY-MM-DDTHH:MM:SS[.ffffff]Z)")
+    try:
+        return datetime.fromisoformat(text[:-1] + "+00:00")
+    except ValueError:
+        raise FormatError(f"timestamp {text!r} is not a valid date and time") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,23 +102,23 @@ class PublicKey:
     @classmethod
     def from_json(cls, doc: object, *, source: str) -> PublicKey:
         if not isinstance(doc, Mapping):
-            raise KeyProblem(f"{source}: a public key must be a JSON object")
+            raise KeyMaterialError(f"{source}: a public key must be a JSON object")
         if doc.get("alg") != ALGORITHM:
-            raise KeyProblem(f"{source}: unsupported key algorithm {doc.get('alg')!r}")
+            raise KeyMaterialError(f"{source}: unsupported key algorithm {doc.get('alg')!r}")
         try:
             raw = base64.b64decode(str(doc["public_key"]), validate=True)
             Ed25519PublicKey.from_public_bytes(raw)
         except (KeyError, ValueError):
-            raise KeyProblem(f"{source}: public_key is not a base64 Ed25519 key") from None
+            raise KeyMaterialError(f"{source}: public_key is not a base64 Ed25519 key") from None
         kid = key_id(raw)
         if doc.get("kid", kid) != kid:
-            raise KeyProblem(f"{source}: kid {doc.get('kid')!r} does not match the key ({kid})")
+            raise KeyMaterialError(f"{source}: kid {doc.get('kid')!r} does not match the key ({kid})")
         for bound in ("not_before", "not_after"):
             if doc.get(bound) is not None:
                 try:
                     parse_time(doc[bound])
-                except ValueError as exc:
-                    raise KeyProblem(f"{source}: {bound}: {exc}") from None
+                except FormatError as exc:
+                    raise KeyMaterialError(f"{source}: {bound}: {exc}") from None
         return cls(kid=kid, raw=raw, not_before=doc.get("not_before"),
                    not_after=doc.get("not_after"), name=doc.get("name"))
 
@@ -147,24 +153,24 @@ class Signer:
         try:
             mode = p.stat().st_mode
         except FileNotFoundError:
-            raise KeyProblem(f"private key {p} does not exist") from None
+            raise KeyMaterialError(f"private key {p} does not exist") from None
         except OSError as exc:
-            raise KeyProblem(f"private key {p}: {exc.strerror}") from None
+            raise KeyMaterialError(f"private key {p}: {exc.strerror}") from None
         if not stat.S_ISREG(mode):
-            raise KeyProblem(f"private key {p} is not a regular file")
+            raise KeyMaterialError(f"private key {p} is not a regular file")
         if mode & 0o077:
-            raise KeyProblem(
+            raise KeyMaterialError(
                 f"private key {p} is readable by others (mode {stat.S_IMODE(mode):04o}); "
                 f"run: chmod 600 {p}")
         try:
             data = p.read_bytes()
             key = serialization.load_pem_private_key(data, password=None)
         except OSError as exc:
-            raise KeyProblem(f"private key {p}: {exc.strerror}") from None
+            raise KeyMaterialError(f"private key {p}: {exc.strerror}") from None
         except (ValueError, TypeError):
-            raise KeyProblem(f"private key {p} is not an unencrypted PEM private key") from None
+            raise KeyMaterialError(f"private key {p} is not an unencrypted PEM private key") from None
         if not isinstance(key, Ed25519PrivateKey):
-            raise KeyProblem(f"private key {p} is not an Ed25519 key")
+            raise KeyMaterialError(f"private key {p} is not an Ed25519 key")
         return cls(key)
 
     def private_pem(self) -> bytes:
@@ -177,7 +183,7 @@ def signer_from_env(path: str | os.PathLike[str] | None = None) -> Signer:
     """The signing key from ``path``, else ``$HISTAUDIT_KEY``; a clear error if neither."""
     chosen = path or os.environ.get("HISTAUDIT_KEY")
     if not chosen:
-        raise KeyProblem("no signing key: pass --key PATH or set HISTAUDIT_KEY")
+        raise KeyMaterialError("no signing key: pass --key PATH or set HISTAUDIT_KEY")
     return Signer.load(chosen)
 
 
@@ -186,24 +192,24 @@ def generate_keypair(out_dir: str | os.PathLike[str], *, name: str = "histaudit"
                      not_after: str | None = None) -> tuple[Path, Path, Signer]:
     """Write ``NAME.key`` (mode 0600, created exclusively) and ``NAME.pub.json``."""
     if not _KEY_NAME.fullmatch(name):
-        raise KeyProblem(f"key name {name!r} must be 1-100 letters, digits, '.', '_' or '-' "
+        raise KeyMaterialError(f"key name {name!r} must be 1-100 letters, digits, '.', '_' or '-' "
                          f"and start with a letter or digit")
     try:
         window = [parse_time(t) if t is not None else None for t in (not_before, not_after)]
-    except ValueError as exc:
-        raise KeyProblem(f"validity window: {exc}") from None
+    except FormatError as exc:
+        raise KeyMaterialError(f"validity window: {exc}") from None
     if window[0] is not None and window[1] is not None and window[0] > window[1]:
-        raise KeyProblem(f"validity window is empty: not_before {not_before} is after "
+        raise KeyMaterialError(f"validity window is empty: not_before {not_before} is after "
                          f"not_after {not_after}")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise KeyProblem(f"key directory {out} exists and is not a directory")
+        raise KeyMaterialError(f"key directory {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     signer = Signer.generate()
     priv_path, pub_path = out / f"{name}{PRIVATE_SUFFIX}", out / f"{name}{PUBLIC_SUFFIX}"
     for existing in (priv_path, pub_path):
         if existing.exists():
-            raise KeyProblem(f"{existing} already exists; refusing to overwrite a key")
+            raise KeyMaterialError(f"{existing} already exists; refusing to overwrite a key")
     # O_EXCL + mode 0600 at creation: the private key is never briefly world-readable.
     fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
@@ -241,10 +247,10 @@ class TrustStore:
         if p.is_dir():
             files = sorted(p.glob(f"*{PUBLIC_SUFFIX}"))
             if not files:
-                raise KeyProblem(f"trust store {p} holds no *{PUBLIC_SUFFIX} files")
+                raise KeyMaterialError(f"trust store {p} holds no *{PUBLIC_SUFFIX} files")
             return cls(k for f in files for k in _read_keys(f))
         if not p.exists():
-            raise KeyProblem(f"trust store {p} does not exist")
+            raise KeyMaterialError(f"trust store {p} does not exist")
         return cls(_read_keys(p))
 
 
@@ -252,12 +258,76 @@ def _read_keys(path: Path) -> list[PublicKey]:
     try:
         doc = orjson.loads(path.read_bytes())
     except OSError as exc:
-        raise KeyProblem(f"trust store {path}: {exc.strerror}") from None
+        raise KeyMaterialError(f"trust store {path}: {exc.strerror}") from None
     except orjson.JSONDecodeError:
-        raise KeyProblem(f"trust store {path} is not JSON") from None
+        raise KeyMaterialError(f"trust store {path} is not JSON") from None
     if isinstance(doc, Mapping) and "keys" in doc:
         items = doc["keys"]
         if not isinstance(items, list):
-            raise KeyProblem(f"trust store {path}: 'keys' must be a list")
+            raise KeyMaterialError(f"trust store {path}: 'keys' must be a list")
         return [PublicKey.from_json(k, source=f"{path} key {i}") for i, k in enumerate(items)]
     return [PublicKey.from_json(doc, source=str(path))]
+
+
+# --- many signatures at once ------------------------------------------------------------
+
+SIG_CHUNK = 2048
+"""Signatures handed to one worker process at a time."""
+
+
+def _verify_chunk(keys: dict[str, bytes], items: list[tuple[int, str, bytes, bytes]]
+                  ) -> list[int]:
+    """Worker: Ed25519-verify (tag, kid, message, sig) items; return the tags that fail."""
+    loaded = {kid: Ed25519PublicKey.from_public_bytes(raw) for kid, raw in keys.items()}
+    bad = []
+    for tag, kid, message, sig in items:
+        try:
+            loaded[kid].verify(sig, message)
+        except InvalidSignature:
+            bad.append(tag)
+    return bad
+
+
+class BatchVerifier:
+    """Verifies signatures in chunks, on a process pool when there is more than one core.
+
+    ``add(tag, kid, message, sig)`` queues one signature by a key of ``trust`` (the caller
+    checks the key is there); ``finish()`` returns the tags whose signature does not
+    verify. At most ``2 × workers`` chunks are in flight, so memory stays constant
+    however many signatures go through.
+    """
+
+    def __init__(self, trust: TrustStore, workers: int) -> None:
+        self._keys = {k.kid: k.raw for k in trust}
+        self._workers = workers
+        self._pool: Executor | None = None
+        self._pending: list[Future[list[int]]] = []
+        self._batch: list[tuple[int, str, bytes, bytes]] = []
+        self.bad: list[int] = []
+
+    def add(self, tag: int, kid: str, message: bytes, sig: bytes) -> None:
+        self._batch.append((tag, kid, message, sig))
+        if len(self._batch) >= SIG_CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        if self._workers <= 1:
+            self.bad.extend(_verify_chunk(self._keys, batch))
+            return
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self._workers)
+        self._pending.append(self._pool.submit(_verify_chunk, self._keys, batch))
+        while len(self._pending) > 2 * self._workers:
+            self.bad.extend(self._pending.pop(0).result())
+
+    def finish(self) -> list[int]:
+        self._flush()
+        for fut in self._pending:
+            self.bad.extend(fut.result())
+        self._pending.clear()
+        if self._pool is not None:
+            self._pool.shutdown()
+        return self.bad

@@ -39,17 +39,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .crash import crash_point
-from .dapr import ActivityRun, current_activity, sdk_decode, sdk_json
-from .errors import UsageError
+from ..crash import crash_point
+from ..errors import UsageError
+from ..ledger.kinds import Kind
+from .activity import ActivityRun, current_activity
+from .recorder import sdk_decode, sdk_json
 
-__all__ = ["EFFECT_KINDS", "SideEffect", "once", "side_effect"]
-
-EFFECT_INTENT = "effect.intent"
-EFFECT_DONE = "effect.done"
-EFFECT_FAILED = "effect.failed"
-EFFECT_SKIPPED = "effect.skipped"
-EFFECT_KINDS = (EFFECT_INTENT, EFFECT_DONE, EFFECT_FAILED, EFFECT_SKIPPED)
+__all__ = ["SideEffect", "once", "side_effect"]
 
 T = TypeVar("T")
 
@@ -92,7 +88,7 @@ def _require_run(ctx: Any, name: str, key: str | None) -> tuple[ActivityRun, str
     run = current_activity()
     if run is None:
         raise UsageError("side_effect() runs only inside an activity registered with "
-                         "histaudit.dapr.AuditedWorkflowRuntime")
+                         "histaudit.AuditedWorkflowRuntime")
     workflow_id = getattr(ctx, "workflow_id", None) if ctx is not None else None
     if workflow_id is not None and workflow_id != run.instance:
         raise UsageError(f"side_effect(): context of workflow {workflow_id!r} used inside an "
@@ -115,9 +111,9 @@ def _state(run: ActivityRun, name: str, key: str) -> _State:
     for entry in run.recorder.entries(run.instance):
         if entry.data.get("name") != name or entry.data.get("key") != key:
             continue
-        if entry.kind == EFFECT_INTENT:
+        if entry.kind == Kind.EFFECT_INTENT:
             intents += 1
-        elif entry.kind == EFFECT_DONE and done_seq is None:
+        elif entry.kind == Kind.EFFECT_DONE and done_seq is None:
             done_seq, done_ref = entry.seq, entry.data.get("result")
         # effect.failed leaves the intent open: an error does not prove nothing happened.
     result, available = None, False
@@ -139,7 +135,7 @@ def side_effect(ctx: Any, name: str, *, key: str | None = None) -> Iterator[Side
     recorder = run.recorder
     state = _state(run, name, key)
     base = {**run.fields(), "name": name, "key": key}
-    intent = recorder.append(run.instance, EFFECT_INTENT, base)
+    intent = recorder.append(run.instance, Kind.EFFECT_INTENT, base)
     effect = SideEffect(name, key, already_done=state.done_seq is not None,
                         uncertain=state.done_seq is None and state.open_intents > 0,
                         previous_result=state.done_result,
@@ -150,17 +146,17 @@ def side_effect(ctx: Any, name: str, *, key: str | None = None) -> Iterator[Side
     except Exception as exc:
         err = recorder.commit(run.instance, str(exc))
         with contextlib.suppress(Exception):  # the original error matters more
-            recorder.append(run.instance, EFFECT_FAILED, {
+            recorder.append(run.instance, Kind.EFFECT_FAILED, {
                 **base, "intent_seq": intent.seq, "error_type": type(exc).__name__,
                 "error": err.ref, "error_digest": err.digest}, err)
         raise
     if effect.skipped:
-        recorder.append(run.instance, EFFECT_SKIPPED,
+        recorder.append(run.instance, Kind.EFFECT_SKIPPED,
                         {**base, "intent_seq": intent.seq, "done_seq": state.done_seq})
         return
     crash_point(f"after-effect:{name}")
     out = recorder.commit(run.instance, sdk_json(effect.result))
-    recorder.append(run.instance, EFFECT_DONE, {
+    recorder.append(run.instance, Kind.EFFECT_DONE, {
         **base, "intent_seq": intent.seq, "result": out.ref, "result_digest": out.digest}, out)
 
 

@@ -1,10 +1,14 @@
 """The ledger store: the only module that knows SQL dialects (SQLite and PostgreSQL).
 
-Appends are serialized ledger-wide (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a
+It stores and returns rows — schema, triggers, locks, rows in and out — and nothing else:
+it neither builds, hashes nor signs a record. What goes into a row is decided by
+:mod:`histaudit.ledger.chain`, inside a :class:`WriteTx` this module hands it.
+
+Write transactions are serialized ledger-wide (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a
 transaction-scoped advisory lock), so the per-instance ``seq`` and the ledger-wide
-``leaf`` index are both contiguous however many threads and processes append. The
-database enforces append-only too: triggers refuse UPDATE and DELETE of entries, and a
-head may only move forward. Rows keep the exact signed bytes; nothing is re-serialized.
+``leaf`` index the chain assigns are both contiguous however many threads and processes
+append. The database enforces append-only too: triggers refuse UPDATE and DELETE of
+entries, and a head may only move forward. Rows keep the exact signed bytes.
 """
 
 from __future__ import annotations
@@ -12,8 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +25,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
-from . import format as fmt
-from .errors import StoreError
-from .keys import Signer
+from ..errors import StoreError
+from .records import InstanceSummary, StoredEntry, StoredHead
 
 DEFAULT_URL = "sqlite:///histaudit.db"
 # How long a SQLite append waits for the write lock. Appends are short, but on a shared
@@ -173,35 +175,6 @@ def writer_role_sql(role: str = "histaudit_writer") -> list[str]:
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEntry:
-    """One stored entry row: the exact signed bytes and the columns that index them."""
-
-    leaf: int
-    instance: str
-    seq: int
-    hash: str
-    body: bytes
-    sig: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class StoredHead:
-    instance: str
-    seq: int
-    body: bytes
-    sig: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class InstanceSummary:
-    instance: str
-    entries: int
-    last_seq: int
-    first_leaf: int
-    last_leaf: int
-
-
 def resolve_url(url: str | None) -> str:
     return url or os.environ.get("HISTAUDIT_DB") or DEFAULT_URL
 
@@ -220,10 +193,12 @@ class Ledger:
     error); ``Ledger.open(url, create=True)`` creates the schema when absent.
     """
 
-    def __init__(self, engine: Engine, url: str) -> None:
-        self.engine = engine
+    def __init__(self, db: Engine, url: str) -> None:
+        self.db = db
+        """The SQLAlchemy engine (connection pool) of the database."""
         self.url = url
-        self.dialect = engine.dialect.name
+        self.dialect = db.dialect.name
+        self.ledger_id = ""
 
     # -- opening ----------------------------------------------------------------------
 
@@ -243,28 +218,28 @@ class Ledger:
                              f"supported (use {' or '.join(_DRIVERS[backend])})")
         try:
             if backend == "sqlite":
-                engine = _sqlite_engine(parsed, create=create, shown=shown)
+                db = _sqlite_engine(parsed, create=create, shown=shown)
             else:
-                engine = sa.create_engine(parsed.set(drivername="postgresql+psycopg"),
-                                          pool_pre_ping=True)
+                db = sa.create_engine(parsed.set(drivername="postgresql+psycopg"),
+                                      pool_pre_ping=True)
         except (NoSuchModuleError, ArgumentError, ValueError, TypeError) as exc:
             raise StoreError(f"ledger {shown}: {_one_line(exc)}") from None
-        ledger = cls(engine, url)
+        ledger = cls(db, url)
         try:
             ledger._prepare(create=create)
         except SQLAlchemyError as exc:
-            engine.dispose()
+            db.dispose()
             raise StoreError(f"ledger {shown}: {_one_line(exc)}") from None
         return ledger
 
     def _prepare(self, *, create: bool) -> None:
-        with self.engine.connect() as conn:
+        with self.db.connect() as conn:
             present = sa.inspect(conn).has_table(meta_table.name)
         if not present:
             if not create:
                 raise StoreError(f"ledger {_redact_url(self.url)} holds no histaudit ledger")
             self._create_schema()
-        with self.engine.connect() as conn:
+        with self.db.connect() as conn:
             rows = dict(conn.execute(sa.select(meta_table.c.key, meta_table.c.value)).all())
         if rows.get("schema_version") != SCHEMA_VERSION:
             raise StoreError(f"ledger {_redact_url(self.url)} has unknown schema version "
@@ -289,7 +264,7 @@ class Ledger:
                 ])
 
     def close(self) -> None:
-        self.engine.dispose()
+        self.db.dispose()
 
     def __enter__(self) -> Ledger:
         return self
@@ -301,7 +276,7 @@ class Ledger:
     def _read(self) -> Iterator[Connection]:
         """A read connection; a database failure (corrupt file, missing table) is a StoreError."""
         try:
-            with self.engine.connect() as conn:
+            with self.db.connect() as conn:
                 yield conn
         except SQLAlchemyError as exc:
             raise StoreError(f"ledger {_redact_url(self.url)}: {_one_line(exc)}") from None
@@ -311,73 +286,25 @@ class Ledger:
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
         """A write transaction (on SQLite it holds the database write lock from BEGIN)."""
-        with self.engine.connect() as conn:
+        with self.db.connect() as conn:
             conn = conn.execution_options(histaudit_write=True)
             with conn.begin():
                 yield conn
 
-    def append(self, instance: str, kind: str, data: Mapping[str, Any], *, signer: Signer,
-               payloads: Mapping[bytes, tuple[str, bytes]] | None = None) -> fmt.Entry:
-        """Append one signed entry to ``instance``'s chain and move its signed head.
+    @contextlib.contextmanager
+    def write(self, what: str = "write") -> Iterator[WriteTx]:
+        """One write transaction holding the ledger-wide append lock, as a :class:`WriteTx`.
 
-        ``payloads`` maps a salt to (commitment, payload bytes) for each payload the entry
-        commits to; they are stored beside the chain so they can be erased later.
+        Everything done through it commits together or not at all. A database failure
+        is a :class:`StoreError` naming ``what`` was being done.
         """
         try:
             with self._write() as conn:
-                return self._append_locked(conn, instance, kind, data, signer, payloads)
-        except DBAPIError as exc:
-            raise StoreError(f"append to {instance!r} failed: {_one_line(exc)}") from None
-
-    def _append_locked(self, conn: Connection, instance: str, kind: str,
-                       data: Mapping[str, Any], signer: Signer,
-                       payload_rows: Mapping[bytes, tuple[str, bytes]] | None) -> fmt.Entry:
-        if self.dialect == "postgresql":
-            conn.execute(_APPEND_LOCK, {"k": _PG_APPEND_LOCK})
-        last = conn.execute(_LAST_OF_INSTANCE, {"instance": instance}).first()
-        leaf = conn.execute(_TOP_LEAF).scalar()
-        leaf = 0 if leaf is None else leaf + 1
-        seq, prev = (1, fmt.GENESIS_PREV) if last is None else (last.seq + 1, last.hash)
-        ts = fmt.now_ts()
-        body = fmt.entry_body(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind,
-                              ts=ts, kid=signer.kid, data=data)
-        digest = fmt.sha256_hex(body)
-        conn.execute(_INSERT_ENTRY, {"leaf": leaf, "instance": instance, "seq": seq,
-                                     "hash": digest, "body": body, "sig": signer.sign(body)})
-        hbody = fmt.head_body(instance=instance, seq=seq, leaf=leaf, hash=digest, ts=ts,
-                              kid=signer.kid)
-        hsig = signer.sign(hbody)
-        if last is None:
-            conn.execute(_INSERT_HEAD, {"instance": instance, "seq": seq, "body": hbody,
-                                        "sig": hsig})
-        else:
-            conn.execute(_MOVE_HEAD, {"h_instance": instance, "h_seq": seq, "h_body": hbody,
-                                      "h_sig": hsig})
-        if payload_rows:
-            conn.execute(_INSERT_PAYLOAD, [
-                {"commitment": c, "salt": salt, "data": data_}
-                for salt, (c, data_) in payload_rows.items()])
-        return fmt.Entry(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind, ts=ts,
-                         kid=signer.kid, data=dict(data), body=body)
-
-    def erase_payload(self, instance: str, commitment: str, *, signer: Signer,
-                      record: Mapping[str, Any]) -> tuple[bool, fmt.Entry]:
-        """Erase one payload (privacy request) and sign ``payload.erased`` into ``instance``.
-
-        Both happen in one transaction: a payload never disappears without the signed
-        record that says why. The chain still verifies: it holds only the commitment.
-        Returns (whether a stored payload was deleted, the erasure entry).
-        """
-        try:
-            with self._write() as conn:
-                gone = conn.execute(payloads.delete().where(
-                    payloads.c.commitment == commitment)).rowcount > 0
-                entry = self._append_locked(conn, instance, "payload.erased",
-                                            {**record, "commitment": commitment}, signer, None)
-                return gone, entry
+                if self.dialect == "postgresql":
+                    conn.execute(_APPEND_LOCK, {"k": _PG_APPEND_LOCK})
+                yield WriteTx(conn)
         except SQLAlchemyError as exc:
-            raise StoreError(f"erasing payload {commitment[:12]}… failed: "
-                             f"{_one_line(exc)}") from None
+            raise StoreError(f"{what} failed: {_one_line(exc)}") from None
 
     # -- reading ----------------------------------------------------------------------
 
@@ -423,7 +350,7 @@ class Ledger:
 
     def leaf_count(self) -> int:
         """Number of leaves in the ledger-wide tree: max(leaf) + 1 (leaves are contiguous)."""
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             top = conn.execute(sa.select(sa.func.max(entries.c.leaf))).scalar()
         return 0 if top is None else top + 1
 
@@ -435,7 +362,7 @@ class Ledger:
             query = query.where(entries.c.leaf < below)
         after = -1
         while True:
-            with self.engine.connect() as conn:
+            with self._read() as conn:
                 rows = conn.execute(query.where(entries.c.leaf > after).limit(chunk)).all()
             for leaf, body in rows:
                 yield leaf, bytes(body)
@@ -443,17 +370,9 @@ class Ledger:
                 return
             after = rows[-1].leaf
 
-    def add_checkpoint(self, size: int, root_hex: str, note: bytes) -> None:
-        """Store a signed checkpoint (one per tree size; append-only)."""
-        with self._write() as conn:
-            have = conn.execute(sa.select(checkpoints.c.note)
-                                .where(checkpoints.c.size == size)).scalar()
-            if have is None:
-                conn.execute(checkpoints.insert().values(size=size, root=root_hex, note=note))
-
     def checkpoint_notes(self) -> list[tuple[int, bytes]]:
         """Every stored checkpoint as (size, signed note), oldest first."""
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             rows = conn.execute(sa.select(checkpoints.c.size, checkpoints.c.note)
                                 .order_by(checkpoints.c.size)).all()
         return [(r.size, bytes(r.note)) for r in rows]
@@ -478,6 +397,59 @@ class Ledger:
             r = conn.execute(sa.select(payloads.c.salt, payloads.c.data)
                              .where(payloads.c.commitment == commitment)).first()
         return None if r is None else (bytes(r.salt), bytes(r.data))
+
+
+class WriteTx:
+    """The row operations of one write transaction (see :meth:`Ledger.write`).
+
+    The ledger-wide append lock is held for its whole life, so what :meth:`tip` and
+    :meth:`next_leaf` return stays true until it commits.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def tip(self, instance: str) -> tuple[int, str] | None:
+        """(seq, hash) of ``instance``'s newest stored entry, or None for a new instance."""
+        last = self._conn.execute(_LAST_OF_INSTANCE, {"instance": instance}).first()
+        return None if last is None else (int(last.seq), str(last.hash))
+
+    def next_leaf(self) -> int:
+        """The ledger-wide index the next entry gets: max(leaf) + 1."""
+        top = self._conn.execute(_TOP_LEAF).scalar()
+        return 0 if top is None else int(top) + 1
+
+    def insert_entry(self, row: StoredEntry) -> None:
+        self._conn.execute(_INSERT_ENTRY, {"leaf": row.leaf, "instance": row.instance,
+                                           "seq": row.seq, "hash": row.hash,
+                                           "body": row.body, "sig": row.sig})
+
+    def put_head(self, head: StoredHead, *, new: bool) -> None:
+        """Store ``instance``'s first head (``new``) or move it forward."""
+        if new:
+            self._conn.execute(_INSERT_HEAD, {"instance": head.instance, "seq": head.seq,
+                                              "body": head.body, "sig": head.sig})
+        else:
+            self._conn.execute(_MOVE_HEAD, {"h_instance": head.instance, "h_seq": head.seq,
+                                            "h_body": head.body, "h_sig": head.sig})
+
+    def insert_payloads(self, rows: Sequence[tuple[str, bytes, bytes]]) -> None:
+        """Store (commitment, salt, bytes) payload rows beside the chain."""
+        if rows:
+            self._conn.execute(_INSERT_PAYLOAD, [
+                {"commitment": c, "salt": salt, "data": data} for c, salt, data in rows])
+
+    def delete_payload(self, commitment: str) -> bool:
+        """Delete one payload row; True when there was one."""
+        result = self._conn.execute(payloads.delete().where(payloads.c.commitment == commitment))
+        return bool(result.rowcount)
+
+    def add_checkpoint(self, size: int, root_hex: str, note: bytes) -> None:
+        """Store a signed checkpoint unless one of that size is stored (append-only)."""
+        have = self._conn.execute(sa.select(checkpoints.c.note)
+                                  .where(checkpoints.c.size == size)).scalar()
+        if have is None:
+            self._conn.execute(checkpoints.insert().values(size=size, root=root_hex, note=note))
 
 
 def _sqlite_engine(parsed: sa.URL, *, create: bool, shown: str) -> Engine:

@@ -73,7 +73,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .crash import (
+from ..crash import (
     CRASH_EXIT_CODE,
     CRASH_MODE_ENGINE,
     ENV_CRASH_AT,
@@ -82,7 +82,9 @@ from .crash import (
     ENV_CRASH_TRACE,
     read_trace,
 )
-from .errors import EngineError, HistauditError, InputError, UsageError
+from .. import usercode
+from ..errors import EngineError, HistauditError, InputError, UsageError
+from ..verify.findings import BEHAVIOUR_CODES
 
 __all__ = [
     "BEHAVIOUR_CODES", "DIVERGED", "FAILED", "FINDINGS", "IDENTICAL", "KIND_APP",
@@ -95,14 +97,6 @@ IDENTICAL, FINDINGS, DIVERGED, STUCK, FAILED = (
     "identical", "findings", "diverged", "stuck", "failed")
 OUTCOMES = (IDENTICAL, FINDINGS, DIVERGED, STUCK, FAILED)
 KIND_APP, KIND_ENGINE = "app", "engine"
-
-BEHAVIOUR_CODES = frozenset({
-    "activity-reexecuted", "activity-nondeterministic", "effect-duplicate",
-    "effect-uncertain", "effect-deduplicated", "replay-mismatch",
-    "workflow-nondeterministic", "engine-unsigned-completion", "engine-missing-completion",
-    "engine-completion-unverifiable"})
-"""What a crash may legitimately cause; every other finding code is about the ledger's
-integrity, and any of those makes a point ``failed``."""
 
 ENGINE_LOCK_TIMEOUT_S = 3.0
 """Lock timeout of the engine in engine-crash runs: how soon a step the killed engine had
@@ -178,27 +172,12 @@ class _Target:
     app_text: str | None
 
 
-def _is_file_ref(ref: str) -> bool:
-    return ref.endswith(".py") or os.sep in ref or "/" in ref
-
-
-def _resolve_ref(ref: str, what: str) -> str:
-    if _is_file_ref(ref):
-        path = Path(ref).expanduser()
-        if not path.is_file():
-            raise InputError(f"{what} {ref!r}: no such file")
-        return str(path.resolve())
-    if not all(part.isidentifier() for part in ref.split(".")):
-        raise UsageError(f"{what} {ref!r}: expected a dotted module name or a .py file")
-    return ref
-
-
 def _parse_target(target: str, app: str | None) -> _Target:
     module, sep, workflow = target.rpartition(":")
     if not sep or not module or not workflow:
         raise UsageError(f"target {target!r}: expected MODULE_OR_FILE:WORKFLOW_NAME")
-    module_ref = _resolve_ref(module, "target")
-    app_ref = _resolve_ref(app, "--app") if app else module_ref
+    module_ref = usercode.resolve_ref(module, "target")
+    app_ref = usercode.resolve_ref(app, "--app") if app else module_ref
     return _Target(target, module_ref, workflow, app_ref, app)
 
 
@@ -503,7 +482,7 @@ class _Sandbox:
 
     def __init__(self, spec: _Spec, *, lock_timeout: float | None = None,
                  label: str = "run") -> None:
-        from .keys import generate_keypair
+        from ..ledger.keys import generate_keypair
 
         self.spec = spec
         self.dir = Path(tempfile.mkdtemp(prefix=f"histaudit-crashtest-{label}-"))
@@ -628,15 +607,15 @@ class _Sandbox:
 def _create_ledger(url: str) -> None:
     """Create the ledger before any worker opens it: two workers starting side by side
     (the crashing one and the held one) then never race to create one schema."""
-    from .store import Ledger
+    from ..ledger.store import Ledger
 
     Ledger.open(url, create=True).close()
 
 
 def _make_engine(spec: _Spec, state_dir: Path, lock_timeout: float | None) -> Any:
-    from .engine import Engine
+    from .engine import EngineProcess
 
-    return Engine(binary=spec.engine_binary, state_dir=state_dir, lock_timeout=lock_timeout)
+    return EngineProcess(binary=spec.engine_binary, state_dir=state_dir, lock_timeout=lock_timeout)
 
 
 # --- ledger evidence --------------------------------------------------------------------
@@ -649,10 +628,11 @@ class _Evidence:
 
 def _evidence(db_url: str, trust_dir: Path) -> _Evidence:
     """Effect counts and the verifier's findings over every instance in the ledger."""
-    from . import format as fmt
-    from .keys import TrustStore
-    from .store import Ledger
-    from .verify import verify_instance
+    from ..ledger import records as rec
+    from ..ledger.keys import TrustStore
+    from ..ledger.kinds import Kind
+    from ..ledger.store import Ledger
+    from ..verify.verifier import verify_instance
 
     trust = TrustStore.load(trust_dir)
     effects: Counter[str] = Counter()
@@ -664,12 +644,12 @@ def _evidence(db_url: str, trust_dir: Path) -> _Evidence:
             names: dict[int, str] = {}
             for row in ledger.entries(instance):
                 try:
-                    entry = fmt.parse_entry(row.body)
+                    entry = rec.parse_entry(row.body)
                 except HistauditError:
                     continue
                 if entry.kind.startswith("effect."):
                     names[entry.seq] = str(entry.data.get("name"))
-                    if entry.kind == "effect.done":
+                    if entry.kind == Kind.EFFECT_DONE:
                         effects[str(entry.data.get("name"))] += 1
             report = verify_instance(ledger, instance, trust=trust, full=True, workers=1)
             for f in report.findings:
@@ -1099,71 +1079,6 @@ def junit_xml(result: MatrixResult) -> bytes:
 
 # --- the worker process -----------------------------------------------------------------
 
-def _load_module(ref: str) -> Any:
-    if _is_file_ref(ref):
-        path = Path(ref).resolve()
-        sys.path.insert(0, str(path.parent))
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {ref}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module
-        spec.loader.exec_module(module)
-        return module
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    return importlib.import_module(ref)
-
-
-def _returns_runtime(fn: Any, runtime_cls: type) -> bool:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return False
-    if any(p.default is inspect.Parameter.empty
-           and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-           for p in sig.parameters.values()):
-        return False
-    ann = sig.return_annotation
-    if isinstance(ann, type):
-        return issubclass(ann, runtime_cls)
-    return isinstance(ann, str) and ann.rsplit(".", 1)[-1] in (
-        "WorkflowRuntime", "AuditedWorkflowRuntime")
-
-
-def find_runtime(module: Any, label: str | None = None) -> Any:
-    """The module's WorkflowRuntime: a module-level instance, else a factory's result."""
-    from dapr.ext.workflow import WorkflowRuntime
-
-    name = label or getattr(module, "__name__", "?")
-    found = {id(v): v for v in vars(module).values() if isinstance(v, WorkflowRuntime)}
-    if len(found) == 1:
-        return next(iter(found.values()))
-    if len(found) > 1:
-        raise UsageError(f"{name} has {len(found)} module-level WorkflowRuntime objects; "
-                         f"crashtest needs exactly one")
-    factories = [v for v in vars(module).values()
-                 if inspect.isfunction(v) and v.__module__ == module.__name__
-                 and _returns_runtime(v, WorkflowRuntime)]
-    if len(factories) == 1:
-        runtime = factories[0]()
-        if isinstance(runtime, WorkflowRuntime):
-            return runtime
-    raise UsageError(f"{name} has no module-level WorkflowRuntime (e.g. "
-                     f"`wfr = AuditedWorkflowRuntime()`)")
-
-
-def _registered(runtime: Any) -> tuple[list[str], list[str]]:
-    worker = getattr(runtime, "_WorkflowRuntime__worker", None)
-    registry = getattr(worker, "_registry", None)
-    if registry is None:
-        return [], []
-    workflows = list(getattr(registry, "orchestrators", {}))
-    workflows += [n for n in getattr(registry, "versioned_orchestrators", {})
-                  if n not in workflows]
-    return workflows, list(getattr(registry, "activities", {}))
-
-
 def _watch_parent(parent: int) -> None:
     """End this worker when the harness that started it is gone."""
     def loop() -> None:
@@ -1188,8 +1103,8 @@ def _worker_main(argv: Sequence[str]) -> int:
     import dapr.ext.workflow  # noqa: F401 - the slow import, before anything else
 
     try:
-        module = _load_module(args.app)
-        runtime = find_runtime(module, args.app)
+        module = usercode.load_module(args.app, f"app {args.app!r}")
+        runtime = usercode.find_runtime(module, args.app)
     except HistauditError as exc:
         print(f"{WORKER_ERROR}{_one_line(str(exc))}", flush=True)
         return EXIT_WORKER_SETUP
@@ -1198,15 +1113,16 @@ def _worker_main(argv: Sequence[str]) -> int:
               f"{_one_line(f'{type(exc).__name__}: {exc}')}", flush=True)
         return EXIT_WORKER_SETUP
     if args.info:
-        from .dapr import AuditedWorkflowRuntime
+        from .. import sdk
+        from ..interceptor import AuditedWorkflowRuntime
 
-        workflows, activities = _registered(runtime)
+        workflows, activities = sdk.registered_names(runtime)
         sources = [getattr(module, "__file__", None)]
         if args.module and args.module != args.app:
-            mod = (sys.modules.get(Path(args.module).stem) if _is_file_ref(args.module)
+            mod = (sys.modules.get(Path(args.module).stem) if usercode.is_file_ref(args.module)
                    else sys.modules.get(args.module))
             sources.append(getattr(mod, "__file__", None) if mod else
-                           (args.module if _is_file_ref(args.module) else None))
+                           (args.module if usercode.is_file_ref(args.module) else None))
         Path(args.info).write_text(json.dumps({
             "workflows": workflows, "activities": activities,
             "audited": isinstance(runtime, AuditedWorkflowRuntime),

@@ -1,0 +1,243 @@
+"""Offline verification of an export bundle: only the bundle and a trust store.
+
+Nothing here opens a database or imports the Dapr SDK (a test proves it): the manifest's
+DSSE signature, each file's digest, the checkpoint note, every entry's RFC 9162
+inclusion proof and every chain (:func:`histaudit.verify.verify_chain`) are checked from
+the bundle's bytes alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import FormatError, InputError, KeyMaterialError
+from ..ledger import merkle
+from ..ledger import records as rec
+from ..ledger.checkpoint import Checkpoint, parse_note
+from ..ledger.keys import PublicKey, TrustStore
+from ..verify.findings import Finding
+from ..verify.report import Report, Scope
+from ..verify.verifier import verify_chain
+from .envelope import BUNDLE_VERSION, FILES, MANIFEST_MAX_BYTES, MANIFEST_TYPE, b64, pae, unb64
+
+__all__ = ["BundleResult", "load_manifest", "verify_bundle"]
+
+
+@dataclass(frozen=True)
+class BundleResult:
+    """The outcome of verifying a bundle: bundle-level findings plus one report per instance."""
+
+    checkpoint: Checkpoint
+    findings: tuple[Finding, ...]
+    reports: tuple[Report, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings and all(r.ok for r in self.reports)
+
+    def all_reports(self) -> list[Report]:
+        bundle = Report(instance_id="(bundle)", entries=sum(r.entries for r in self.reports),
+                        mode="bundle", findings=self.findings, scope=Scope.BUNDLE)
+        return [bundle, *self.reports]
+
+
+def _read(path: Path, limit: int | None = None) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read() if limit is None else fh.read(limit + 1)
+    except FileNotFoundError:
+        raise InputError(f"bundle file {path.name} is missing") from None
+    except OSError as exc:
+        raise InputError(f"bundle file {path.name}: {exc.strerror}") from None
+    if limit is not None and len(data) > limit:
+        raise InputError(f"bundle file {path.name} is larger than {limit} bytes")
+    return data
+
+
+def _json(data: bytes, what: str) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"{what} is not JSON ({exc.msg} at byte {exc.pos})") from None
+
+
+def _jsonl(data: bytes, name: str) -> list[dict[str, Any]]:
+    if data and not data.endswith(b"\n"):
+        raise InputError(f"bundle file {name} is truncated (last line has no newline)")
+    out = []
+    for n, line in enumerate(data.splitlines(), 1):
+        doc = _json(line, f"bundle file {name} line {n}")
+        if not isinstance(doc, dict):
+            raise InputError(f"bundle file {name} line {n} is not a JSON object")
+        out.append(doc)
+    return out
+
+
+def load_manifest(root: Path, trust: TrustStore) -> tuple[dict[str, Any], str]:
+    """Read and authenticate the DSSE-wrapped manifest; return (manifest, signer kid)."""
+    if not root.is_dir():
+        raise InputError(f"bundle {root} is not a directory")
+    env = _json(_read(root / "manifest.dsse.json", MANIFEST_MAX_BYTES), "bundle manifest")
+    if not isinstance(env, dict) or env.get("payloadType") != MANIFEST_TYPE:
+        raise InputError("bundle manifest is not a histaudit DSSE envelope")
+    try:
+        payload = unb64(env.get("payload"), "manifest payload")
+        sigs = env["signatures"]
+        if not isinstance(sigs, list):
+            raise KeyError
+    except (FormatError, KeyError):
+        raise InputError("bundle manifest envelope is malformed") from None
+    signer_kid = None
+    for s in sigs:
+        kid = s.get("keyid") if isinstance(s, dict) else None
+        key = trust.get(kid) if isinstance(kid, str) else None
+        try:
+            sig = unb64(s.get("sig"), "manifest signature") if key else b""
+        except FormatError:
+            continue
+        if key is not None and key.verify(sig, pae(MANIFEST_TYPE, payload)):
+            signer_kid = key.kid
+            break
+    if signer_kid is None:
+        raise InputError("bundle manifest is not signed by a trusted key (wrong --trust, "
+                         "or the manifest was altered)")
+    manifest = _json(payload, "bundle manifest payload")
+    if not isinstance(manifest, dict) or manifest.get("format") != "histaudit-bundle":
+        raise InputError("bundle manifest is not a histaudit bundle manifest")
+    version = manifest.get("version")
+    if type(version) is not int or version != BUNDLE_VERSION:  # not true, not 1.0
+        raise InputError(f"bundle has unknown version {manifest.get('version')!r} "
+                         f"(this histaudit reads {BUNDLE_VERSION})")
+    return manifest, signer_kid
+
+
+def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
+                  full: bool = True) -> BundleResult:
+    """Verify a bundle offline: manifest, files, checkpoint, inclusion proofs, every chain."""
+    root = Path(path)
+    manifest, _ = load_manifest(root, trust)
+    findings: list[Finding] = []
+    declared = manifest.get("files")
+    if not isinstance(declared, dict):
+        raise InputError("bundle manifest has no file list")
+    contents: dict[str, bytes] = {}
+    for name in sorted(set(declared) | set(FILES)):
+        if name not in declared:
+            raise InputError(f"bundle manifest does not list {name}")
+        if "/" in name or name.startswith("."):
+            raise InputError(f"bundle manifest names an unsafe path {name!r}")
+        data = _read(root / name)
+        meta = declared[name]
+        if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+            findings.append(Finding.make(
+                "bundle-file-changed", "(bundle)", None,
+                f"{name} does not match the signed manifest ({len(data)} bytes, manifest says "
+                f"{meta.get('bytes') if isinstance(meta, dict) else '?'})"))
+        contents[name] = data
+    # The signed records below prove themselves; a changed file is reported above and
+    # then verified anyway, so the finding says what was changed inside it.
+    cp = parse_note(contents["checkpoint.note"], trust, source="bundle checkpoint.note")
+    named = manifest.get("checkpoint")
+    named = named if isinstance(named, dict) else {}
+    if (cp.origin != manifest.get("origin") or cp.size != named.get("size")
+            or b64(cp.root) != named.get("root")):
+        findings.append(Finding.make("bundle-file-changed", "(bundle)", None,
+                                     "checkpoint.note is not the checkpoint the manifest names"))
+    bundle_keys = _bundle_keys(contents["keys.json"])
+    for kid, key in bundle_keys.items():
+        trusted = trust.get(kid)
+        if trusted is None or trusted.raw != key.raw:
+            findings.append(Finding.make("key-untrusted", "(bundle)", None,
+                                         f"bundle key {kid} is not in the trust store"))
+    payloads = {}
+    if "payloads.jsonl" in contents:
+        for p in _jsonl(contents["payloads.jsonl"], "payloads.jsonl"):
+            try:
+                payloads[str(p["commitment"])] = (unb64(p.get("salt"), "payload salt"),
+                                                  unb64(p.get("data"), "payload data"))
+            except (KeyError, FormatError) as exc:
+                raise InputError(f"bundle payloads.jsonl: {exc}") from None
+    rows: dict[str, list[rec.StoredEntry]] = defaultdict(list)
+    for n, e in enumerate(_jsonl(contents["entries.jsonl"], "entries.jsonl"), 1):
+        row = _entry_row(e, n)
+        inclusion = e.get("inclusion", [])
+        if not isinstance(inclusion, list):
+            raise InputError(f"bundle entries.jsonl line {n}: inclusion is not a list")
+        proof = [unb64(p, f"entries.jsonl line {n} proof") for p in inclusion]
+        if not merkle.verify_inclusion(row.leaf, cp.size, merkle.leaf_hash(row.body), proof,
+                                       cp.root):
+            findings.append(Finding.make(
+                "inclusion-invalid", row.instance, row.seq,
+                f"entry {row.seq} (leaf {row.leaf}) is not in the signed checkpoint's tree"))
+        elif (claimed := _body_leaf(row.body)) is not None and claimed != row.leaf:
+            findings.append(Finding.make(
+                "inclusion-invalid", row.instance, row.seq,
+                f"entry {row.seq} says it is leaf {claimed}, but its proof puts it at leaf "
+                f"{row.leaf}"))
+        rows[row.instance].append(row)
+    heads = {}
+    for n, h in enumerate(_jsonl(contents["heads.jsonl"], "heads.jsonl"), 1):
+        try:
+            heads[str(h["instance"])] = rec.StoredHead(str(h["instance"]), 0,
+                                                   unb64(h.get("body"), "head body"),
+                                                   unb64(h.get("sig"), "head signature"))
+        except (KeyError, FormatError) as exc:
+            raise InputError(f"bundle heads.jsonl line {n}: {exc}") from None
+    listed = manifest.get("instances")
+    if not isinstance(listed, list):
+        raise InputError("bundle manifest has no instance list")
+    names = [str(i.get("instance")) for i in listed if isinstance(i, dict)]
+    for extra in sorted(set(rows) - set(names)):
+        findings.append(Finding.make("bundle-file-changed", extra, None,
+                                     f"entries for instance {extra!r}, which the manifest "
+                                     f"does not list"))
+    reports = []
+    for name in names:
+        reports.append(verify_chain(name, iter(rows.get(name, [])), heads.get(name),
+                                    trust=trust, full=full, workers=1,
+                                    payload_lookup=payloads.get if payloads else None))
+    return BundleResult(checkpoint=cp, findings=tuple(findings), reports=tuple(reports))
+
+
+def _entry_row(e: Mapping[str, Any], n: int) -> rec.StoredEntry:
+    try:
+        leaf, seq, instance = e["leaf"], e["seq"], e["instance"]
+        body = unb64(e.get("body"), "body")
+        sig = unb64(e.get("sig"), "signature")
+    except (KeyError, FormatError) as exc:
+        raise InputError(f"bundle entries.jsonl line {n}: {exc}") from None
+    if type(leaf) is not int or type(seq) is not int or not isinstance(instance, str):
+        raise InputError(f"bundle entries.jsonl line {n}: leaf, seq or instance has the "
+                         f"wrong type")
+    return rec.StoredEntry(leaf, instance, seq, rec.sha256_hex(body), body, sig)
+
+
+def _body_leaf(body: bytes) -> int | None:
+    """The ``leaf`` a body claims, or None when it has none (verify_chain reports that)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    leaf = doc.get("leaf") if isinstance(doc, dict) else None
+    return leaf if type(leaf) is int else None
+
+
+def _bundle_keys(data: bytes) -> dict[str, PublicKey]:
+    doc = _json(data, "bundle keys.json")
+    items = doc.get("keys") if isinstance(doc, dict) else None
+    if not isinstance(items, list):
+        raise InputError("bundle keys.json has no key list")
+    try:
+        keys = [PublicKey.from_json(k, source=f"bundle keys.json key {i}")
+                for i, k in enumerate(items)]
+    except KeyMaterialError as exc:
+        raise InputError(str(exc)) from None
+    return {k.kid: k for k in keys}

@@ -1,0 +1,5 @@
+"""``python -m histaudit.cli``: the ``histaudit`` command."""
+
+from . import main
+
+main()

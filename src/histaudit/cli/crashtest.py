@@ -1,0 +1,56 @@
+"""``histaudit crashtest``: the crash matrix of one workflow."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import UsageError
+from . import render
+from .options import write_file
+
+
+@click.command("crashtest")
+@click.argument("target", metavar="MODULE_OR_FILE:WORKFLOW")
+@click.option("--input", "input_json", required=True, metavar="JSON",
+              help="The workflow input, as JSON.")
+@click.option("--app", metavar="MODULE", help="Module (or .py file) holding the "
+              "WorkflowRuntime, when it is not the target's module.")
+@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Points run at once, each with its own engine and workers.")
+@click.option("--junit", "junit_file", metavar="FILE", help="Also write JUnit XML.")
+@click.option("--json", "json_file", metavar="FILE", help="Also write the result as JSON.")
+@click.option("--point", "points", multiple=True, metavar="P",
+              help="Only this point (repeatable), e.g. after_post or after:fetch_source#2.")
+@click.option("--engine-crash", is_flag=True, help="Crash the engine (not the app) at the "
+              "points.")
+@click.option("--no-engine-points", is_flag=True, help="App crashes only.")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="Seconds a run may take to crash, and then to complete.")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V",
+              help="Environment for the workers (repeatable), e.g. IDEMPOTENT=1.")
+def crashtest(target: str, input_json: str, app: str | None, jobs: int,
+              junit_file: str | None, json_file: str | None, points: tuple[str, ...],
+              engine_crash: bool, no_engine_points: bool, timeout: float,
+              env_pairs: tuple[str, ...]) -> int:
+    """Crash the workflow at every crash point it reaches, recover, compare with a clean
+    run. Exit 1 if any point diverged, got stuck, failed or has an error finding."""
+    from .. import crashtest as ct
+
+    if engine_crash and no_engine_points:
+        raise UsageError("--engine-crash and --no-engine-points exclude each other")
+    inp = ct.parse_input(input_json)
+    env = ct.parse_env(env_pairs)
+
+    def progress(p: ct.PointResult, done: int, total: int) -> None:
+        click.echo(f"[{done}/{total}] {p.point} ({p.kind}): {p.outcome} {p.wall:.1f}s",
+                   err=True)
+
+    result = ct.run_matrix(target, input=inp, app=app, jobs=jobs, env=env, timeout=timeout,
+                           points=points or None, app_points=not engine_crash,
+                           engine_points=not no_engine_points, progress=progress)
+    ct.render(result, render.console())
+    if json_file:
+        write_file(json_file, ct.json_report(result))
+    if junit_file:
+        write_file(junit_file, ct.junit_xml(result))
+    return result.exit_code

@@ -1,0 +1,190 @@
+"""Commands over a ledger: ``list``, ``show``, ``redact``, ``checkpoint``, ``export``."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+from rich.table import Table
+
+from ..errors import FormatError, HistauditError, InputError, UsageError
+from ..ledger import records as rec
+from ..ledger.keys import TrustStore, signer_from_env
+from ..verify.findings import Severity
+from . import render
+if TYPE_CHECKING:
+    from ..ledger.store import Ledger
+
+from .options import (
+    EXIT_CLEAN,
+    TIMESTAMP,
+    db_option,
+    key_option,
+    trust_option,
+    trust_store,
+    write_file,
+)
+
+
+def _open(db: str | None) -> Ledger:
+    # Imported here: only commands that open a database load SQLAlchemy.
+    from ..ledger.store import Ledger
+
+    return Ledger.open(db)
+
+
+@click.command("list")
+@db_option
+@trust_option
+@click.option("--json", "as_json", is_flag=True)
+def list_(db: str | None, trust: str | None, as_json: bool) -> int:
+    """Instances in the ledger: entries, last activity, verification status."""
+    from ..verify.verifier import verify_instance
+
+    keys = TrustStore.load(trust) if trust else None
+    rows = []
+    with _open(db) as ledger:
+        for summary in ledger.instances():
+            last = _last_entry(ledger, summary.instance)
+            status = "not checked (no --trust)"
+            if keys is not None:
+                report = verify_instance(ledger, summary.instance, trust=keys)
+                status = "ok" if report.ok else f"FAILED ({len(report.failing(Severity.ERROR))})"
+                if report.ok and report.findings:
+                    status = f"ok, {len(report.findings)} warning/info"
+            rows.append({"instance": summary.instance, "entries": summary.entries,
+                         "last_ts": last.ts if last else None,
+                         "last_kind": last.kind if last else None, "status": status})
+    if as_json:
+        render.emit_json(rows)
+        return EXIT_CLEAN
+    table = Table(header_style="bold")
+    for col in ("instance", "entries", "last activity", "last kind", "status"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(render.clip(r["instance"]), str(r["entries"]),
+                      render.clip(r["last_ts"] or "-"), render.clip(r["last_kind"] or "-"),
+                      r["status"])
+    render.console().print(table)
+    return EXIT_CLEAN
+
+
+def _last_entry(ledger: Ledger, instance: str) -> rec.Entry | None:
+    """The entry the instance's signed head names, if it is stored and parses."""
+    head = ledger.head(instance)
+    if head is None:
+        return None
+    try:
+        row = ledger.entry_at(instance, rec.parse_head(head.body).seq)
+        return None if row is None else rec.parse_entry(row.body)
+    except HistauditError:
+        return None
+
+
+@click.command()
+@click.argument("instance_id")
+@db_option
+@click.option("--json", "as_json", is_flag=True)
+def show(instance_id: str, db: str | None, as_json: bool) -> int:
+    """INSTANCE_ID's entries as a readable timeline."""
+    with _open(db) as ledger:
+        rows = list(ledger.entries(instance_id))
+    if not rows:
+        raise InputError(f"instance {instance_id!r} has no entries in this ledger")
+    items = []
+    for row in rows:
+        try:
+            e = rec.parse_entry(row.body)
+            items.append({"seq": e.seq, "ts": e.ts, "kind": e.kind, "kid": e.kid,
+                          "data": dict(e.data)})
+        except HistauditError as exc:
+            items.append({"seq": row.seq, "ts": None, "kind": "(malformed)", "kid": None,
+                          "data": {"error": str(exc)}})
+    if as_json:
+        render.emit_json({"instance_id": instance_id, "entries": items})
+        return EXIT_CLEAN
+    table = Table(title=f"instance {render.clip(instance_id)}", header_style="bold")
+    for col in ("seq", "time (UTC)", "kind", "details"):
+        table.add_column(col, overflow="fold")
+    for it in items:
+        table.add_row(str(it["seq"]),
+                      render.clip((it["ts"] or "-").replace("T", " ").rstrip("Z")),
+                      render.clip(it["kind"]), render.clip(render.details(it["data"])))
+    render.console().print(table)
+    return EXIT_CLEAN
+
+
+@click.command()
+@click.argument("instance_id")
+@click.option("--seq", type=click.IntRange(1), required=True, help="Entry holding the payload.")
+@click.option("--field", "field_", required=True, help="Payload field, e.g. input or output.")
+@click.option("--reason", default="privacy request", show_default=True)
+@db_option
+@key_option
+def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
+           key: str | None) -> int:
+    """Erase one stored payload; the chain keeps its salted commitment and still verifies."""
+    from ..ledger.chain import erase_payload
+
+    signer = signer_from_env(key)
+    with _open(db) as ledger:
+        row = ledger.entry_at(instance_id, seq)
+        if row is None:
+            raise InputError(f"instance {instance_id!r} has no entry {seq}")
+        try:
+            entry = rec.parse_entry(row.body)
+        except FormatError as exc:
+            raise InputError(f"entry {seq} of {instance_id!r} is malformed: {exc}") from None
+        ref = entry.data.get(field_)
+        if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
+            raise InputError(f"entry {seq} of {instance_id!r} has no committed payload "
+                             f"{field_!r}")
+        erased, _ = erase_payload(ledger, instance_id, ref["c"], signer=signer,
+                                  record={"entry": seq, "field": field_, "reason": reason})
+    click.echo(f"erased {field_} of entry {seq}" if erased
+               else f"{field_} of entry {seq} was already erased; erasure recorded")
+    return EXIT_CLEAN
+
+
+@click.command("checkpoint")
+@db_option
+@key_option
+@click.option("--out", "out_file", metavar="FILE", help="Also write the note to FILE.")
+def checkpoint(db: str | None, key: str | None, out_file: str | None) -> int:
+    """Sign and store a checkpoint of the whole ledger; print it (C2SP signed note)."""
+    from ..ledger.chain import make_checkpoint
+
+    signer = signer_from_env(key)
+    with _open(db) as ledger:
+        cp = make_checkpoint(ledger, signer)
+    if out_file:
+        write_file(out_file, cp.note)
+    sys.stdout.write(cp.note.decode())
+    return EXIT_CLEAN
+
+
+@click.command("export")
+@click.argument("instance_ids", nargs=-1)
+@click.option("--out", "out_dir", required=True, metavar="DIR", help="Bundle directory.")
+@click.option("--since", type=TIMESTAMP, help="Only instances with entries at or after.")
+@click.option("--until", type=TIMESTAMP, help="Only instances with entries at or before.")
+@click.option("--with-payloads", is_flag=True, help="Include kept (unerased) payloads.")
+@db_option
+@key_option
+@trust_option
+def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until: str | None,
+           with_payloads: bool, db: str | None, key: str | None, trust: str | None) -> int:
+    """Write a self-contained signed bundle of INSTANCE_IDS (default: all) for auditors."""
+    from ..bundle.export import export as write_bundle
+
+    signer = signer_from_env(key)
+    keys = trust_store(trust)
+    if signer.kid not in keys:
+        raise UsageError(f"the signing key {signer.kid} is not in the trust store {trust}")
+    with _open(db) as ledger:
+        result = write_bundle(ledger, instance_ids, out_dir, signer=signer, trust=keys,
+                              since=since, until=until, with_payloads=with_payloads)
+    click.echo(f"exported {result.instances} instance(s), {result.entries} entries, "
+               f"{result.bytes} bytes to {result.path}")
+    return EXIT_CLEAN

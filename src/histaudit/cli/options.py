@@ -1,0 +1,63 @@
+"""What the commands share: exit codes, the common options, reading small files."""
+
+from __future__ import annotations
+
+import click
+
+from typing import Any
+
+from ..errors import FormatError, InputError, UsageError
+from ..ledger.keys import TrustStore, parse_time
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+
+db_option = click.option("--db", "db", metavar="URL", envvar="HISTAUDIT_DB",
+                         help="Ledger URL (default $HISTAUDIT_DB or sqlite:///histaudit.db).")
+trust_option = click.option("--trust", metavar="PATH", envvar="HISTAUDIT_TRUST",
+                            help="Trust store: directory of *.pub.json or one JSON file "
+                                 "(default $HISTAUDIT_TRUST).")
+key_option = click.option("--key", metavar="PATH", envvar="HISTAUDIT_KEY",
+                          help="Private signing key (default $HISTAUDIT_KEY).")
+
+
+def trust_store(path: str | None) -> TrustStore:
+    if not path:
+        raise UsageError("no trust store: pass --trust PATH or set HISTAUDIT_TRUST")
+    return TrustStore.load(path)
+
+
+def read_file(path: str, what: str, limit: int = 1 << 20) -> bytes:
+    """A small input file (a checkpoint note), refused when larger than ``limit``."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"{what} {path}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise InputError(f"{what} {path} is larger than {limit} bytes")
+    return data
+
+
+def write_file(path: str, data: bytes) -> None:
+    try:
+        with open(path, "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror}") from None
+
+
+class Timestamp(click.ParamType):
+    """An RFC 3339 UTC timestamp option, checked while parsing (the text is kept)."""
+
+    name = "RFC3339"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> str:
+        try:
+            parse_time(value)
+        except FormatError as exc:
+            self.fail(str(exc), param, ctx)
+        return str(value)
+
+
+TIMESTAMP = Timestamp()

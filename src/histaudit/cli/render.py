@@ -1,0 +1,68 @@
+"""How the CLI shows things: rich tables for people, JSON for machines."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..verify.findings import Severity
+from ..verify.report import Report, Scope
+
+CELL_CHARS = 500
+"""Longest text one table cell shows; a huge stored value must not stall the render."""
+
+_SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow",
+                   Severity.INFO: "cyan"}
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=True, markup=False)
+
+
+def clip(text: object, limit: int = CELL_CHARS) -> str:
+    """``text`` for a table cell, cut to ``limit`` characters with the full length noted."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
+
+
+def emit_json(doc: Any) -> None:
+    sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()
+
+
+def reports(items: Iterable[Report]) -> None:
+    """One status line per report, and a table of its findings when it has any."""
+    out = console()
+    for report in items:
+        status = Text("OK", style="bold green") if report.ok else Text("FAILED", style="bold red")
+        label = (f"instance {clip(report.instance_id)}" if report.scope is Scope.INSTANCE
+                 else str(report.scope))
+        out.print(Text.assemble(f"{label}: {report.entries} entries, {report.mode} check — ",
+                                status))
+        if not report.findings:
+            continue
+        table = Table(show_lines=False, header_style="bold")
+        for col in ("seq", "severity", "code", "finding"):
+            table.add_column(col, overflow="fold")
+        for f in report.findings:
+            table.add_row("-" if f.seq is None else str(f.seq),
+                          Text(str(f.severity), style=_SEVERITY_STYLE[f.severity]),
+                          f.code, clip(f.message))
+        out.print(table)
+
+
+def details(data: dict[str, Any]) -> str:
+    """An entry's data as ``key=value`` pairs, committed payloads as ⟨commitment size⟩."""
+    parts = []
+    for key in sorted(data):
+        value = data[key]
+        if isinstance(value, dict) and "c" in value:
+            value = f"⟨{str(value['c'])[:10]}… {value.get('n', '?')}B⟩"
+        parts.append(f"{clip(key, 100)}={clip(value, 200)}")
+    return " ".join(parts)

@@ -1,0 +1,105 @@
+"""``histaudit verify``: an instance, the whole ledger, a checkpoint proof, or a bundle."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import UsageError
+from ..verify.findings import Severity
+from ..verify.report import Report
+from . import render
+from .options import EXIT_CLEAN, EXIT_FINDINGS, db_option, read_file, trust_option, trust_store
+
+
+def _exit_code(reports: list[Report], fail_on: str) -> int:
+    threshold = Severity.parse(fail_on)
+    return EXIT_FINDINGS if any(r.failing(threshold) for r in reports) else EXIT_CLEAN
+
+
+@click.command()
+@click.argument("instance_id", required=False)
+@click.option("--all", "all_", is_flag=True, help="Verify every instance in the ledger.")
+@db_option
+@trust_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (or a list).")
+@click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="error",
+              show_default=True, help="Lowest severity that makes the exit status 1.")
+@click.option("--full", is_flag=True, help="Also check every entry signature and payload.")
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="Processes for --full signature checks (default: all cores).")
+@click.option("--bundle", "bundle_path", metavar="DIR",
+              help="Verify an exported bundle offline instead of a database.")
+@click.option("--since-checkpoint", "since", metavar="FILE",
+              help="Also prove the ledger is an append-only extension of this signed "
+                   "checkpoint (catches rollback, fork, deleted instances).")
+@click.option("--engine", "engine_addr", metavar="HOST:PORT",
+              help="Also cross-check INSTANCE_ID's activity completions against the "
+                   "engine's own history (GetInstanceHistory).")
+def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | None,
+           as_json: bool, fail_on: str, full: bool, workers: int | None,
+           since: str | None, bundle_path: str | None, engine_addr: str | None) -> int:
+    """Prove INSTANCE_ID's chain complete and untampered; report what happened across crashes."""
+    if engine_addr and (not instance_id or all_ or bundle_path):
+        raise UsageError("--engine cross-checks one instance: give INSTANCE_ID, without "
+                         "--all or --bundle")
+    if bundle_path:
+        if instance_id or all_ or since:
+            raise UsageError("--bundle verifies the whole bundle; drop INSTANCE_ID, --all and "
+                             "--since-checkpoint")
+        return _verify_bundle(bundle_path, trust, as_json, fail_on)
+    if instance_id and all_:
+        raise UsageError("give INSTANCE_ID or --all, not both")
+    if not (instance_id or all_ or since):
+        raise UsageError("give INSTANCE_ID, --all or --since-checkpoint FILE")
+    Severity.parse(fail_on)
+    # The ledger side loads the store (SQLAlchemy) only here: a bundle needs neither.
+    from ..ledger.checkpoint import parse_note
+    from ..ledger.store import Ledger
+    from ..verify.consistency import check_consistency
+    from ..verify.verifier import verify_all, verify_instance
+
+    keys = trust_store(trust)
+    old = parse_note(read_file(since, "checkpoint"), keys, source=since) if since else None
+    history = None
+    if engine_addr:
+        assert instance_id is not None
+        from ..replay.history import History
+
+        history = History.fetch(engine_addr, instance_id).events
+    with Ledger.open(db) as ledger:
+        consistency = check_consistency(ledger, old).report() if old is not None else None
+        if consistency is not None and not (instance_id or all_):
+            return _show([consistency], as_json, single=True, fail_on=fail_on)
+        if all_:
+            reports = list(verify_all(ledger, trust=keys, full=full, workers=workers))
+        else:
+            assert instance_id is not None
+            reports = [verify_instance(ledger, instance_id, trust=keys, full=full,
+                                       workers=workers, engine_history=history)]
+    if consistency is not None:
+        reports.append(consistency)
+    # --all is always a list (also of one instance, or none); one instance is an object.
+    return _show(reports, as_json, single=not all_ and len(reports) == 1, fail_on=fail_on)
+
+
+def _show(reports: list[Report], as_json: bool, *, single: bool, fail_on: str) -> int:
+    if as_json:
+        render.emit_json(reports[0].to_json() if single else [r.to_json() for r in reports])
+    else:
+        render.reports(reports)
+    return _exit_code(reports, fail_on)
+
+
+def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str) -> int:
+    from ..bundle.verify import verify_bundle
+
+    result = verify_bundle(path, trust_store(trust))
+    reports = result.all_reports()
+    if as_json:
+        render.emit_json({"bundle": path, "ok": result.ok,
+                          "checkpoint": {"size": result.checkpoint.size,
+                                         "origin": result.checkpoint.origin},
+                          "reports": [r.to_json() for r in reports]})
+    else:
+        render.reports(reports)
+    return _exit_code(reports, fail_on)

@@ -1,0 +1,22 @@
+"""The Dapr interceptor: a WorkflowRuntime that signs every activity run and decision.
+
+``recorder``     signs events into the ledger; payload commitments and keyed digests
+``activity``     audited activities (``activity.started`` / ``completed`` / ``failed``)
+``workflow``     audited workflow decisions, recorded while not replaying
+``replaycheck``  the live check of replayed results against the signed completions
+``effects``      side effects inside activities (``side_effect``, ``once``)
+``runtime``      :class:`AuditedWorkflowRuntime`, which wires them into the SDK
+
+``histaudit.dapr`` re-exports the public names, for apps written against histaudit 0.1.
+"""
+
+from .activity import ActivityRun, current_activity
+from .effects import SideEffect, once, side_effect
+from .recorder import AuditRecorder, payload_digest, sdk_decode, sdk_json
+from .replaycheck import ReplayedResultCheck
+from .runtime import AuditedWorkflowRuntime
+from .workflow import AuditedWorkflowContext
+
+__all__ = ["ActivityRun", "AuditRecorder", "AuditedWorkflowContext", "AuditedWorkflowRuntime",
+           "ReplayedResultCheck", "SideEffect", "current_activity", "once", "payload_digest",
+           "sdk_decode", "sdk_json", "side_effect"]

@@ -1,0 +1,178 @@
+"""Audited activities: ``activity.started`` before the body, the outcome after it.
+
+Each registered activity is wrapped (same signature, so the SDK binds inputs as before):
+
+* ``activity.started`` before its body, with an ``attempt`` number counted from the
+  ledger itself, because a crash loses whatever the process remembered;
+* ``activity.completed`` (or ``activity.failed``) after it, appended *before* the result
+  goes back to the engine, so a crash after a side effect shows up later as a second
+  ``activity.started`` of the same task. A ledger that refuses the write fails the
+  activity: the engine never hears of a success the ledger does not hold.
+
+Automatic crash points (see :mod:`histaudit.crash`): ``before:<activity>`` after the
+start is signed and before the body runs; ``after:<activity>`` after the body returned
+and *before* the completion is signed or reported. A crash there loses both, so the
+engine runs the activity again: the at-least-once case worth testing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from dapr.ext.workflow import WorkflowActivityContext
+
+from .. import sdk
+from ..crash import crash_point
+from ..errors import StoreError, UsageError
+from ..ledger.kinds import Kind
+from .recorder import AuditRecorder, sdk_json, worker_id
+
+__all__ = ["ActivityRun", "audit_activity", "current_activity"]
+
+log = logging.getLogger("histaudit.interceptor")
+
+_CURRENT: ContextVar[ActivityRun | None] = ContextVar("histaudit_activity", default=None)
+
+
+def current_activity() -> ActivityRun | None:
+    """The audited activity execution running in this context, if any."""
+    return _CURRENT.get()
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityRun:
+    """One execution of one activity, as recorded in ``activity.started``."""
+
+    recorder: AuditRecorder
+    instance: str
+    activity: str
+    task_id: int
+    execution_id: str
+    attempt: int
+    started_seq: int
+    worker: str = field(default_factory=worker_id)
+
+    def fields(self) -> dict[str, Any]:
+        """The fields every entry about this execution carries."""
+        return {"activity": self.activity, "task_id": self.task_id,
+                "execution_id": self.execution_id, "attempt": self.attempt,
+                "worker": self.worker}
+
+
+def _start_activity(recorder: AuditRecorder, name: str, args: tuple[Any, ...]) -> ActivityRun:
+    """Record ``activity.started`` for the call the SDK is about to make."""
+    ctx = args[0] if args else None
+    inner = ctx.get_inner_context() if isinstance(ctx, WorkflowActivityContext) else ctx
+    instance = str(getattr(inner, "orchestration_id", None) or getattr(ctx, "workflow_id", ""))
+    task_id = int(getattr(inner, "task_id", -1))
+    execution_id = str(getattr(inner, "task_execution_id", "") or "")
+    if not instance:
+        raise UsageError(f"activity {name!r} was called without a workflow activity context")
+    wire = sdk.wire_input(inner)
+    text: str | None
+    if wire is sdk.NOT_CAPTURED:
+        text = sdk_json(args[1]) if len(args) > 1 else None
+    else:
+        text = wire if isinstance(wire, str) else None
+    attempt = recorder.prior_starts(instance, execution_id, task_id) + 1
+    worker = worker_id()
+    inp = recorder.commit(instance, text)
+    entry = recorder.append(instance, Kind.ACTIVITY_STARTED, {
+        "activity": name, "task_id": task_id, "execution_id": execution_id,
+        "attempt": attempt, "worker": worker, "input": inp.ref, "input_digest": inp.digest,
+    }, inp)
+    return ActivityRun(recorder, instance, name, task_id, execution_id, attempt, entry.seq,
+                       worker)
+
+
+def _record_failure(run: ActivityRun, exc: BaseException) -> None:
+    """Record ``activity.failed`` (type in clear, message committed) for ``exc``."""
+    err = run.recorder.commit(run.instance, str(exc))
+    run.recorder.append(run.instance, Kind.ACTIVITY_FAILED, {
+        **run.fields(), "started_seq": run.started_seq, "error_type": type(exc).__name__,
+        "error": err.ref, "error_digest": err.digest,
+    }, err)
+
+
+def _failed(run: ActivityRun, exc: Exception) -> None:
+    """The body raised: record it; the original error still goes to the engine."""
+    try:
+        _record_failure(run, exc)
+    except Exception as problem:  # noqa: BLE001 - the activity fails either way
+        log.warning("histaudit: could not record the failure of activity %s (task %s of "
+                    "%s): %s", run.activity, run.task_id, run.instance, problem)
+
+
+def _completed(run: ActivityRun, result: Any) -> None:
+    """Record ``activity.completed``; raise (failing the activity) if that is impossible."""
+    try:
+        text = sdk_json(result)
+    except (TypeError, ValueError) as exc:  # the SDK could not send it either
+        _failed(run, exc)
+        raise
+    out = run.recorder.commit(run.instance, text)
+    try:
+        run.recorder.append(run.instance, Kind.ACTIVITY_COMPLETED, {
+            **run.fields(), "started_seq": run.started_seq, "output": out.ref,
+            "output_digest": out.digest,
+        }, out)
+    except Exception as exc:
+        error = StoreError(
+            f"histaudit could not record the completion of activity {run.activity!r} "
+            f"(task {run.task_id} of {run.instance!r}); failing it rather than reporting "
+            f"an unrecorded success: {exc}")
+        with contextlib.suppress(Exception):
+            _record_failure(run, error)
+        raise error from exc
+
+
+def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
+                    name: Callable[[], str]) -> Callable[..., Any]:
+    """Wrap one activity function; same signature, so the SDK binds inputs as before."""
+    if sdk.is_async_callable(fn):
+
+        @functools.wraps(fn)
+        async def audited_async(*args: Any, **kwargs: Any) -> Any:
+            # Ledger I/O runs off the event loop so other async activities keep going.
+            run = await asyncio.to_thread(_start_activity, recorder, name(), args)
+            token = _CURRENT.set(run)
+            try:
+                crash_point(f"before:{run.activity}")
+                try:
+                    result = await fn(*args, **kwargs)
+                except Exception as exc:
+                    await asyncio.to_thread(_failed, run, exc)
+                    raise
+                crash_point(f"after:{run.activity}")
+                await asyncio.to_thread(_completed, run, result)
+                return result
+            finally:
+                _CURRENT.reset(token)
+
+        return audited_async
+
+    @functools.wraps(fn)
+    def audited(*args: Any, **kwargs: Any) -> Any:
+        run = _start_activity(recorder, name(), args)
+        token = _CURRENT.set(run)
+        try:
+            crash_point(f"before:{run.activity}")
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                _failed(run, exc)
+                raise
+            crash_point(f"after:{run.activity}")
+            _completed(run, result)
+            return result
+        finally:
+            _CURRENT.reset(token)
+
+    return audited

@@ -1,0 +1,221 @@
+"""The recorder: signs events of one app into one ledger with one key.
+
+Payloads (inputs, outputs, error messages) never enter a signed entry. An entry holds a
+reference ``{"c": salted commitment, "n": size}`` and the payload sits beside the chain,
+erasable. A random salt makes equal payloads commit differently, so each reference comes
+with a ``*_digest``: HMAC-SHA256 under a per-instance secret derived from the signing
+key. Equal payloads in one instance have equal digests (that is how re-executions that
+returned different results are found), yet nobody without the private key can test a
+guess of an erased value against either the commitment or the digest.
+
+Commitments cover the exact JSON text the SDK exchanges with the engine: activity inputs
+are taken off the wire, everything else is encoded with the SDK's own serializer, which
+is what the SDK itself sends.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import os
+import socket
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .. import sdk
+from ..errors import HistauditError, StoreError
+from ..ledger import chain
+from ..ledger import records as rec
+from ..ledger.keys import Signer
+from ..ledger.kinds import Kind
+from ..ledger.store import Ledger
+
+__all__ = ["AuditRecorder", "Payload", "payload_digest", "sdk_decode", "sdk_json", "worker_id"]
+
+_DIGEST_DOMAIN = b"histaudit.digest-key.v1\x00"
+
+
+def sdk_json(value: Any) -> str | None:
+    """Encode ``value`` exactly as the Dapr SDK does before handing it to the engine.
+
+    ``None`` stays ``None``: the SDK sends no payload at all for it.
+    """
+    return None if value is None else sdk.to_json(value)
+
+
+def sdk_decode(raw: bytes) -> Any:
+    """Decode stored payload bytes the way the SDK decodes what the engine sends."""
+    return sdk.from_json(raw.decode("utf-8"))
+
+
+def payload_digest(signer: Signer, instance: str, payload: bytes) -> str:
+    """Keyed digest of a payload: equal payloads of one instance give equal digests.
+
+    The per-instance secret is SHA-256 over an Ed25519 signature of a fixed label and the
+    instance id. Ed25519 signatures are deterministic (RFC 8032), so every process and
+    replica holding the key derives the same secret, and nobody else can. The label is
+    not JSON, so the signature can never double as a signature over a ledger record, and
+    it is hashed, never stored.
+    """
+    return hmac.new(_instance_secret(signer, instance), payload, hashlib.sha256).hexdigest()
+
+
+def _instance_secret(signer: Signer, instance: str) -> bytes:
+    sig = signer.sign(_DIGEST_DOMAIN + instance.encode("utf-8"))
+    return hashlib.sha256(_DIGEST_DOMAIN + sig).digest()
+
+
+def worker_id() -> str:
+    """Who ran it: ``host:pid`` (computed per record, so a fork reports its own pid)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """One committed payload: the signed reference, its digest and the erasable row."""
+
+    ref: dict[str, Any] | None
+    digest: str | None
+    rows: dict[bytes, tuple[str, bytes]]
+
+
+_S = TypeVar("_S")
+_R = TypeVar("_R")
+_MAX_FOLDS = 4096
+"""Fold states kept per recorder (instance × fold), least recently used dropped first."""
+
+
+class _Fold:
+    """One fold's state over one instance's chain, and the last seq folded into it."""
+
+    __slots__ = ("lock", "seq", "state")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.state: Any = None
+
+
+class _StartCounts(Counter[tuple[str, Any]]):
+    """``activity.started`` entries counted by execution id and by task id."""
+
+    def add(self, entry: rec.Entry) -> None:
+        if entry.kind == Kind.ACTIVITY_STARTED:
+            data = entry.data
+            if data.get("execution_id"):
+                self["execution_id", data["execution_id"]] += 1
+            self["task_id", data.get("task_id")] += 1
+
+
+class AuditRecorder:
+    """Signs events into one ledger with one key; shared by a runtime's threads."""
+
+    def __init__(self, ledger: Ledger, signer: Signer, *, keep_payloads: bool = True) -> None:
+        self.ledger = ledger
+        self.signer = signer
+        self.keep_payloads = keep_payloads
+        self._secret = functools.lru_cache(maxsize=4096)(self._derive_secret)
+        self._folds: OrderedDict[tuple[str, str], _Fold] = OrderedDict()
+        self._folds_lock = threading.Lock()
+
+    def _derive_secret(self, instance: str) -> bytes:
+        return _instance_secret(self.signer, instance)
+
+    def digest(self, instance: str, payload: bytes) -> str:
+        """See :func:`payload_digest`; cached per instance."""
+        return hmac.new(self._secret(instance), payload, hashlib.sha256).hexdigest()
+
+    def commit(self, instance: str, text: str | None) -> Payload:
+        """Commit to one JSON text (``None``: no payload, so no reference either)."""
+        if text is None:
+            return Payload(None, None, {})
+        raw = text.encode("utf-8")
+        salt = rec.new_salt()
+        commitment = rec.commit(raw, salt)
+        rows = {salt: (commitment, raw)} if self.keep_payloads else {}
+        return Payload({"c": commitment, "n": len(raw)}, self.digest(instance, raw), rows)
+
+    def append(self, instance: str, kind: str, data: Mapping[str, Any],
+               *payloads: Payload) -> rec.Entry:
+        """Sign one entry into ``instance``'s chain, storing the payloads it commits to."""
+        rows: dict[bytes, tuple[str, bytes]] = {}
+        for p in payloads:
+            rows.update(p.rows)
+        return chain.append(self.ledger, instance, kind, data, signer=self.signer,
+                            payloads=rows or None)
+
+    def entries(self, instance: str) -> Iterator[rec.Entry]:
+        """``instance``'s parsed entries in chain order, skipping any that do not parse.
+
+        Used only to count and look up; the verifier is what reports a malformed entry.
+        """
+        for row in self.ledger.entries(instance):
+            try:
+                yield rec.parse_entry(row.body)
+            except HistauditError:
+                continue
+
+    def fold(self, instance: str, name: str, init: Callable[[], _S],
+             step: Callable[[_S, rec.Entry], None], answer: Callable[[_S], _R]) -> _R:
+        """Fold ``step`` over ``instance``'s parsed entries; return ``answer(state)``.
+
+        Reading the whole chain for every activity makes a long workflow quadratic. A
+        chain only grows at its end, and appends are serialized, so what this process
+        has read of it stays a prefix: the state of each fold (``name``) is kept per
+        instance and brought up to date by reading only the entries after the last seq
+        it has seen — entries any process appended since included. A new process (after
+        a crash) starts from the first entry, as before. ``answer`` runs under the fold's
+        lock, so it may read the state but must return something that does not share it.
+        States are kept for the most recently used instances only.
+        """
+        key = (instance, name)
+        with self._folds_lock:
+            slot = self._folds.get(key)
+            if slot is None:
+                slot = self._folds[key] = _Fold()
+            self._folds.move_to_end(key)
+            while len(self._folds) > _MAX_FOLDS:
+                self._folds.popitem(last=False)
+        with slot.lock:
+            if slot.state is None:
+                slot.state = init()
+            for row in self.ledger.entries(instance, after_seq=slot.seq):
+                slot.seq = max(slot.seq, row.seq)
+                try:
+                    entry = rec.parse_entry(row.body)
+                except HistauditError:
+                    continue  # counted nowhere; the verifier reports it
+                step(slot.state, entry)
+            return answer(slot.state)
+
+    def prior_starts(self, instance: str, execution_id: str, task_id: int) -> int:
+        """How many times this activity call already started, according to the ledger.
+
+        A call is identified by the SDK's task execution id, which stays the same across
+        retry-policy retries (each gets a new task id) and engine re-deliveries (same task
+        id); an SDK that sends none falls back to the task id.
+        """
+        by = ("execution_id", execution_id) if execution_id else ("task_id", task_id)
+        return self.fold(instance, "starts", _StartCounts, _StartCounts.add,
+                         lambda counts: counts[by])
+
+    def load_payload(self, ref: Mapping[str, Any]) -> tuple[bool, bytes | None]:
+        """The stored bytes behind a reference: (True, bytes), or (False, None) once erased.
+
+        A stored payload that does not match its signed commitment is refused.
+        """
+        commitment = ref.get("c")
+        if not isinstance(commitment, str):
+            return False, None
+        stored = self.ledger.payload(commitment)
+        if stored is None:
+            return False, None
+        salt, raw = stored
+        if not rec.commitment_matches(commitment, raw, salt):
+            raise StoreError(f"stored payload {commitment[:12]}… does not match its signed "
+                             f"commitment")
+        return True, raw

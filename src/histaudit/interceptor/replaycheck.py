@@ -1,0 +1,137 @@
+"""The live replay check: results the engine feeds back against their signed completions.
+
+While a workflow replays, every activity result the engine feeds back is compared with
+the signed completion of that task; a result that is not the one signed is recorded as
+``replay.mismatch``, which the verifier reports as ``replay-mismatch``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from ..ledger import records as rec
+from ..ledger.kinds import Kind
+from .recorder import AuditRecorder, worker_id
+
+__all__ = ["ReplayedResultCheck"]
+
+log = logging.getLogger("histaudit.interceptor")
+
+class ReplayedResultCheck:
+    """Compares activity results the engine feeds back with their signed completions.
+
+    Every ``TaskCompleted`` event in the history the engine hands the app (old events
+    and new ones) is matched to the ``activity.completed`` entries of the same task id
+    (and the SDK's task execution id, when both carry one). The result text the workflow
+    is about to read must be one of the signed outputs: compared by the keyed digest for
+    entries signed with this runtime's key, else by the stored payload against its
+    commitment. If none matches, one ``replay.mismatch`` entry is signed (task id,
+    activity, expected and seen digests, the seq of the signed completion, and a
+    commitment to the seen result); the same mismatch is not recorded twice.
+
+    Results with no signed completion (an unaudited activity, another app's) are left to
+    ``histaudit verify --engine``. The check records evidence and never stops the
+    workflow: raising here would fail history resolution, and with it the workflow.
+    A result seen and found good is not looked up again by this process.
+    """
+
+    _MAX_REMEMBERED = 100_000
+
+    def __init__(self, recorder: AuditRecorder) -> None:
+        self.recorder = recorder
+        self._good: dict[tuple[str, int, str], bytes] = {}
+        self._lock = threading.Lock()
+
+    def check(self, instance: str, events: Iterable[Any]) -> int:
+        """Check the ``TaskCompleted`` events among ``events``; return mismatches recorded."""
+        todo = []
+        for event in events:
+            if not event.HasField("taskCompleted"):
+                continue
+            done = event.taskCompleted
+            raw = done.result.value.encode("utf-8") if done.result.value != "" else None
+            key = (instance, int(done.taskScheduledId), str(done.taskExecutionId or ""))
+            seen = hashlib.sha256(b"-" if raw is None else b"+" + raw).digest()
+            with self._lock:
+                if self._good.get(key) == seen:
+                    continue
+            todo.append((key, raw, seen))
+        if not todo:
+            return 0
+        completions, recorded = self._signed(instance, {key[1] for key, _, _ in todo})
+        count = 0
+        for key, raw, seen in todo:
+            _, task_id, execution_id = key
+            mine = [e for e in completions.get(task_id, ())
+                    if not (execution_id and e.data.get("execution_id"))
+                    or e.data.get("execution_id") == execution_id]
+            if not mine:
+                continue  # not signed here: for verify --engine to judge
+            if any(self._same(instance, e, raw) for e in mine):
+                with self._lock:
+                    if len(self._good) >= self._MAX_REMEMBERED:
+                        self._good.clear()
+                    self._good[key] = seen
+                continue
+            seen_digest = None if raw is None else self.recorder.digest(instance, raw)
+            if (task_id, seen_digest) in recorded:
+                continue
+            recorded.add((task_id, seen_digest))
+            last = mine[-1]
+            text = None if raw is None else raw.decode("utf-8")
+            seen_ref = self.recorder.commit(instance, text)
+            self.recorder.append(instance, Kind.REPLAY_MISMATCH, {
+                "activity": last.data.get("activity"), "task_id": task_id,
+                "execution_id": execution_id or None,
+                "expected_digest": last.data.get("output_digest"),
+                "seen_digest": seen_digest, "completed_seq": last.seq,
+                "seen": seen_ref.ref, "worker": worker_id()}, seen_ref)
+            log.warning("histaudit: instance %s, task %s (%s): the engine fed back a result "
+                        "that is not the signed completion at entry %s; recorded %s",
+                        instance, task_id, last.data.get("activity"), last.seq,
+                        Kind.REPLAY_MISMATCH)
+            count += 1
+        return count
+
+    def _signed(self, instance: str, task_ids: set[int]
+                ) -> tuple[dict[int, list[rec.Entry]], set[Any]]:
+        """Signed completions of ``task_ids``, and the mismatches already recorded."""
+
+        def init() -> tuple[dict[int, list[rec.Entry]], set[Any]]:
+            return {}, set()
+
+        def step(state: tuple[dict[int, list[rec.Entry]], set[Any]],
+                 entry: rec.Entry) -> None:
+            completions, recorded = state
+            if entry.kind == Kind.ACTIVITY_COMPLETED:
+                task_id = entry.data.get("task_id")
+                if isinstance(task_id, int):
+                    completions.setdefault(task_id, []).append(entry)
+            elif entry.kind == Kind.REPLAY_MISMATCH:
+                recorded.add((entry.data.get("task_id"), entry.data.get("seen_digest")))
+
+        def copy(state: tuple[dict[int, list[rec.Entry]], set[Any]]
+                 ) -> tuple[dict[int, list[rec.Entry]], set[Any]]:
+            completions, recorded = state
+            return ({t: list(completions[t]) for t in task_ids if t in completions},
+                    set(recorded))
+
+        return self.recorder.fold(instance, "replay", init, step, copy)
+
+    def _same(self, instance: str, entry: rec.Entry, raw: bytes | None) -> bool:
+        ref = entry.data.get("output")
+        if not isinstance(ref, dict):
+            return raw is None
+        if raw is None:
+            return False
+        digest = entry.data.get("output_digest")
+        if entry.kid == self.recorder.signer.kid and isinstance(digest, str):
+            return hmac.compare_digest(self.recorder.digest(instance, raw), digest)
+        found, stored = self.recorder.load_payload(ref)
+        # Signed under another key and erased: nothing to compare with, so no claim.
+        return stored == raw if found else True

@@ -1,0 +1,42 @@
+"""Every kind of ledger entry, in one place.
+
+An entry's ``kind`` says what happened; the verifier's behaviour analysis, the crash
+matrix and the CLI read it, the interceptor and the chain write it. ``Kind`` is a
+``StrEnum``, so a member compares equal to the string stored in the signed body
+(``Kind.ACTIVITY_STARTED == "activity.started"``) and a kind this histaudit does not know
+(written by a newer one) still parses: entries carry a plain string.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Kind(enum.StrEnum):
+    # an activity execution (histaudit.interceptor.activity)
+    ACTIVITY_STARTED = "activity.started"
+    ACTIVITY_COMPLETED = "activity.completed"
+    ACTIVITY_FAILED = "activity.failed"
+    # a workflow decision (histaudit.interceptor.workflow)
+    WORKFLOW_STARTED = "workflow.started"
+    WORKFLOW_SCHEDULED_ACTIVITY = "workflow.scheduled_activity"
+    WORKFLOW_SCHEDULED_CHILD = "workflow.scheduled_child"
+    WORKFLOW_CONTINUED_AS_NEW = "workflow.continued_as_new"
+    WORKFLOW_COMPLETED = "workflow.completed"
+    WORKFLOW_FAILED = "workflow.failed"
+    # a replayed result that is not the signed one (histaudit.interceptor.replaycheck)
+    REPLAY_MISMATCH = "replay.mismatch"
+    # a side effect inside an activity (histaudit.interceptor.effects)
+    EFFECT_INTENT = "effect.intent"
+    EFFECT_DONE = "effect.done"
+    EFFECT_FAILED = "effect.failed"
+    EFFECT_SKIPPED = "effect.skipped"
+    # an erased payload (histaudit.ledger.chain.erase_payload)
+    PAYLOAD_ERASED = "payload.erased"
+
+    @property
+    def is_effect(self) -> bool:
+        return self.value.startswith("effect.")
+
+
+EFFECT_KINDS = frozenset(k for k in Kind if k.is_effect)

@@ -1,0 +1,76 @@
+"""Both sides of a divergence in words: a history event, and what the code did instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TEXT_LIMIT = 300
+"""Longest payload text shown in a description."""
+
+def clip(text: str, limit: int = TEXT_LIMIT) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
+
+
+def value(wrapper: Any) -> str | None:
+    """The text of a ``StringValue`` field, None when absent or empty (as the SDK reads it)."""
+    return wrapper.value if wrapper is not None and wrapper.value != "" else None
+
+
+def shown(text: str | None) -> str:
+    return "no input" if text is None else clip(text)
+
+
+STATUS = {  # pb.OrchestrationStatus -> the word this module reports
+    0: "running", 1: "completed", 2: "continued-as-new", 3: "failed", 4: "canceled",
+    5: "terminated", 6: "pending", 7: "suspended", 8: "stalled",
+}
+
+
+def status_word(code: int) -> str:
+    return STATUS.get(code, f"status {code}")
+
+
+# --- describing steps ------------------------------------------------------------------
+
+def describe_event(event: Any) -> str:
+    kind = event.WhichOneof("eventType")
+    if kind == "taskScheduled":
+        ev = event.taskScheduled
+        return f"activity {ev.name!r} with {shown(value(ev.input))} (step #{event.eventId})"
+    if kind == "childWorkflowInstanceCreated":
+        ev = event.childWorkflowInstanceCreated
+        return (f"child workflow {ev.name!r} with {shown(value(ev.input))} "
+                f"(step #{event.eventId})")
+    if kind == "timerCreated":
+        return f"timer firing at {when(event.timerCreated.fireAt)} (step #{event.eventId})"
+    if kind == "executionCompleted":
+        return describe_end(event.executionCompleted)
+    return f"{kind} event (step #{event.eventId})"
+
+
+def describe_action(action: Any) -> str:
+    kind = action.WhichOneof("workflowActionType")
+    if kind == "scheduleTask":
+        a = action.scheduleTask
+        return f"activity {a.name!r} with {shown(value(a.input))} (step #{action.id})"
+    if kind == "createChildWorkflow":
+        a = action.createChildWorkflow
+        return f"child workflow {a.name!r} with {shown(value(a.input))} (step #{action.id})"
+    if kind == "createTimer":
+        return f"timer firing at {when(action.createTimer.fireAt)} (step #{action.id})"
+    if kind == "completeWorkflow":
+        return describe_end(action.completeWorkflow)
+    return f"{kind} action (step #{action.id})"
+
+
+def describe_end(done: Any) -> str:
+    status = status_word(done.workflowStatus)
+    if done.workflowStatus == 3:  # failed
+        fd = done.failureDetails
+        return f"workflow {status}: {fd.errorType}: {clip(fd.errorMessage)}"
+    result = value(done.result)
+    return f"workflow {status} with result {shown(result) if result else 'none'}"
+
+
+def when(ts: Any) -> str:
+    return ts.ToJsonString() if ts.seconds or ts.nanos else "(unset)"

@@ -1,0 +1,195 @@
+"""A workflow's recorded history as a value: load, save and fetch it.
+
+A :class:`History` is the engine's ``HistoryEvent`` list of one instance, frozen, with
+the workflow name and instance id its ``ExecutionStarted`` event names — what temporalio
+calls ``WorkflowHistory``. It comes from the engine (:meth:`History.fetch`: the sidecar's
+``GetInstanceHistory``) or from a golden file (:meth:`History.load`, :meth:`History.save`:
+JSON with a format name, an integer ``version`` and every event as protobuf JSON, one per
+line for readable diffs). A history that cannot be used — a file that is truncated,
+garbled or of an unknown version, an engine that does not answer — is an
+:class:`~histaudit.errors.InputError` (or :class:`~histaudit.errors.EngineError`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .. import sdk
+from ..errors import EngineError, InputError, UsageError
+
+__all__ = ["DEFAULT_TIMEOUT_S", "HISTORY_FORMAT", "HISTORY_VERSION", "History",
+           "execution_started"]
+
+HISTORY_FORMAT = "histaudit.workflow-history"
+HISTORY_VERSION = 1
+MAX_HISTORY_BYTES = 512 << 20
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def execution_started(events: Sequence[Any]) -> Any:
+    """The ``ExecutionStarted`` event of ``events``; InputError when there is none."""
+    for event in events:
+        if event.HasField("executionStarted"):
+            return event.executionStarted
+    raise InputError("history has no ExecutionStarted event: not a workflow history")
+
+
+@dataclass(frozen=True)
+class History:
+    """One instance's recorded history. Iterating it yields its events."""
+
+    events: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, events: Iterable[Any]) -> History:
+        return cls(tuple(events))
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.events)
+
+    @property
+    def workflow(self) -> str | None:
+        """The workflow's name, as its ExecutionStarted event records it."""
+        return execution_started(self.events).name if self.events else None
+
+    @property
+    def instance_id(self) -> str | None:
+        return (execution_started(self.events).workflowInstance.instanceId
+                if self.events else None)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> History:
+        """Read and validate a golden history file; InputError on anything unexpected."""
+        return cls(tuple(_load(Path(path))))
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write this history as a golden file (atomically); return its path."""
+        return _save(self.events, Path(path))
+
+    @classmethod
+    def fetch(cls, address: str, instance_id: str, *,
+              timeout: float = DEFAULT_TIMEOUT_S) -> History:
+        """The engine's history of ``instance_id`` (``GetInstanceHistory``).
+
+        EngineError when the engine does not answer within ``timeout`` seconds;
+        InputError when it has no such instance.
+        """
+        return cls(tuple(_fetch(address, instance_id, timeout)))
+
+def _save(events: Sequence[Any], out: Path) -> Path:
+    from google.protobuf import json_format
+
+    events = list(events)
+    started = execution_started(events) if events else None
+    header = {
+        "format": HISTORY_FORMAT,
+        "version": HISTORY_VERSION,
+        "instance_id": started.workflowInstance.instanceId if started else None,
+        "workflow": started.name if started else None,
+        "count": len(events),
+    }
+    lines = [orjson.dumps(json_format.MessageToDict(e)).decode() for e in events]
+    head = orjson.dumps(header).decode()[:-1]
+    text = head + ', "events": [\n' + ",\n".join(lines) + "\n]}\n"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        raise InputError(f"cannot write history {out}: {exc.strerror or exc}") from None
+    return out
+
+
+def _load(p: Path) -> list[Any]:
+    from google.protobuf import json_format
+
+    pb = sdk.protos
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_HISTORY_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"history {p}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_HISTORY_BYTES:
+        raise InputError(f"history {p} is larger than {MAX_HISTORY_BYTES} bytes")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"history {p} is not valid JSON (truncated or garbled?): {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != HISTORY_FORMAT:
+        raise InputError(f"history {p} is not a {HISTORY_FORMAT} file")
+    version = doc.get("version")
+    if type(version) is not int or version != HISTORY_VERSION:
+        raise InputError(f"history {p}: unsupported version {version!r} "
+                         f"(this histaudit reads version {HISTORY_VERSION})")
+    items, count = doc.get("events"), doc.get("count")
+    if not isinstance(items, list) or type(count) is not int:
+        raise InputError(f"history {p}: 'events' must be a list and 'count' an integer")
+    if len(items) != count:
+        raise InputError(f"history {p} is truncated or padded: {len(items)} events, "
+                         f"header says {count}")
+    events = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InputError(f"history {p}: event {i} is not an object")
+        event = pb.HistoryEvent()
+        try:
+            json_format.ParseDict(item, event)
+        except (json_format.ParseError, ValueError, TypeError) as exc:
+            raise InputError(f"history {p}: event {i} is not a HistoryEvent: {exc}") from None
+        if event.WhichOneof("eventType") is None:
+            raise InputError(f"history {p}: event {i} has no event type")
+        events.append(event)
+    if events:
+        started = execution_started(events)
+        if doc.get("workflow") != started.name or \
+                doc.get("instance_id") != started.workflowInstance.instanceId:
+            raise InputError(f"history {p}: header names workflow {doc.get('workflow')!r} of "
+                             f"instance {doc.get('instance_id')!r}, the events "
+                             f"{started.name!r} of {started.workflowInstance.instanceId!r}")
+    return events
+
+
+def _fetch(address: str, instance_id: str, timeout: float) -> list[Any]:
+    import grpc
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UsageError(f"--engine {address!r}: expected HOST:PORT")
+    channel = sdk.shared.get_grpc_channel(address, options=[
+        ("grpc.max_receive_message_length", -1)])
+    try:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise EngineError(f"engine at {address} did not answer within "
+                              f"{timeout:g}s") from None
+        stub = sdk.stubs.TaskHubSidecarServiceStub(channel)
+        request = sdk.protos.GetInstanceHistoryRequest(instanceId=instance_id)
+        try:
+            response = stub.GetInstanceHistory(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            detail = exc.details() if hasattr(exc, "details") else str(exc)
+            if code == grpc.StatusCode.NOT_FOUND:
+                raise InputError(f"engine at {address} has no instance {instance_id!r}") from None
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise EngineError(f"engine at {address} did not answer within "
+                                  f"{timeout:g}s") from None
+            raise EngineError(f"engine at {address}: GetInstanceHistory failed: "
+                              f"{code.name if code else 'error'}: {detail}") from None
+    finally:
+        channel.close()
+    events = list(response.events)
+    if not events:
+        raise InputError(f"engine at {address} has no instance {instance_id!r} (no history)")
+    return events

@@ -1,0 +1,227 @@
+"""Every touch of the Dapr workflow SDK's private names, in one place.
+
+histaudit sits closer to the SDK than its public API reaches: it takes the exact JSON
+text the SDK exchanges with the engine, hooks two worker methods, reads the actions a
+workflow produced, and replays histories on the SDK's own executor. Each of those uses a
+private name; this module is the only one that spells them, so an SDK upgrade is checked
+here and nowhere else. :func:`missing` lists what the installed SDK lacks
+(tests/unit/test_sdk.py asserts it is nothing for the pinned version, ADR 0002).
+
+Pinned: ``dapr[workflow]`` 1.19 (its vendored durabletask client,
+``dapr.ext.workflow._durabletask``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from dapr.ext.workflow import WorkflowRuntime
+from dapr.ext.workflow._durabletask import task, worker
+from dapr.ext.workflow._durabletask.internal import helpers
+from dapr.ext.workflow._durabletask.internal import orchestrator_service_pb2_grpc as stubs
+from dapr.ext.workflow._durabletask.internal import protos
+from dapr.ext.workflow._durabletask.internal import shared
+
+__all__ = [
+    "NonDeterminismError", "OrchestrationExecutor", "Registry", "WorkflowRuntime",
+    "copy_registration_marks", "executor_is_suspended", "from_json", "helpers",
+    "hook_activity_resolve", "hook_resolve_history", "is_async_callable", "is_suspendable",
+    "missing", "pending_action", "pending_actions", "protos", "registered_name",
+    "registered_names", "registry_of", "strip_registration_marks", "stubs", "task",
+    "to_json", "unwrap_decorated", "wire_input", "set_wire_input",
+]
+
+PINNED_SDK = "dapr[workflow] 1.19"
+
+OrchestrationExecutor: type = worker._OrchestrationExecutor
+"""The SDK's workflow executor: ``(registry, logger).execute(instance, old, new)``."""
+Registry: type = worker._Registry
+"""The SDK's registry of workflows (``orchestrators``, ``versioned_orchestrators``) and
+activities (``activities``)."""
+NonDeterminismError: type[Exception] = task.NonDeterminismError
+is_suspendable: Callable[[Any], bool] = worker._is_suspendable
+
+# The SDK's own JSON codec (untyped upstream): the exact text it exchanges with the engine.
+to_json: Callable[[Any], str] = shared.to_json
+from_json: Callable[[str], Any] = shared.from_json
+is_async_callable: Callable[[Any], bool] = shared.is_async_callable
+
+_REGISTRATION_MARKS = ("_dapr_alternate_name", "_activity_registered", "_workflow_registered")
+_WORKER_ATTR = "_WorkflowRuntime__worker"
+# Attribute the wire-input hook leaves on the SDK's ActivityContext (histaudit's own name).
+_WIRE_INPUT = "_histaudit_wire_input"
+NOT_CAPTURED: Any = object()
+"""What :func:`wire_input` returns when the hook did not run for an activity call."""
+
+
+def missing() -> list[str]:
+    """The private names histaudit relies on that the installed SDK does not have."""
+    gone = [f"_durabletask.worker.{n}" for n in ("_OrchestrationExecutor", "_Registry",
+                                                   "_is_suspendable", "TaskHubGrpcWorker")
+            if not hasattr(worker, n)]
+    gone += [f"_durabletask.internal.shared.{n}" for n in ("to_json", "from_json",
+                                                            "is_async_callable",
+                                                            "get_grpc_channel")
+             if not hasattr(shared, n)]
+    grpc_worker = getattr(worker, "TaskHubGrpcWorker", object)
+    gone += [f"TaskHubGrpcWorker.{n}" for n in ("_resolve_history",)
+             if not hasattr(grpc_worker, n)]
+    activity_executor = getattr(worker, "_ActivityExecutor", object)
+    gone += [f"_ActivityExecutor.{n}" for n in ("_resolve",)
+             if not hasattr(activity_executor, n)]
+    probe = WorkflowRuntime(host="127.0.0.1", port="1")
+    sdk_worker = getattr(probe, _WORKER_ATTR, None)
+    if sdk_worker is None:
+        gone.append(f"WorkflowRuntime.{_WORKER_ATTR}")
+    else:
+        for attr in ("_registry", "_activity_executor"):
+            if not hasattr(sdk_worker, attr):
+                gone.append(f"TaskHubGrpcWorker.{attr}")
+    return gone
+
+
+# --- the runtime's worker and registry ----------------------------------------------------
+
+def _worker_of(runtime: WorkflowRuntime) -> Any:
+    return getattr(runtime, _WORKER_ATTR, None)
+
+
+def registry_of(runtime: WorkflowRuntime) -> Any:
+    """The runtime's SDK ``_Registry`` (None if this SDK hides it)."""
+    return getattr(_worker_of(runtime), "_registry", None)
+
+
+def registered_names(runtime: WorkflowRuntime) -> tuple[list[str], list[str]]:
+    """(workflow names, activity names) registered on ``runtime``."""
+    registry = registry_of(runtime)
+    if registry is None:
+        return [], []
+    workflows = list(getattr(registry, "orchestrators", {}))
+    workflows += [n for n in getattr(registry, "versioned_orchestrators", {})
+                  if n not in workflows]
+    return workflows, list(getattr(registry, "activities", {}))
+
+
+def hook_activity_resolve(runtime: WorkflowRuntime, after: Callable[[Any, str | None], None]
+                          ) -> bool:
+    """Call ``after(activity_context, encoded_input)`` each time the SDK resolves an
+    activity call (``_ActivityExecutor._resolve``), before the activity runs. True if
+    hooked."""
+    executor = getattr(_worker_of(runtime), "_activity_executor", None)
+    original = getattr(executor, "_resolve", None)
+    if original is None:
+        return False
+
+    def resolve(fn: Any, orchestration_id: str, name: str, task_id: int,
+                encoded_input: str | None, *rest: Any, **kw: Any) -> Any:
+        resolved = original(fn, orchestration_id, name, task_id, encoded_input, *rest, **kw)
+        try:
+            ctx = resolved[1]
+        except (IndexError, TypeError):
+            return resolved
+        after(ctx, encoded_input)
+        return resolved
+
+    executor._resolve = resolve  # type: ignore[union-attr]
+    return True
+
+
+def hook_resolve_history(runtime: WorkflowRuntime,
+                         after: Callable[[Any, list[Any]], None]) -> bool:
+    """Call ``after(request, events)`` with the committed events of every workflow work
+    item the worker replays (``TaskHubGrpcWorker._resolve_history``: whether the engine
+    sent them in full or the worker rebuilt them from its cache plus a delta). The
+    events go on unchanged. True if hooked."""
+    sdk_worker = _worker_of(runtime)
+    original = getattr(sdk_worker, "_resolve_history", None)
+    if original is None:
+        return False
+
+    def resolve_history(req: Any) -> Any:
+        events = original(req)
+        after(req, events)
+        return events
+
+    sdk_worker._resolve_history = resolve_history
+    return True
+
+
+def set_wire_input(activity_context: Any, text: str | None) -> None:
+    try:
+        setattr(activity_context, _WIRE_INPUT, text)
+    except (AttributeError, TypeError):
+        pass
+
+
+def wire_input(activity_context: Any) -> Any:
+    """The input text the engine sent for this call, or :data:`NOT_CAPTURED`."""
+    return getattr(activity_context, _WIRE_INPUT, NOT_CAPTURED)
+
+
+# --- a workflow's pending actions ----------------------------------------------------------
+
+def pending_actions(ctx: Any) -> dict[int, Any]:
+    """The actions the workflow code produced so far this turn, by sequence id."""
+    actions = getattr(ctx, "_pending_actions", None)
+    return actions if isinstance(actions, dict) else {}
+
+
+def pending_action(ctx: Any, scheduled: Any) -> tuple[int | None, Any]:
+    """The task id and pending action the SDK created for the task ``scheduled``."""
+    pending = getattr(ctx, "_pending_tasks", None)
+    if not isinstance(pending, dict):
+        return None, None
+    for task_id, candidate in pending.items():
+        if candidate is scheduled:
+            return int(task_id), pending_actions(ctx).get(task_id)
+    return None, None
+
+
+def executor_is_suspended(executor: Any) -> bool:
+    return bool(getattr(executor, "_is_suspended", False))
+
+
+# --- registration marks and decorators ------------------------------------------------------
+
+def registered_name(target: Any) -> str:
+    """The name the SDK registers/schedules ``target`` under (a str is its own name)."""
+    if isinstance(target, str):
+        return target
+    alt = getattr(target, "__dict__", {}).get("_dapr_alternate_name")
+    return str(alt or getattr(target, "__name__", repr(target)))
+
+
+def copy_registration_marks(source: Callable[..., Any], target: Callable[..., Any]) -> None:
+    """Copy the marks the SDK left on ``source`` when registering it onto ``target``.
+
+    ``ctx.call_activity(fn)`` and ``client.schedule_new_workflow(fn)`` read the registered
+    name off the function the user holds, and double registration is refused on it.
+    """
+    for attr in _REGISTRATION_MARKS:
+        if attr in source.__dict__:
+            target.__dict__[attr] = source.__dict__[attr]
+
+
+def strip_registration_marks(fn: Callable[..., Any]) -> None:
+    for attr in _REGISTRATION_MARKS:
+        fn.__dict__.pop(attr, None)
+
+
+def unwrap_decorated(obj: Any) -> Any:
+    """The workflow or activity function behind ``@wfr.workflow`` / ``@wfr.activity``.
+
+    Those decorators register the function and return a zero-argument ``innerfn`` that
+    returns it (with the function's signature copied on, and ``__wrapped__`` set); called
+    as a workflow it would fail with "takes 0 positional arguments". Anything else is
+    returned unchanged.
+    """
+    inner = getattr(obj, "__wrapped__", None)
+    code = getattr(obj, "__code__", None)
+    if inner is None or code is None or not inspect.isfunction(obj):
+        return obj
+    takes_args = code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    if code.co_name != "innerfn" or code.co_argcount or code.co_kwonlyargcount or takes_args:
+        return obj  # e.g. @alternate_name's innerfn(*args, **kwargs), which forwards
+    return inner if obj() is inner else obj

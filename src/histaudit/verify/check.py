@@ -1,0 +1,60 @@
+"""The one shape every verification check has, and the loop that feeds them.
+
+A check is told about each stored row in stored order (``observe``), with what the row's
+bytes parse to — the :class:`~histaudit.ledger.records.Entry`, or the ``FormatError``
+saying why they do not parse — and says what it found once the rows end (``finish``).
+Integrity, keys and signatures, payloads, the signed head, behaviour across crashes, the
+engine cross-check and the checkpoint-consistency proof are all checks; :func:`run_checks`
+is the only loop, and each row is parsed once whatever the number of checks.
+
+Checks read values they are given; none of them touches a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from ..errors import FormatError
+from ..ledger.records import Entry, StoredEntry, parse_entry
+from .findings import Finding
+
+Parsed = Entry | FormatError
+"""What a row's bytes parse to: the entry, or why they are not one."""
+
+
+class ChainCheck(Protocol):
+    """One kind of verification, fed the rows of one chain (or of the whole ledger)."""
+
+    def observe(self, row: StoredEntry, parsed: Parsed) -> None:
+        """One stored row, in stored order, with what its bytes parse to."""
+
+    def finish(self) -> Iterable[Finding]:
+        """The findings, once every row has been observed."""
+
+
+_UNPARSED = FormatError("not parsed")
+
+
+def run_checks(rows: Iterable[StoredEntry], checks: Sequence[ChainCheck], *,
+               parse: bool = True) -> tuple[int, list[Finding]]:
+    """Feed every row to every check; return (rows seen, findings check by check).
+
+    With ``parse=False`` (checks that only hash bytes, such as the ledger-wide tree) the
+    rows are not parsed and every check gets a placeholder error instead.
+    """
+    count = 0
+    for row in rows:
+        parsed: Parsed = _UNPARSED
+        if parse:
+            try:
+                parsed = parse_entry(row.body)
+            except FormatError as exc:
+                parsed = exc
+        for check in checks:
+            check.observe(row, parsed)
+        count += 1
+    findings: list[Finding] = []
+    for check in checks:
+        findings.extend(check.finish())
+    return count, findings

@@ -1,0 +1,158 @@
+"""Integrity of one chain: bytes, parsing, sequence, links, leaves, and the signed head.
+
+:class:`IntegrityCheck` hashes the exact stored bytes of each row and checks that the
+entries form one chain — contiguous ``seq`` from 1, each ``prev`` the hash of the entry
+before, increasing ledger-wide ``leaf`` — and (in full mode) that the bytes are in
+canonical form. :class:`HeadCheck` then compares the instance's signed head with the
+newest entry, so a cut tail or a head left behind is caught.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import orjson
+
+from ..errors import FormatError
+from ..ledger import records as rec
+from ..ledger.canonical import canonical_bytes
+from ..ledger.keys import TrustStore
+from .check import Parsed
+from .findings import Finding
+from .signatures import key_findings
+
+
+class IntegrityCheck:
+    """Hashes, parsing, sequence, links and leaves of one instance's rows."""
+
+    def __init__(self, instance: str, *, canonical: bool = False) -> None:
+        self.instance = instance
+        self.canonical = canonical
+        self.findings: list[Finding] = []
+        self.tip_seq, self.tip_hash, self.tip_leaf = 0, rec.GENESIS_PREV, -1
+        """The newest entry seen: its seq, hash and leaf (what the head must sign)."""
+        self._last_leaf = -1  # leaf of the previous row
+
+    def _add(self, code: str, seq: int | None, message: str) -> None:
+        self.findings.append(Finding.make(code, self.instance, seq, message))
+
+    def observe(self, row: rec.StoredEntry, parsed: Parsed) -> None:
+        digest = rec.sha256_hex(row.body)
+        if digest != row.hash:
+            self._add("body-changed", row.seq, f"entry {row.seq}: stored bytes hash to "
+                                               f"{digest[:12]}…, recorded {row.hash[:12]}…")
+        if not isinstance(parsed, rec.Entry):
+            self._add("entry-malformed", row.seq, f"entry {row.seq}: {parsed}")
+            if row.seq >= self.tip_seq:
+                self.tip_seq, self.tip_hash = row.seq, digest
+            return
+        entry = parsed
+        if self.canonical and not _is_canonical(entry):
+            self._add("entry-malformed", entry.seq, f"entry {entry.seq}: bytes are not in "
+                                                    f"canonical form (docs/format.md "
+                                                    f"§Canonical JSON)")
+        if entry.instance != self.instance:
+            self._add("instance-mismatch", entry.seq,
+                      f"entry {entry.seq} names instance {entry.instance!r}")
+        expected = self.tip_seq + 1
+        if entry.seq == expected:
+            if entry.prev != self.tip_hash:
+                self._add("link-broken", entry.seq,
+                          f"entry {entry.seq}: previous-hash mismatch (entry says "
+                          f"{entry.prev[:12]}…, entry {self.tip_seq} hashes to "
+                          f"{self.tip_hash[:12]}…)")
+        elif entry.seq > expected:
+            self._add("seq-gap", entry.seq, f"entries {expected}..{entry.seq - 1} are missing")
+        elif entry.seq == self.tip_seq:
+            self._add("seq-duplicate", entry.seq,
+                      f"entry {entry.seq} appears twice (chain forked)")
+        else:
+            self._add("seq-reordered", entry.seq,
+                      f"entry {entry.seq} stored after entry {self.tip_seq}")
+        if entry.leaf != row.leaf:
+            self._add("leaf-mismatch", entry.seq, f"entry {entry.seq} says ledger leaf "
+                                                  f"{entry.leaf}, stored as leaf {row.leaf}")
+        if entry.leaf <= self._last_leaf:
+            self._add("seq-reordered", entry.seq,
+                      f"entry {entry.seq} has ledger leaf {entry.leaf}, not after the "
+                      f"previous entry's leaf {self._last_leaf}")
+        # A stray older entry (reordered) must not replace the hash of the newest entry:
+        # the next entry links to, and the head signs, the newest one.
+        if entry.seq >= self.tip_seq:
+            self.tip_seq, self.tip_hash, self.tip_leaf = entry.seq, digest, entry.leaf
+        self._last_leaf = entry.leaf
+
+    def finish(self) -> Iterable[Finding]:
+        return self.findings
+
+
+def _is_canonical(entry: rec.Entry) -> bool:
+    """Do the stored bytes equal the canonical form of what they parse to?
+
+    Signatures hold over any bytes; this catches bodies that two parsers could read
+    differently (duplicate keys, whitespace, ``-0``). Checked in full mode.
+    """
+    try:
+        return canonical_bytes(orjson.loads(entry.body)) == entry.body
+    except (FormatError, orjson.JSONDecodeError):
+        return False
+
+
+class HeadCheck:
+    """The signed head must name the newest entry: its seq, hash and leaf."""
+
+    def __init__(self, instance: str, head: rec.StoredHead | None, chain: IntegrityCheck,
+                 trust: TrustStore) -> None:
+        self.instance, self.head, self.chain, self.trust = instance, head, chain, trust
+        self._rows = 0
+
+    def observe(self, row: rec.StoredEntry, parsed: Parsed) -> None:
+        self._rows += 1
+
+    def finish(self) -> Iterable[Finding]:
+        instance, head = self.instance, self.head
+        if self._rows == 0 and head is None:
+            return [Finding.make("instance-missing", instance, None,
+                                 f"no entries and no head stored for {instance!r}")]
+        last_seq, last_hash, last_leaf = (self.chain.tip_seq, self.chain.tip_hash,
+                                          self.chain.tip_leaf)
+        if head is None:
+            return [Finding.make("head-missing", instance, last_seq,
+                                 f"{last_seq} entries stored but no signed head")]
+        try:
+            parsed = rec.parse_head(head.body)
+        except FormatError as exc:
+            return [Finding.make("head-invalid", instance, None, f"signed head: {exc}")]
+        key = self.trust.get(parsed.kid)
+        if key is None:
+            return [Finding.make("key-untrusted", instance, parsed.seq,
+                                 f"head signed by key {parsed.kid}, not in the trust store")]
+        if not key.verify(head.sig, head.body):
+            return [Finding.make("head-invalid", instance, parsed.seq,
+                                 "signed head: Ed25519 signature does not verify")]
+        out = key_findings(parsed.kid, parsed.ts, parsed.seq, instance, self.trust,
+                           "head at entry")
+        if parsed.instance != instance:
+            out.append(Finding.make("head-mismatch", instance, parsed.seq,
+                                    f"signed head belongs to instance {parsed.instance!r}"))
+        elif parsed.seq > last_seq:
+            out.append(Finding.make(
+                "tail-truncated", instance, parsed.seq,
+                f"signed head is at entry {parsed.seq}, only {last_seq} stored: entries "
+                f"{last_seq + 1}..{parsed.seq} were cut"))
+        elif parsed.seq < last_seq:
+            out.append(Finding.make(
+                "head-mismatch", instance, last_seq,
+                f"signed head is at entry {parsed.seq} but {last_seq} are stored: entries "
+                f"after the head were never signed into it"))
+        elif parsed.hash != last_hash:
+            out.append(Finding.make(
+                "head-mismatch", instance, parsed.seq,
+                f"signed head hash {parsed.hash[:12]}… differs from entry {parsed.seq} "
+                f"({last_hash[:12]}…)"))
+        elif parsed.leaf != last_leaf:
+            out.append(Finding.make(
+                "head-mismatch", instance, parsed.seq,
+                f"signed head names leaf {parsed.leaf}, entry {parsed.seq} is leaf "
+                f"{last_leaf}"))
+        return out

@@ -1,0 +1,77 @@
+"""Verification of one instance's chain: integrity first, then behaviour across crashes.
+
+:func:`verify_chain` streams the stored rows once, in constant memory, through the
+checks (:mod:`histaudit.verify.check`): integrity (hash of the exact stored bytes,
+parse, sequence, links, leaves), keys, payloads and Ed25519 signatures (``full=True``,
+in parallel across cores), the signed head (so a cut tail is caught), behaviour across
+crashes, and — when the engine's history is given — the engine cross-check.
+
+This module reads rows it is given. :func:`verify_instance` and :func:`verify_all` take
+an open ledger (:class:`histaudit.ledger.store.Ledger`) and only call its read methods,
+so nothing here imports the store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..ledger.keys import TrustStore
+from ..ledger.records import StoredEntry, StoredHead
+from .behaviour import BehaviourCheck
+from .check import ChainCheck, run_checks
+from .crosscheck import EngineCrossCheck
+from .integrity import HeadCheck, IntegrityCheck
+from .payloads import PayloadCheck, PayloadLookup
+from .report import Report, finding_order
+from .signatures import KeyCheck, SignatureCheck
+
+if TYPE_CHECKING:
+    from ..ledger.store import Ledger
+
+__all__ = ["verify_all", "verify_chain", "verify_instance"]
+
+
+def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | None, *,
+                 trust: TrustStore, full: bool = False, workers: int | None = None,
+                 payload_lookup: PayloadLookup | None = None,
+                 engine_history: Iterable[Any] | None = None,
+                 engine_lookup: PayloadLookup | None = None) -> Report:
+    """Verify one instance from its stored rows (in stored order) and its signed head.
+
+    ``payload_lookup(commitment) -> (salt, bytes) | None`` enables payload checks;
+    ``engine_history`` (the engine's HistoryEvents of the instance) the engine
+    cross-check, which compares results through ``engine_lookup`` (stored payloads).
+    """
+    integrity = IntegrityCheck(instance, canonical=full)
+    checks: list[ChainCheck] = [integrity, KeyCheck(instance, trust)]
+    if payload_lookup is not None:
+        checks.append(PayloadCheck(payload_lookup))
+    if full:
+        checks.append(SignatureCheck(instance, trust, workers or os.cpu_count() or 1))
+    checks += [HeadCheck(instance, head, integrity, trust), BehaviourCheck(instance)]
+    mode = "full" if full else "default"
+    if engine_history is not None:
+        checks.append(EngineCrossCheck(instance, engine_history,
+                                       engine_lookup or (lambda _c: None)))
+        mode += "+engine"
+    count, findings = run_checks(rows, checks)
+    findings.sort(key=finding_order)
+    return Report(instance_id=instance, entries=count, mode=mode, findings=tuple(findings))
+
+
+def verify_instance(ledger: Ledger, instance: str, *, trust: TrustStore, full: bool = False,
+                    workers: int | None = None,
+                    engine_history: Iterable[Any] | None = None) -> Report:
+    """Verify one instance stored in ``ledger`` (with the engine's history: cross-check)."""
+    return verify_chain(instance, ledger.entries(instance), ledger.head(instance),
+                        trust=trust, full=full, workers=workers,
+                        payload_lookup=ledger.payload if full else None,
+                        engine_history=engine_history, engine_lookup=ledger.payload)
+
+
+def verify_all(ledger: Ledger, *, trust: TrustStore, full: bool = False,
+               workers: int | None = None) -> Iterator[Report]:
+    for instance in ledger.instance_ids():
+        yield verify_instance(ledger, instance, trust=trust, full=full, workers=workers)
