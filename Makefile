@@ -10,7 +10,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,lint]'
 	touch $@
 
 engine: $(ENGINE)
@@ -29,6 +29,13 @@ test: venv engine postgres
 
 demo: venv engine
 	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) examples/triage/demo.py
+
+# ruff (rules and reasons in pyproject.toml), mypy --strict over src/, and import-linter's
+# layer contracts (docs/adr/0003-layers.md). CI runs it before the tests.
+lint: venv
+	$(VENV)/bin/ruff check src tests benchmarks examples scripts
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 bench: venv engine postgres
 	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) benchmarks/run.py

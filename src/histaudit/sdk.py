@@ -19,18 +19,17 @@ from typing import Any
 
 from dapr.ext.workflow import WorkflowRuntime
 from dapr.ext.workflow._durabletask import task, worker
-from dapr.ext.workflow._durabletask.internal import helpers
+from dapr.ext.workflow._durabletask.internal import helpers, protos, shared
 from dapr.ext.workflow._durabletask.internal import orchestrator_service_pb2_grpc as stubs
-from dapr.ext.workflow._durabletask.internal import protos
-from dapr.ext.workflow._durabletask.internal import shared
 
 __all__ = [
     "NonDeterminismError", "OrchestrationExecutor", "Registry", "WorkflowRuntime",
-    "copy_registration_marks", "executor_is_suspended", "from_json", "helpers",
-    "hook_activity_resolve", "hook_resolve_history", "is_async_callable", "is_suspendable",
-    "missing", "pending_action", "pending_actions", "protos", "registered_name",
-    "registered_names", "registry_of", "strip_registration_marks", "stubs", "task",
-    "to_json", "unwrap_decorated", "wire_input", "set_wire_input",
+    "copy_registration_marks", "executor_is_suspended", "from_json", "get_grpc_channel",
+    "history_stub", "hook_activity_resolve", "hook_resolve_history", "is_async_callable",
+    "is_optional_timer_action", "is_optional_timer_event", "is_suspendable", "missing",
+    "pending_action", "pending_actions", "protos", "registered_name", "registered_names",
+    "registry_of", "set_wire_input", "strip_registration_marks", "to_json",
+    "unwrap_decorated", "wire_input",
 ]
 
 PINNED_SDK = "dapr[workflow] 1.19"
@@ -47,6 +46,14 @@ is_suspendable: Callable[[Any], bool] = worker._is_suspendable
 to_json: Callable[[Any], str] = shared.to_json
 from_json: Callable[[str], Any] = shared.from_json
 is_async_callable: Callable[[Any], bool] = shared.is_async_callable
+is_optional_timer_action: Callable[[Any], bool] = helpers.is_optional_timer_action  # type: ignore[attr-defined]
+is_optional_timer_event: Callable[[Any], bool] = helpers.is_optional_timer_event  # type: ignore[attr-defined]
+get_grpc_channel: Callable[..., Any] = shared.get_grpc_channel
+
+
+def history_stub(channel: Any) -> Any:
+    """The SDK's gRPC stub of the engine's TaskHubSidecarService (GetInstanceHistory)."""
+    return stubs.TaskHubSidecarServiceStub(channel)  # type: ignore[no-untyped-call]
 
 _REGISTRATION_MARKS = ("_dapr_alternate_name", "_activity_registered", "_workflow_registered")
 _WORKER_ATTR = "_WorkflowRuntime__worker"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from ..errors import FormatError
+from histaudit.errors import FormatError
 
 BUNDLE_VERSION = 1
 MANIFEST_TYPE = "application/vnd.histaudit.bundle-manifest+json"

@@ -26,14 +26,15 @@ from typing import Any
 
 import orjson
 
-from ..errors import FormatError, InputError, UsageError
-from ..ledger import merkle
-from ..ledger import records as rec
-from ..ledger.chain import make_checkpoint
-from ..ledger.keys import Signer, TrustStore, parse_time
-from ..ledger.store import Ledger
-from ..verify.report import Report
-from ..verify.verifier import verify_chain
+from histaudit.errors import FormatError, InputError, UsageError
+from histaudit.ledger import merkle
+from histaudit.ledger import records as rec
+from histaudit.ledger.chain import make_checkpoint
+from histaudit.ledger.keys import Signer, TrustStore, parse_time
+from histaudit.ledger.store import Ledger
+from histaudit.verify.report import Report
+from histaudit.verify.verifier import verify_chain
+
 from .envelope import BUNDLE_VERSION, MANIFEST_TYPE, b64, pae
 
 __all__ = ["ExportResult", "export"]

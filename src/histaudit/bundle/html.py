@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 from html import escape
 
-from ..ledger.checkpoint import Checkpoint
-from ..verify.report import Report
+from histaudit.ledger.checkpoint import Checkpoint
+from histaudit.verify.report import Report
 
 # The "attempt=N" member of an entry's detail text; N > 1 marks a re-execution.
 _ATTEMPT = re.compile(r"(?:^| )attempt=(\d+)(?= |$)")

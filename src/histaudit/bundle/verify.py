@@ -18,14 +18,15 @@ from typing import Any
 
 import orjson
 
-from ..errors import FormatError, InputError, KeyMaterialError
-from ..ledger import merkle
-from ..ledger import records as rec
-from ..ledger.checkpoint import Checkpoint, parse_note
-from ..ledger.keys import PublicKey, TrustStore
-from ..verify.findings import Finding
-from ..verify.report import Report, Scope
-from ..verify.verifier import verify_chain
+from histaudit.errors import FormatError, InputError, KeyMaterialError
+from histaudit.ledger import merkle
+from histaudit.ledger import records as rec
+from histaudit.ledger.checkpoint import Checkpoint, parse_note
+from histaudit.ledger.keys import PublicKey, TrustStore
+from histaudit.verify.findings import Finding
+from histaudit.verify.report import Report, Scope
+from histaudit.verify.verifier import verify_chain
+
 from .envelope import BUNDLE_VERSION, FILES, MANIFEST_MAX_BYTES, MANIFEST_TYPE, b64, pae, unb64
 
 __all__ = ["BundleResult", "load_manifest", "verify_bundle"]

@@ -13,8 +13,9 @@ from typing import NoReturn
 
 import click
 
-from .. import __version__
-from ..errors import HistauditError
+from histaudit import __version__
+from histaudit.errors import HistauditError
+
 from .crashtest import crashtest
 from .keys import keys
 from .ledger import checkpoint, export, list_, redact, show

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..ledger.keys import generate_keypair
+from histaudit.ledger.keys import generate_keypair
+
 from .options import EXIT_CLEAN, TIMESTAMP
 
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 
-from ..errors import FormatError, HistauditError, InputError, UsageError
-from ..ledger import records as rec
-from ..ledger.keys import TrustStore, signer_from_env
-from ..verify.findings import Severity
+from histaudit.errors import FormatError, HistauditError, InputError, UsageError
+from histaudit.ledger import records as rec
+from histaudit.ledger.keys import TrustStore, signer_from_env
+from histaudit.verify.findings import Severity
+
 from . import render
+
 if TYPE_CHECKING:
-    from ..ledger.store import Ledger
+    from histaudit.ledger.store import Ledger
 
 from .options import (
     EXIT_CLEAN,
@@ -29,7 +31,7 @@ from .options import (
 
 def _open(db: str | None) -> Ledger:
     # Imported here: only commands that open a database load SQLAlchemy.
-    from ..ledger.store import Ledger
+    from histaudit.ledger.store import Ledger
 
     return Ledger.open(db)
 
@@ -40,10 +42,10 @@ def _open(db: str | None) -> Ledger:
 @click.option("--json", "as_json", is_flag=True)
 def list_(db: str | None, trust: str | None, as_json: bool) -> int:
     """Instances in the ledger: entries, last activity, verification status."""
-    from ..verify.verifier import verify_instance
+    from histaudit.verify.verifier import verify_instance
 
     keys = TrustStore.load(trust) if trust else None
-    rows = []
+    rows: list[dict[str, Any]] = []
     with _open(db) as ledger:
         for summary in ledger.instances():
             last = _last_entry(ledger, summary.instance)
@@ -92,7 +94,7 @@ def show(instance_id: str, db: str | None, as_json: bool) -> int:
         rows = list(ledger.entries(instance_id))
     if not rows:
         raise InputError(f"instance {instance_id!r} has no entries in this ledger")
-    items = []
+    items: list[dict[str, Any]] = []
     for row in rows:
         try:
             e = rec.parse_entry(row.body)
@@ -125,7 +127,7 @@ def show(instance_id: str, db: str | None, as_json: bool) -> int:
 def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
            key: str | None) -> int:
     """Erase one stored payload; the chain keeps its salted commitment and still verifies."""
-    from ..ledger.chain import erase_payload
+    from histaudit.ledger.chain import erase_payload
 
     signer = signer_from_env(key)
     with _open(db) as ledger:
@@ -153,7 +155,7 @@ def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
 @click.option("--out", "out_file", metavar="FILE", help="Also write the note to FILE.")
 def checkpoint(db: str | None, key: str | None, out_file: str | None) -> int:
     """Sign and store a checkpoint of the whole ledger; print it (C2SP signed note)."""
-    from ..ledger.chain import make_checkpoint
+    from histaudit.ledger.chain import make_checkpoint
 
     signer = signer_from_env(key)
     with _open(db) as ledger:
@@ -176,7 +178,7 @@ def checkpoint(db: str | None, key: str | None, out_file: str | None) -> int:
 def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until: str | None,
            with_payloads: bool, db: str | None, key: str | None, trust: str | None) -> int:
     """Write a self-contained signed bundle of INSTANCE_IDS (default: all) for auditors."""
-    from ..bundle.export import export as write_bundle
+    from histaudit.bundle.export import export as write_bundle
 
     signer = signer_from_env(key)
     keys = trust_store(trust)

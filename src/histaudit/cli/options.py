@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import click
-
 from typing import Any
 
-from ..errors import FormatError, InputError, UsageError
-from ..ledger.keys import TrustStore, parse_time
+import click
+
+from histaudit.errors import FormatError, InputError, UsageError
+from histaudit.ledger.keys import TrustStore, parse_time
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -46,7 +46,7 @@ def write_file(path: str, data: bytes) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror}") from None
 
 
-class Timestamp(click.ParamType):
+class Timestamp(click.ParamType):  # type: ignore[type-arg]  # generic in click>=8.2 only
     """An RFC 3339 UTC timestamp option, checked while parsing (the text is kept)."""
 
     name = "RFC3339"

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..verify.findings import Severity
-from ..verify.report import Report, Scope
+from histaudit.verify.findings import Severity
+from histaudit.verify.report import Report, Scope
 
 CELL_CHARS = 500
 """Longest text one table cell shows; a huge stored value must not stall the render."""

@@ -6,7 +6,8 @@ import logging
 
 import click
 
-from ..errors import UsageError
+from histaudit.errors import UsageError
+
 from . import render
 from .options import EXIT_CLEAN, EXIT_FINDINGS
 
@@ -30,8 +31,8 @@ def replay(instance_id: str, workflow_ref: str, engine_addr: str | None,
     """Replay INSTANCE_ID's recorded history against workflow code; exit 1 if it diverges."""
     if bool(engine_addr) == bool(history_file):
         raise UsageError("give the history source: --engine HOST:PORT or --history FILE")
-    from ..replay import History, load_workflow
-    from ..replay import replay as run_replay
+    from histaudit.replay import History, load_workflow
+    from histaudit.replay import replay as run_replay
 
     logging.getLogger("WorkflowRuntime").setLevel(logging.CRITICAL)  # the SDK's chatter
     workflow = load_workflow(workflow_ref)

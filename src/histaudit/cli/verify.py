@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ..errors import UsageError
-from ..verify.findings import Severity
-from ..verify.report import Report
+from histaudit.errors import UsageError
+from histaudit.verify.findings import Severity
+from histaudit.verify.report import Report
+
 from . import render
 from .options import EXIT_CLEAN, EXIT_FINDINGS, db_option, read_file, trust_option, trust_store
 
@@ -53,17 +54,17 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
         raise UsageError("give INSTANCE_ID, --all or --since-checkpoint FILE")
     Severity.parse(fail_on)
     # The ledger side loads the store (SQLAlchemy) only here: a bundle needs neither.
-    from ..ledger.checkpoint import parse_note
-    from ..ledger.store import Ledger
-    from ..verify.consistency import check_consistency
-    from ..verify.verifier import verify_all, verify_instance
+    from histaudit.ledger.checkpoint import parse_note
+    from histaudit.ledger.store import Ledger
+    from histaudit.verify.consistency import check_consistency
+    from histaudit.verify.verifier import verify_all, verify_instance
 
     keys = trust_store(trust)
     old = parse_note(read_file(since, "checkpoint"), keys, source=since) if since else None
     history = None
     if engine_addr:
         assert instance_id is not None
-        from ..replay.history import History
+        from histaudit.replay.history import History
 
         history = History.fetch(engine_addr, instance_id).events
     with Ledger.open(db) as ledger:
@@ -91,7 +92,7 @@ def _show(reports: list[Report], as_json: bool, *, single: bool, fail_on: str) -
 
 
 def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str) -> int:
-    from ..bundle.verify import verify_bundle
+    from histaudit.bundle.verify import verify_bundle
 
     result = verify_bundle(path, trust_store(trust))
     reports = result.all_reports()

@@ -28,10 +28,11 @@ from typing import Any
 
 from dapr.ext.workflow import WorkflowActivityContext
 
-from .. import sdk
-from ..crash import crash_point
-from ..errors import StoreError, UsageError
-from ..ledger.kinds import Kind
+from histaudit import sdk
+from histaudit.crash import crash_point
+from histaudit.errors import StoreError, UsageError
+from histaudit.ledger.kinds import Kind
+
 from .recorder import AuditRecorder, sdk_json, worker_id
 
 __all__ = ["ActivityRun", "audit_activity", "current_activity"]

@@ -39,9 +39,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..crash import crash_point
-from ..errors import UsageError
-from ..ledger.kinds import Kind
+from histaudit.crash import crash_point
+from histaudit.errors import UsageError
+from histaudit.ledger.kinds import Kind
+
 from .activity import ActivityRun, current_activity
 from .recorder import sdk_decode, sdk_json
 

@@ -26,13 +26,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .. import sdk
-from ..errors import HistauditError, StoreError
-from ..ledger import chain
-from ..ledger import records as rec
-from ..ledger.keys import Signer
-from ..ledger.kinds import Kind
-from ..ledger.store import Ledger
+from histaudit import sdk
+from histaudit.errors import HistauditError, StoreError
+from histaudit.ledger import chain
+from histaudit.ledger import records as rec
+from histaudit.ledger.keys import Signer
+from histaudit.ledger.kinds import Kind
+from histaudit.ledger.store import Ledger
 
 __all__ = ["AuditRecorder", "Payload", "payload_digest", "sdk_decode", "sdk_json", "worker_id"]
 
@@ -201,7 +201,7 @@ class AuditRecorder:
         """
         by = ("execution_id", execution_id) if execution_id else ("task_id", task_id)
         return self.fold(instance, "starts", _StartCounts, _StartCounts.add,
-                         lambda counts: counts[by])
+                         lambda counts: int(counts[by]))
 
     def load_payload(self, ref: Mapping[str, Any]) -> tuple[bool, bytes | None]:
         """The stored bytes behind a reference: (True, bytes), or (False, None) once erased.

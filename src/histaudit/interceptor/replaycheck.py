@@ -14,8 +14,9 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from ..ledger import records as rec
-from ..ledger.kinds import Kind
+from histaudit.ledger import records as rec
+from histaudit.ledger.kinds import Kind
+
 from .recorder import AuditRecorder, worker_id
 
 __all__ = ["ReplayedResultCheck"]

@@ -16,10 +16,11 @@ from typing import Any
 
 from dapr.ext.workflow import WorkflowRuntime
 
-from .. import sdk
-from ..errors import KeyMaterialError, StoreError
-from ..ledger.keys import Signer, signer_from_env
-from ..ledger.store import Ledger, resolve_url
+from histaudit import sdk
+from histaudit.errors import KeyMaterialError, StoreError
+from histaudit.ledger.keys import Signer, signer_from_env
+from histaudit.ledger.store import Ledger, resolve_url
+
 from .activity import audit_activity
 from .recorder import AuditRecorder
 from .replaycheck import ReplayedResultCheck

@@ -15,8 +15,9 @@ from typing import Any
 
 from dapr.ext.workflow import DaprWorkflowContext
 
-from .. import sdk
-from ..ledger.kinds import Kind
+from histaudit import sdk
+from histaudit.ledger.kinds import Kind
+
 from .recorder import AuditRecorder, Payload, sdk_json, worker_id
 
 __all__ = ["AuditedWorkflowContext", "audit_workflow"]

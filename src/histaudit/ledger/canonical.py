@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import FormatError
+from histaudit.errors import FormatError
 
 MAX_SAFE_INTEGER = 2**53 - 1
 

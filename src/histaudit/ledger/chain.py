@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InputError
+from histaudit.errors import InputError
+
 from . import merkle
 from . import records as rec
 from .checkpoint import Checkpoint, origin_of, sign_note

@@ -22,10 +22,10 @@ import base64
 import binascii
 import hashlib
 from dataclasses import dataclass
-
 from typing import Protocol
 
-from ..errors import InputError
+from histaudit.errors import InputError
+
 from .keys import PublicKey, Signer, TrustStore
 
 ED25519_ALG = b"\x01"

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from ..errors import FormatError, KeyMaterialError
+from histaudit.errors import FormatError, KeyMaterialError
 
 ALGORITHM = "ed25519"
 PUBLIC_SUFFIX = ".pub.json"
@@ -84,9 +84,7 @@ class PublicKey:
         when = parse_time(ts)
         if self.not_before is not None and when < parse_time(self.not_before):
             return False
-        if self.not_after is not None and when > parse_time(self.not_after):
-            return False
-        return True
+        return self.not_after is None or when <= parse_time(self.not_after)
 
     def to_json(self) -> dict[str, str]:
         doc = {"alg": ALGORITHM, "kid": self.kid,
@@ -112,7 +110,8 @@ class PublicKey:
             raise KeyMaterialError(f"{source}: public_key is not a base64 Ed25519 key") from None
         kid = key_id(raw)
         if doc.get("kid", kid) != kid:
-            raise KeyMaterialError(f"{source}: kid {doc.get('kid')!r} does not match the key ({kid})")
+            raise KeyMaterialError(f"{source}: kid {doc.get('kid')!r} does not match the key "
+                                   f"({kid})")
         for bound in ("not_before", "not_after"):
             if doc.get(bound) is not None:
                 try:
@@ -168,7 +167,8 @@ class Signer:
         except OSError as exc:
             raise KeyMaterialError(f"private key {p}: {exc.strerror}") from None
         except (ValueError, TypeError):
-            raise KeyMaterialError(f"private key {p} is not an unencrypted PEM private key") from None
+            raise KeyMaterialError(f"private key {p} is not an unencrypted PEM private "
+                                   f"key") from None
         if not isinstance(key, Ed25519PrivateKey):
             raise KeyMaterialError(f"private key {p} is not an Ed25519 key")
         return cls(key)

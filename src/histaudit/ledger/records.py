@@ -29,8 +29,9 @@ from typing import Any
 
 import orjson
 
+from histaudit.errors import FormatError
+
 from .canonical import canonical_bytes
-from ..errors import FormatError
 
 FORMAT_VERSION = 1
 GENESIS_PREV = "0" * 64
@@ -151,7 +152,8 @@ def entry_body(*, instance: str, seq: int, leaf: int, prev: str, kind: str, ts: 
                             "kid": kid, "data": dict(data)})
 
 
-def head_body(*, instance: str, seq: int, leaf: int, hash: str, ts: str, kid: str) -> bytes:
+def head_body(*, instance: str, seq: int, leaf: int, hash: str,  # noqa: A002 - the field's name
+              ts: str, kid: str) -> bytes:
     """Build the canonical bytes of a signed head."""
     return canonical_bytes({"v": FORMAT_VERSION, "type": "head", "instance": instance,
                             "seq": seq, "leaf": leaf, "hash": hash, "ts": ts, "kid": kid})

@@ -16,16 +16,17 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
-from ..errors import StoreError
+from histaudit.errors import StoreError
+
 from .records import InstanceSummary, StoredEntry, StoredHead
 
 DEFAULT_URL = "sqlite:///histaudit.db"
@@ -91,11 +92,14 @@ _SQLITE_TRIGGERS = [
     """CREATE TRIGGER IF NOT EXISTS histaudit_heads_no_delete BEFORE DELETE
        ON histaudit_heads BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
     """CREATE TRIGGER IF NOT EXISTS histaudit_checkpoints_no_update BEFORE UPDATE
-       ON histaudit_checkpoints BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+       ON histaudit_checkpoints
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
     """CREATE TRIGGER IF NOT EXISTS histaudit_checkpoints_no_delete BEFORE DELETE
-       ON histaudit_checkpoints BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+       ON histaudit_checkpoints
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
     """CREATE TRIGGER IF NOT EXISTS histaudit_payloads_no_update BEFORE UPDATE
-       ON histaudit_payloads BEGIN SELECT RAISE(ABORT, 'payloads can be erased, not changed'); END""",
+       ON histaudit_payloads
+       BEGIN SELECT RAISE(ABORT, 'payloads can be erased, not changed'); END""",
     # INSERT OR REPLACE deletes the conflicting row without firing DELETE triggers (unless
     # recursive_triggers is on), so an insert that would replace a row is refused up front.
     """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_replace BEFORE INSERT
@@ -240,7 +244,9 @@ class Ledger:
                 raise StoreError(f"ledger {_redact_url(self.url)} holds no histaudit ledger")
             self._create_schema()
         with self.db.connect() as conn:
-            rows = dict(conn.execute(sa.select(meta_table.c.key, meta_table.c.value)).all())
+            rows: dict[str, str] = {
+                str(k): str(v) for k, v in
+                conn.execute(sa.select(meta_table.c.key, meta_table.c.value)).all()}
         if rows.get("schema_version") != SCHEMA_VERSION:
             raise StoreError(f"ledger {_redact_url(self.url)} has unknown schema version "
                              f"{rows.get('schema_version')!r} (this histaudit reads "

@@ -12,7 +12,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .. import sdk
+from histaudit import sdk
+
 from . import describe
 from .result import (
     DIFFERENT_ACTIVITY,
@@ -117,7 +118,7 @@ class CheckingExecutor(sdk.OrchestrationExecutor):  # type: ignore[misc]
     def _check_step(self, ctx: Any, event: Any, recorded: Any, field_name: str,
                     what: str) -> None:
         action = sdk.pending_actions(ctx).get(event.eventId)
-        if action is None or sdk.helpers.is_optional_timer_action(action):
+        if action is None or sdk.is_optional_timer_action(action):
             return  # the SDK decides: a missing step, or an optional-timer shift
         if not action.HasField(field_name):
             return  # another kind of step: the SDK raises NonDeterminismError
@@ -147,7 +148,7 @@ class CheckingExecutor(sdk.OrchestrationExecutor):  # type: ignore[misc]
         action = sdk.pending_actions(ctx).get(event.eventId)
         if action is None or not action.HasField("createTimer"):
             return  # the SDK decides
-        if sdk.helpers.is_optional_timer_action(action) or sdk.helpers.is_optional_timer_event(event):
+        if sdk.is_optional_timer_action(action) or sdk.is_optional_timer_event(event):
             return
         if action.createTimer.fireAt != event.timerCreated.fireAt:
             self.diverge(DIFFERENT_INPUT, event, describe.describe_event(event),

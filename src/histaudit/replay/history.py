@@ -20,8 +20,8 @@ from typing import Any
 
 import orjson
 
-from .. import sdk
-from ..errors import EngineError, InputError, UsageError
+from histaudit import sdk
+from histaudit.errors import EngineError, InputError, UsageError
 
 __all__ = ["DEFAULT_TIMEOUT_S", "HISTORY_FORMAT", "HISTORY_VERSION", "History",
            "execution_started"]
@@ -165,7 +165,7 @@ def _fetch(address: str, instance_id: str, timeout: float) -> list[Any]:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise UsageError(f"--engine {address!r}: expected HOST:PORT")
-    channel = sdk.shared.get_grpc_channel(address, options=[
+    channel = sdk.get_grpc_channel(address, options=[
         ("grpc.max_receive_message_length", -1)])
     try:
         try:
@@ -173,7 +173,7 @@ def _fetch(address: str, instance_id: str, timeout: float) -> list[Any]:
         except grpc.FutureTimeoutError:
             raise EngineError(f"engine at {address} did not answer within "
                               f"{timeout:g}s") from None
-        stub = sdk.stubs.TaskHubSidecarServiceStub(channel)
+        stub = sdk.history_stub(channel)
         request = sdk.protos.GetInstanceHistoryRequest(instanceId=instance_id)
         try:
             response = stub.GetInstanceHistory(request, timeout=timeout)

@@ -30,8 +30,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .. import sdk, usercode
-from ..errors import InputError
+from histaudit import sdk, usercode
+from histaudit.errors import InputError
+
 from . import describe
 from .executor import CheckingExecutor
 from .history import History, execution_started
@@ -70,7 +71,7 @@ def load_workflow(ref: str) -> Any:
     """The workflow code ``MODULE:NAME`` names (see :mod:`histaudit.usercode`): a
     function, a mapping of names to functions, or a ``WorkflowRuntime``."""
     target = usercode.load(ref, "--workflow")
-    if not callable(target) and not isinstance(target, Mapping):
+    if not (callable(target) or isinstance(target, Mapping | sdk.WorkflowRuntime)):
         raise InputError(f"--workflow {ref!r}: it is not a workflow function")
     return target
 
@@ -80,9 +81,10 @@ def replay(history: History | Sequence[Any] | str | os.PathLike[str], workflow: 
     """Replay ``history`` against ``workflow`` with the SDK's executor; compare every step.
 
     ``history``: a :class:`History`, history events (``HistoryEvent`` protobufs, as the
-    engine returns them) or the path of a golden history file. ``workflow``: the workflow function (as
-    registered: its Dapr alternate name, else ``__name__``, must be the history's workflow
-    name), a ``{name: function}`` mapping, a ``WorkflowRuntime`` or an SDK ``_Registry``.
+    engine returns them) or the path of a golden history file. ``workflow``: the workflow
+    function (``@wfr.workflow``-decorated or plain; as registered — its Dapr alternate
+    name, else ``__name__`` — it must be the history's workflow), a ``{name: function}``
+    mapping, a ``WorkflowRuntime`` or an SDK ``_Registry``.
     ``instance_id``, when given, must be the history's instance.
 
     Raises InputError when the history cannot be replayed at all (empty, not a workflow
@@ -127,8 +129,9 @@ def _compare_end(executor: Any, actions: Sequence[Any]) -> str:
     """Compare the code's last actions with how the history ends; return the outcome."""
     done = next((a for a in actions if a.HasField("completeWorkflow")), None)
     open_steps = [a for a in actions if not a.HasField("completeWorkflow")
-                  and not sdk.helpers.is_optional_timer_action(a)]
-    outcome = "running" if done is None else describe.status_word(done.completeWorkflow.workflowStatus)
+                  and not sdk.is_optional_timer_action(a)]
+    outcome = ("running" if done is None
+               else describe.status_word(done.completeWorkflow.workflowStatus))
     if executor.refused:
         return "refused by the SDK"  # the end would only repeat the first divergence
     if executor.completed is None:  # the history has not ended

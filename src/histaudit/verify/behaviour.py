@@ -27,8 +27,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ledger.kinds import Kind
-from ..ledger.records import Entry, StoredEntry
+from histaudit.ledger.kinds import Kind
+from histaudit.ledger.records import Entry, StoredEntry
+
 from .check import Parsed
 from .findings import Finding
 
@@ -122,8 +123,8 @@ class BehaviourCheck:
             for intent, task_key in sorted(eff.intents.items()):
                 if intent in eff.closed:
                     continue
-                task = self._tasks.get(task_key)
-                if task is not None and any(s > intent for s in task.starts):
+                started = self._tasks.get(task_key)
+                if started is not None and any(s > intent for s in started.starts):
                     out.append(Finding.make(
                         "effect-uncertain", self.instance, intent,
                         f"{label}: intent at entry {intent} never confirmed, and the "

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from ..errors import FormatError
-from ..ledger.records import Entry, StoredEntry, parse_entry
+from histaudit.errors import FormatError
+from histaudit.ledger.records import Entry, StoredEntry, parse_entry
+
 from .findings import Finding
 
 Parsed = Entry | FormatError

@@ -13,16 +13,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
-from ..ledger import merkle
-from ..ledger.checkpoint import Checkpoint, origin_of
-from ..ledger.records import StoredEntry
+from histaudit.errors import InputError
+from histaudit.ledger import merkle
+from histaudit.ledger.checkpoint import Checkpoint, origin_of
+from histaudit.ledger.records import StoredEntry
+
 from .check import Parsed, run_checks
 from .findings import Finding
 from .report import Report, Scope
 
 if TYPE_CHECKING:
-    from ..ledger.store import Ledger
+    from histaudit.ledger.store import Ledger
 
 LEDGER = "ledger"
 """The instance name ledger-wide findings carry."""

@@ -30,8 +30,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..ledger.kinds import Kind
-from ..ledger.records import Entry, StoredEntry, commitment_matches
+from histaudit.ledger.kinds import Kind
+from histaudit.ledger.records import Entry, StoredEntry, commitment_matches
+
 from .check import Parsed
 from .findings import Finding
 from .payloads import PayloadLookup
@@ -131,7 +132,8 @@ def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
     reported: set[Any] = set()
     for s in signed:
         ids = engine_tasks.get(s.task_id) if isinstance(s.task_id, int) else None
-        present = bool(ids) and (not s.execution_id or "" in ids or s.execution_id in ids)
+        present = bool(ids) and (not s.execution_id or "" in (ids or ())
+                                 or s.execution_id in (ids or ()))
         if present or s.task_id in reported:
             continue
         reported.add(s.task_id)

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
+from histaudit.errors import UsageError
 
 
 class Severity(enum.IntEnum):
@@ -39,7 +39,7 @@ class Group(enum.StrEnum):
     """The records are intact and show what a crash did: a re-run, a duplicate effect."""
 
 
-E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741 - the table reads E/W/I
 
 #: code -> (severity, what it means); every code before "activity-reexecuted" is about
 #: integrity, every code from it on about behaviour (see GROUPS)

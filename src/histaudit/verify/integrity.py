@@ -13,10 +13,11 @@ from collections.abc import Iterable
 
 import orjson
 
-from ..errors import FormatError
-from ..ledger import records as rec
-from ..ledger.canonical import canonical_bytes
-from ..ledger.keys import TrustStore
+from histaudit.errors import FormatError
+from histaudit.ledger import records as rec
+from histaudit.ledger.canonical import canonical_bytes
+from histaudit.ledger.keys import TrustStore
+
 from .check import Parsed
 from .findings import Finding
 from .signatures import key_findings

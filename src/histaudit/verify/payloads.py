@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..ledger.records import Entry, StoredEntry, commitment_matches
+from histaudit.ledger.records import Entry, StoredEntry, commitment_matches
+
 from .check import Parsed
 from .findings import Finding
 

@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import VerificationError
+from histaudit.errors import VerificationError
+
 from .findings import Finding, Severity
 
 

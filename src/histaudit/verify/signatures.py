@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..errors import FormatError
-from ..ledger.keys import BatchVerifier, TrustStore
-from ..ledger.records import Entry, StoredEntry
+from histaudit.errors import FormatError
+from histaudit.ledger.keys import BatchVerifier, TrustStore
+from histaudit.ledger.records import Entry, StoredEntry
+
 from .check import Parsed
 from .findings import Finding
 

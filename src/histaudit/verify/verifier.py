@@ -17,8 +17,9 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..ledger.keys import TrustStore
-from ..ledger.records import StoredEntry, StoredHead
+from histaudit.ledger.keys import TrustStore
+from histaudit.ledger.records import StoredEntry, StoredHead
+
 from .behaviour import BehaviourCheck
 from .check import ChainCheck, run_checks
 from .crosscheck import EngineCrossCheck
@@ -28,7 +29,7 @@ from .report import Report, finding_order
 from .signatures import KeyCheck, SignatureCheck
 
 if TYPE_CHECKING:
-    from ..ledger.store import Ledger
+    from histaudit.ledger.store import Ledger
 
 __all__ = ["verify_all", "verify_chain", "verify_instance"]
 
