@@ -1,4 +1,3 @@
-from histaudit.ledger import chain
 """Figure 2: PostgreSQL appends/s with 1 and 4 processes against raw INSERT commits.
 
 A private PostgreSQL server (``tests/support/postgres.py``) runs on this machine, with
@@ -11,7 +10,7 @@ start). Scenarios, interleaved in every round:
   transaction, from 1 or 4 processes (4 connections get PostgreSQL's group commit);
 * ``raw+lock×4``         diagnostic: the same INSERT inside a transaction that first takes
   one transaction-scoped advisory lock — the ledger's serialization, without the ledger;
-* ``append×1``           ``Ledger.append`` from 1 process;
+* ``append×1``           ``chain.append`` (``histaudit.ledger.chain``) from 1 process;
 * ``append×4 separate``  4 processes, each appending to its own instance;
 * ``append×4 shared``    4 processes appending to one shared instance.
 
@@ -40,6 +39,7 @@ def _worker(kind: str, target: str, instance: str, duration: float, warmup: int,
         if kind == "append":
             from bench_synth import workload
 
+            from histaudit.ledger import chain
             from histaudit.ledger.keys import Signer
             from histaudit.ledger.store import Ledger
 
@@ -74,11 +74,11 @@ def _worker(kind: str, target: str, instance: str, duration: float, warmup: int,
             if t1 >= deadline:
                 break
         queue.put({"count": count, "t0": t0, "t1": t1, "cpu": time.process_time() - c0})
-    except BaseException as exc:  # report, never hang the parent
+    except BaseException as exc:  # noqa: BLE001 - report anything, never hang the parent
         queue.put({"error": f"{type(exc).__name__}: {exc}"})
         try:
             barrier.abort()
-        except Exception:
+        except Exception:  # noqa: BLE001 - already failing; the error above is the report
             pass
 
 
@@ -112,9 +112,9 @@ def run(*, rounds: int, duration: float) -> dict[str, Any]:
 
     add_repo_paths()
     import psycopg
-    from support.postgres import PostgresServer
 
     from histaudit.ledger.store import Ledger
+    from support.postgres import PostgresServer
 
     server = PostgresServer()
     log("starting a private PostgreSQL server")
@@ -169,7 +169,7 @@ def run(*, rounds: int, duration: float) -> dict[str, Any]:
                 rate["append×4 separate"] / rate["append×1"])
             ratios["append4_separate_over_target2000"].add(rate["append×4 separate"] / TARGET_4P)
             ratios["append4_shared_over_target2000"].add(rate["append×4 shared"] / TARGET_4P)
-            log("pg round {}/{}: ".format(r + 1, rounds) +
+            log(f"pg round {r + 1}/{rounds}: " +
                 ", ".join(f"{k} {v:,.0f}/s" for k, v in rate.items()))
         return {"params": {"rounds": rounds, "seconds_per_measurement": duration},
                 "server": settings,

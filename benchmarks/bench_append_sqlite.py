@@ -9,7 +9,8 @@ Each round measures, back to back in one process and one directory:
   ledger schema: the two lookups, the entry INSERT, the head INSERT/UPDATE and the
   payload INSERT, with precomputed bodies and dummy signatures — storage cost only;
 * ``t_build``  (diagnostic) building the entry and head canonical bytes + SHA-256;
-* ``t_append`` ``Ledger.append`` of the workload mix round-robin over 8 instances.
+* ``t_append`` ``chain.append`` (``histaudit.ledger.chain``) of the workload mix,
+  round-robin over 8 instances.
 
 Each round is cut into 10 slices that run a block of every measurement in rotating
 order (fsync latency on a shared virtual disk drifts within seconds; slicing makes the
@@ -35,10 +36,10 @@ from bench_common import Series, Timing, log, measure
 from bench_synth import raw_private, ts_for, workload
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer
 from histaudit.ledger.store import Ledger
-from histaudit.ledger import chain
 
 INSTANCES = 8
 SLICES = 10
@@ -116,7 +117,7 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
         for _ in range(n):
             leaf = txn_state["leaf"]
             inst = f"wf-{leaf % INSTANCES}"
-            kind, data, payloads = txn_work[leaf % len(txn_work)]
+            payloads = txn_work[leaf % len(txn_work)][2]
             body = bodies[leaf & 63]
             txn_db.execute("BEGIN IMMEDIATE")
             last = txn_db.execute(
@@ -159,7 +160,7 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
             i = next(counter)
             kind, data, payloads = next(mix)
             chain.append(ledger, f"wf-{i % INSTANCES}", kind, data, signer=signer,
-                          payloads=payloads or None)
+                         payloads=payloads or None)
         return n
 
     # Warm-up, untimed: connection pools, statement caches, the first head rows — and

@@ -152,9 +152,7 @@ def versions() -> dict[str, str]:
 def fmt_num(x: float | None, unit: str = "") -> str:
     if x is None or x != x:  # NaN
         return "-"
-    if abs(x) >= 100_000:
-        s = f"{x:,.0f}"
-    elif abs(x) >= 100:
+    if abs(x) >= 100:
         s = f"{x:,.0f}"
     elif abs(x) >= 10:
         s = f"{x:.1f}"

@@ -35,10 +35,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from histaudit import crashtest as ct  # noqa: E402
+from histaudit import crashtest as ct
 
 TARGET = f"{REPO / 'examples' / 'triage' / 'app.py'}:triage"
 TICKET = {"id": "T-1", "title": "Login page 500s"}
+SPEC = ct.CrashSpec(target=TARGET, input=TICKET)
 TARGET_RATIO = 1.5
 
 
@@ -56,13 +57,13 @@ def cpu_now() -> float:
 def matrix(clean: ct.CleanRun, **kw: Any) -> tuple[ct.MatrixResult, float]:
     """One matrix run and the CPU seconds it took (harness + workers + engines)."""
     c0 = cpu_now()
-    result = ct.run_matrix(TARGET, input=TICKET, clean=clean, **kw)
+    result = ct.run_matrix(SPEC, clean=clean, **kw)
     return result, cpu_now() - c0
 
 
 def one_round(r: int, engine_points: int) -> dict[str, Any]:
     t0 = time.monotonic()
-    clean = ct.run_clean(TARGET, input=TICKET)
+    clean = ct.run_clean(SPEC)
     baseline = clean.wall + clean.worker_start
     log(f"round {r}: clean {clean.wall:.1f}s + restart {clean.worker_start:.1f}s "
         f"= {baseline:.1f}s, {len(clean.points)} points")
@@ -75,7 +76,7 @@ def one_round(r: int, engine_points: int) -> dict[str, Any]:
         f"({par_cpu:.1f} CPU-s)")
     eng_walls: list[float] = []
     if engine_points:
-        eng = ct.run_matrix(TARGET, input=TICKET, clean=clean, jobs=1, app_points=False,
+        eng = ct.run_matrix(SPEC, clean=clean, jobs=1, app_points=False,
                             points=clean.points[:engine_points])
         eng_walls = [p.wall for p in eng.points]
         log(f"round {r}: {len(eng_walls)} engine points, mean "

@@ -8,12 +8,13 @@ A ledger of ``--entries`` entries over ``--instances`` interleaved instances (ev
 entry commits to a stored payload) is written in one transaction with histaudit's own
 record builders and signatures, so it verifies clean. Each round then
 
-1. exports every instance with payloads and the HTML report (``histaudit.bundle.export``:
-   checkpoint over the whole tree, one inclusion proof per entry, the exporter's own
-   verification for the report, DSSE-signed manifest);
-2. verifies the bundle offline (``histaudit.bundle.verify_bundle``: manifest signature,
-   file hashes, checkpoint note, every inclusion proof, every chain in full mode with one
-   Ed25519 verification per entry, payload commitments), single process;
+1. exports every instance with payloads and the HTML report
+   (``histaudit.bundle.export.export``: checkpoint over the whole tree, one inclusion
+   proof per entry, the exporter's own verification for the report, DSSE-signed
+   manifest);
+2. verifies the bundle offline (``histaudit.bundle.verify.verify_bundle``: manifest
+   signature, file hashes, checkpoint note, every inclusion proof, every chain in full
+   mode with one Ed25519 verification per entry, payload commitments), single process;
 3. measures the baseline in the same round: raw single-thread Ed25519 verifications per
    second (``cryptography``/OpenSSL) over the same entry bodies and signatures.
 
@@ -26,6 +27,7 @@ variants are both reported; the machine is shared, so compare ratios, not absolu
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -43,14 +45,14 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from histaudit.ledger import records as fmt  # noqa: E402
-from histaudit.ledger import store  # noqa: E402
-from histaudit.bundle.export import export  # noqa: E402
+from histaudit.bundle.export import export
 from histaudit.bundle.verify import verify_bundle
-from histaudit.ledger.keys import Signer, TrustStore  # noqa: E402
-from histaudit.ledger.store import Ledger  # noqa: E402
+from histaudit.ledger import records as fmt
+from histaudit.ledger import store
+from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.store import Ledger
 
 PAYLOAD_EVERY = 4
 
@@ -86,11 +88,10 @@ def synthesize(url: str, signer: Signer, entries: int, instances: int) -> None:
                               ts=tss[instance], kid=signer.kid)
         heads.append({"instance": instance, "seq": seq, "body": hbody,
                       "sig": signer.sign(hbody)})
-    with Ledger.open(url, create=True) as ledger:
-        with ledger.db.begin() as conn:
-            conn.execute(store.entries.insert(), rows)
-            conn.execute(store.heads.insert(), heads)
-            conn.execute(store.payloads.insert(), payloads)
+    with Ledger.open(url, create=True) as ledger, ledger.db.begin() as conn:
+        conn.execute(store.entries.insert(), rows)
+        conn.execute(store.heads.insert(), heads)
+        conn.execute(store.payloads.insert(), payloads)
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
@@ -126,12 +127,12 @@ def run(*, url: str | None, entries: int, instances: int, rounds: int,
     for rnd in range(rounds):
         out = workdir / f"bundle-{rnd}"
         with Ledger.open(url) as ledger:
-            result, wall, cpu = timed(lambda: export(ledger, [], out, signer=signer,
-                                                     trust=trust, with_payloads=True))
+            result, wall, cpu = timed(functools.partial(export, ledger, [], out, signer=signer,
+                                                        trust=trust, with_payloads=True))
         assert result.entries == entries
         samples["export_per_s"].append(entries / wall)
         samples["export_per_cpu_s"].append(entries / cpu)
-        report, wall, cpu = timed(lambda: verify_bundle(out, trust))
+        report, wall, cpu = timed(functools.partial(verify_bundle, out, trust))
         assert report.ok and sum(r.entries for r in report.reports) == entries, \
             "the bundle does not verify clean"
         samples["verify_per_s"].append(entries / wall)

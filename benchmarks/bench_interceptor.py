@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import itertools
 import json
 import os
 import platform
@@ -55,12 +56,17 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO / "src"))
 
-import dapr.ext.workflow as wf  # noqa: E402
+import dapr.ext.workflow as wf
 
-from histaudit import dapr as hdapr  # noqa: E402
-from histaudit.ledger import store as hstore  # noqa: E402
-from histaudit.crashtest.engine import EngineProcess  # noqa: E402
-from histaudit.ledger.keys import Signer, generate_keypair  # noqa: E402
+from histaudit.crashtest.engine import EngineProcess
+from histaudit.interceptor import AuditedWorkflowRuntime
+from histaudit.interceptor import activity as hactivity
+from histaudit.interceptor.recorder import AuditRecorder
+from histaudit.interceptor.replaycheck import ReplayedResultCheck
+from histaudit.interceptor.workflow import AuditedWorkflowContext
+from histaudit.ledger import chain as hchain
+from histaudit.ledger.keys import Signer, generate_keypair
+from histaudit.replay import History
 
 OUT = BENCH_DIR / "results" / "interceptor-latest.json"
 TARGET_RATIO = 0.85
@@ -113,21 +119,23 @@ class Hooks:
         # recording part of a decision is timed: the SDK replays the workflow function
         # from the top every turn, so call_activity itself runs n(n+1)/2 times, mostly
         # replaying, in plain and audited runs alike; _decide runs once per new decision.
-        hdapr._start_activity = self._timed("start", hdapr._start_activity)
-        hdapr._completed = self._timed("completed", hdapr._completed)
-        ctx = hdapr.AuditedWorkflowContext
+        # audit_activity looks _start_activity and _completed up in its module at call
+        # time, and the recorder calls chain.append, which calls chain.append_in, the same
+        # way: patching the module attributes times exactly the calls the runtime makes.
+        hactivity._start_activity = self._timed("start", hactivity._start_activity)
+        hactivity._completed = self._timed("completed", hactivity._completed)
+        ctx = AuditedWorkflowContext
         ctx._decide = self._timed("decide", ctx._decide)  # type: ignore[method-assign]
-        check = getattr(hdapr, "ReplayedResultCheck", None)
-        if check is not None:  # the replayed-result check runs in every workflow turn
-            check.check = self._timed("replay_check", check.check)
-            check._signed = self._timed("replay_scan", check._signed)
+        # the replayed-result check runs in every workflow turn
+        check = ReplayedResultCheck
+        check.check = self._timed("replay_check", check.check)  # type: ignore[method-assign]
+        check._signed = self._timed("replay_scan", check._signed)  # type: ignore[method-assign]
         # Breakdown: what those calls spend their time on.
-        rec = hdapr.AuditRecorder
+        rec = AuditRecorder
         rec.prior_starts = self._timed("attempt_scan", rec.prior_starts)  # type: ignore[method-assign]
         rec.commit = self._timed("payload_commit", rec.commit)  # type: ignore[method-assign]
-        hstore.Ledger.append = self._timed("ledger_append", hstore.Ledger.append)  # type: ignore[method-assign]
-        hstore.Ledger._append_locked = self._timed(  # type: ignore[method-assign]
-            "append_in_txn", hstore.Ledger._append_locked)
+        hchain.append = self._timed("ledger_append", hchain.append)
+        hchain.append_in = self._timed("append_in_txn", hchain.append_in)
         Signer.sign = self._timed("sign", Signer.sign)  # type: ignore[method-assign]
 
 
@@ -160,8 +168,8 @@ def worker(variant: str, engine: EngineProcess, ledgers: dict[str, str], key: Pa
     if variant == "plain":
         wfr = wf.WorkflowRuntime(host=host, port=port)
     else:
-        wfr = hdapr.AuditedWorkflowRuntime(host=host, port=port, ledger=ledgers[variant],
-                                           key=str(key))
+        wfr = AuditedWorkflowRuntime(host=host, port=port, ledger=ledgers[variant],
+                                     key=str(key))
     _register(wfr)
     wfr.start()
     try:
@@ -201,13 +209,7 @@ def timeline(engine: EngineProcess, instance: str) -> tuple[float, list[float]]:
     A step is the time between consecutive ``TaskCompleted`` events: one activity's full
     cycle (workflow turn, dispatch, body, completion).
     """
-    from dapr.ext.workflow._durabletask.client import TaskHubGrpcClient
-
-    client = TaskHubGrpcClient(host_address=engine.address)
-    try:
-        events = list(client.get_instance_history(instance))
-    finally:
-        client.close()
+    events = list(History.fetch(engine.address, instance, timeout=60))
 
     def ts(e: Any) -> float:
         return float(e.timestamp.ToDatetime().timestamp())
@@ -215,7 +217,7 @@ def timeline(engine: EngineProcess, instance: str) -> tuple[float, list[float]]:
     started = next(ts(e) for e in events if e.HasField("executionStarted"))
     ended = next(ts(e) for e in events if e.HasField("executionCompleted"))
     stamps = [ts(e) for e in events if e.HasField("taskCompleted")]
-    return ended - started, [b - a for a, b in zip(stamps, stamps[1:])]
+    return ended - started, [b - a for a, b in itertools.pairwise(stamps)]
 
 
 # --- statistics -------------------------------------------------------------------------

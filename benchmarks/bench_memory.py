@@ -10,16 +10,18 @@ reports the benchmark driver's size whenever that is bigger. In ``--full`` mode
 ``RUSAGE_CHILDREN`` of the child gives its largest signature worker (Linux reports the
 largest, not a sum).
 
-Baseline: the same interpreter after ``import histaudit.verify`` (which pulls in the
-store, SQLAlchemy, cryptography and orjson) and nothing else. Figures: peak ÷ idle and
-peak − idle. The issue's target (< 100 MB for 1,000,000 entries) is absolute memory,
-which does not depend on machine speed, so it is shown as peak ÷ 100 MB. A second,
-smaller instance in the same ledger gives the growth per entry (slope), which is what
-separates constant-memory streaming from state that grows with the instance.
+Baseline: the same interpreter after ``import histaudit.verify`` and
+``histaudit.ledger.store`` (together: the verifier, the store, SQLAlchemy, cryptography
+and orjson; ``histaudit.verify`` alone no longer loads the store) and nothing else.
+Figures: peak ÷ idle and peak − idle. The issue's target (< 100 MB for 1,000,000
+entries) is absolute memory, which does not depend on machine speed, so it is shown as
+peak ÷ 100 MB. A second, smaller instance in the same ledger gives the growth per entry
+(slope), which is what separates constant-memory streaming from state that grows with
+the instance.
 
 ``child trace`` repeats a verify under ``tracemalloc`` and snapshots the heap at the
-moment the behaviour analyzer finishes (when per-instance state is largest), listing the
-allocation sites that hold the most memory.
+moment the behaviour check finishes (``BehaviourCheck.finish``, when per-instance state is
+largest), listing the allocation sites that hold the most memory.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ def _child(argv: list[str]) -> None:
     sys.path.insert(0, str(HERE.parent / "src"))
     what = argv[0]
     out: dict[str, Any] = {}
-    import histaudit.verify  # noqa: F401 - the baseline is "imported histaudit"
+    # the baseline: an interpreter that imported what verifying a database needs
+    import histaudit.ledger.store
+    import histaudit.verify  # noqa: F401
 
     if what in ("verify", "trace"):
         from histaudit.ledger.keys import PublicKey, TrustStore
@@ -60,17 +64,17 @@ def _child(argv: list[str]) -> None:
         if what == "trace":
             import tracemalloc
 
-            from histaudit import behaviour
+            from histaudit.verify.behaviour import BehaviourCheck
 
             holder: dict[str, Any] = {}
-            original = behaviour.BehaviourAnalyzer.finish
+            original = BehaviourCheck.finish
 
             def finish(self: Any) -> Any:
                 holder["snap"] = tracemalloc.take_snapshot()
                 holder["current"], holder["peak"] = tracemalloc.get_traced_memory()
                 return original(self)
 
-            behaviour.BehaviourAnalyzer.finish = finish  # type: ignore[method-assign]
+            BehaviourCheck.finish = finish  # type: ignore[method-assign]
             tracemalloc.start(1)
         import time
 

@@ -11,12 +11,18 @@ Two complementary views of ``verify_instance(ledger, instance, trust=trust)``:
    categories made of many tiny calls, hence view 2.
 
 2. **Isolated components, no profiler.** The same rows pushed through one stage at a
-   time (stream only; SHA-256 only; ``parse_entry`` only; ``orjson.loads`` only; key
-   checks; behaviour analyzer; ``verify_chain`` on pre-loaded rows), each timed on its
-   own and shown as µs/entry and % of the unprofiled ``verify_instance`` time.
+   time: the stream only; ``verify_chain`` on pre-loaded rows; the check loop
+   (``run_checks`` with no checks: ``parse_entry`` of each row); ``parse_entry`` and
+   ``orjson.loads`` alone; and each check the default mode composes
+   (:mod:`histaudit.verify.check`: ``IntegrityCheck``, ``KeyCheck``, ``HeadCheck``,
+   ``BehaviourCheck``) fed the same pre-parsed rows through ``observe(row, parsed)`` and
+   ``finish()``. Each is timed on its own and shown as µs/entry and % of the unprofiled
+   ``verify_instance`` time.
 
 Plus, for ``--full`` mode: the cost of one payload-commitment lookup
-(``Ledger.payload``), which full mode does for every committed payload reference.
+(``Ledger.payload``), which full mode does for every committed payload reference, and of
+the canonical-form re-check (``IntegrityCheck(canonical=True)`` minus the same check
+without it).
 """
 
 from __future__ import annotations
@@ -32,10 +38,13 @@ from bench_common import log
 from bench_verify import floor_pass
 
 from histaudit.ledger import records as fmt
-from histaudit.verify.behaviour import BehaviourCheck
 from histaudit.ledger.keys import PublicKey, TrustStore
+from histaudit.ledger.records import StoredEntry, StoredHead
 from histaudit.ledger.store import Ledger
-from histaudit.verify import verifier as verify_mod
+from histaudit.verify.behaviour import BehaviourCheck
+from histaudit.verify.check import ChainCheck, Parsed, run_checks
+from histaudit.verify.integrity import HeadCheck, IntegrityCheck
+from histaudit.verify.signatures import KeyCheck
 from histaudit.verify.verifier import verify_chain, verify_instance
 
 CATS = {
@@ -43,13 +52,13 @@ CATS = {
     "driver": "sqlite3 C driver (execute/fetch)",
     "stream": "Ledger._stream loop + bytes() copies",
     "stored": "StoredEntry(...) construction",
-    "sha": "SHA-256 (format.sha256_hex)",
+    "sha": "SHA-256 (records.sha256_hex)",
     "orjson": "orjson.loads",
     "parse": "parse_entry field checks (set(), _str/_int/_hex64)",
     "entry": "Entry(...) construction (frozen dataclass)",
-    "key": "key checks (_check_key, TrustStore.get, valid_at)",
-    "behaviour": "behaviour analyzer (observe/finish)",
-    "loop": "verify_chain loop (seq/link bookkeeping)",
+    "key": "key checks (KeyCheck, key_findings, TrustStore.get, valid_at)",
+    "behaviour": "behaviour check (BehaviourCheck observe/finish)",
+    "loop": "run_checks loop + IntegrityCheck (seq/link bookkeeping)",
     "head": "head check + report",
     "other": "other",
 }
@@ -64,30 +73,33 @@ def _own_category(code: Any) -> str | None:
         if "sqlite3" in code:
             return "driver"
         return None
-    fn, name = code.co_filename.replace("\\", "/"), code.co_name
+    fn, name = code.co_filename.replace("\\", "/"), code.co_qualname
     if fn == "<string>":
         return None
     if "/sqlalchemy/" in fn:
         return "sqlalchemy"
-    if fn.endswith("histaudit/store.py"):
+    if fn.endswith("histaudit/ledger/store.py"):
         return "stream"
-    if fn.endswith("histaudit/format.py"):
+    if fn.endswith("histaudit/ledger/records.py"):
         if name == "sha256_hex":
             return "sha"
-        if name in ("parse_head",):
+        if name == "parse_head":
             return "head"
         return "parse"
-    if fn.endswith("histaudit/behaviour.py"):
+    if fn.endswith("histaudit/verify/behaviour.py"):
         return "behaviour"
-    if fn.endswith("histaudit/keys.py"):
-        return "key" if name in ("get", "valid_at", "parse_time") else "head"
-    if fn.endswith("histaudit/verify.py"):
-        if name == "_check_key":
-            return "key"
-        if name == "verify_chain":
-            return "loop"
-        return "head"
-    if fn.endswith("histaudit/findings.py"):
+    if fn.endswith("histaudit/ledger/keys.py"):
+        return "key" if name in ("TrustStore.get", "PublicKey.valid_at", "parse_time") \
+            else "head"
+    if fn.endswith("histaudit/verify/signatures.py"):
+        return "key"
+    if fn.endswith("histaudit/verify/check.py"):
+        return "loop"
+    if fn.endswith("histaudit/verify/integrity.py"):
+        return "loop" if name in ("IntegrityCheck.observe", "IntegrityCheck._add",
+                                  "HeadCheck.observe") else "head"
+    if fn.endswith(("histaudit/verify/verifier.py", "histaudit/verify/report.py",
+                    "histaudit/verify/findings.py")):
         return "head"
     if "/sqlite3/" in fn:
         return "driver"
@@ -112,7 +124,7 @@ def categorise(prof: cProfile.Profile) -> tuple[dict[str, float], list[dict[str,
                     and code.co_name == "__init__":
                 src = max(callers.get(code, [(None, 0, 0)]), key=lambda c: c[2])[0]
                 own = ("entry" if src is not None and not isinstance(src, str)
-                       and src.co_filename.endswith("format.py") else
+                       and src.co_filename.endswith("records.py") else
                        "stored" if src is not None and not isinstance(src, str)
                        and src.co_filename.endswith("store.py") else "other")
             elif depth > 20 or not callers.get(code):
@@ -150,7 +162,6 @@ def _t(fn: Any) -> float:
 def run(db: Path, instance: str, trust: TrustStore, *, repeats: int = 3) -> dict[str, Any]:
     ledger = Ledger.open(f"sqlite:///{db}")
     try:
-        head = ledger.head(instance)
         # unprofiled reference time (best of repeats: the least disturbed run)
         t_total = min(_t(lambda: verify_instance(ledger, instance, trust=trust))
                       for _ in range(repeats))
@@ -160,87 +171,8 @@ def run(db: Path, instance: str, trust: TrustStore, *, repeats: int = 3) -> dict
         totals, top = categorise(prof)
         prof_total = sum(totals.values())
         log(f"profile: {n:,} entries, {t_total:.2f}s unprofiled, {prof_total:.2f}s profiled")
-
-        rows = list(ledger.entries(instance))
-        bodies = [r.body for r in rows]
-        parsed = [fmt.parse_entry(b) for b in bodies]
-        key = next(iter(trust))
-        windowed = TrustStore([PublicKey(kid=key.kid, raw=key.raw,
-                                         not_before="2020-01-01T00:00:00.000000Z",
-                                         not_after="2030-01-01T00:00:00.000000Z")])
-
-        def stream() -> None:
-            for _ in ledger.entries(instance):
-                pass
-
-        def sha() -> None:
-            for b in bodies:
-                fmt.sha256_hex(b)
-
-        def loads() -> None:
-            for b in bodies:
-                orjson.loads(b)
-
-        def parse() -> None:
-            for b in bodies:
-                fmt.parse_entry(b)
-
-        def keys(ts: TrustStore) -> Any:
-            def go() -> None:
-                sink: list[Any] = []
-                for e in parsed:
-                    verify_mod._check_key(e.kid, e.ts, e.seq, instance, ts, sink.append,
-                                          "entry")
-            return go
-
-        def behaviour() -> None:
-            b = BehaviourCheck(instance)
-            for e in parsed:
-                b.observe(e)
-            b.finish()
-
-        def chain() -> None:
-            verify_chain(instance, rows, head, trust=trust)
-
-        def raw_read() -> None:
-            floor_pass(db, instance, parse=False, hash_=False)
-
-        parts = {
-            "stream (Ledger.entries: SQLAlchemy + StoredEntry)": stream,
-            "raw sqlite3 read of the same rows (for comparison)": raw_read,
-            "verify_chain on pre-loaded rows (everything but the stream)": chain,
-            "  SHA-256 of each body": sha,
-            "  parse_entry (incl. orjson.loads)": parse,
-            "    of which orjson.loads alone": loads,
-            "  _check_key, key without validity window": keys(trust),
-            "  _check_key, key WITH a validity window (for comparison)": keys(windowed),
-            "  BehaviourCheck.observe + finish": behaviour,
-        }
-        iso = {}
-        for label, fn in parts.items():
-            try:
-                best = min(_t(fn) for _ in range(repeats))
-            except Exception as exc:  # a private helper changed under us: say so, go on
-                iso[label] = {"error": f"{type(exc).__name__}: {exc}"}
-                continue
-            iso[label] = {"us_per_entry": round(best / n * 1e6, 3),
-                          "pct_of_verify": round(100 * best / t_total, 1)}
-
-        # --full mode extra: the canonical-form re-check of every entry, if the verifier has it
-        canon = getattr(verify_mod, "_is_canonical", None)
-        t_canon = None
-        if canon is not None:
-            sample = parsed[:20_000]
-            t_canon = min(_t(lambda: [canon(e) for e in sample]) for _ in range(2)) / len(sample)
-
-        # --full mode extra: one payload lookup per committed reference
-        commitments = [e.data["output"]["c"] for e in parsed
-                       if isinstance(e.data.get("output"), dict)][:2000]
-        refs_per_entry = sum(1 for e in parsed for v in e.data.values()
-                             if isinstance(v, dict) and isinstance(v.get("c"), str)) / n
-        t_lookup = min(_t(lambda: [ledger.payload(c) for c in commitments])
-                       for _ in range(2)) / max(1, len(commitments))
-        del rows, bodies, parsed
+        iso, extras = _isolated(ledger, db, instance, trust, n=n, t_total=t_total,
+                                repeats=repeats)
     finally:
         ledger.close()
     return {
@@ -252,12 +184,109 @@ def run(db: Path, instance: str, trust: TrustStore, *, repeats: int = 3) -> dict
                        for k, v in sorted(totals.items(), key=lambda kv: -kv[1])},
         "top_functions": top,
         "isolated": iso,
+        **extras,
+    }
+
+
+def _feed(make: Any, pairs: list[tuple[StoredEntry, Parsed]]) -> Any:
+    """A stage that feeds ``pairs`` to a fresh check from ``make()`` and finishes it."""
+    def go() -> None:
+        check: ChainCheck = make()
+        for row, parsed in pairs:
+            check.observe(row, parsed)
+        list(check.finish())
+    return go
+
+
+def _isolated(ledger: Ledger, db: Path, instance: str, trust: TrustStore, *, n: int,
+              t_total: float, repeats: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """View 2, and the full-mode extras: every stage timed alone on pre-loaded rows."""
+    head: StoredHead | None = ledger.head(instance)
+    rows = list(ledger.entries(instance))
+    bodies = [r.body for r in rows]
+    pairs: list[tuple[StoredEntry, Parsed]] = [(r, fmt.parse_entry(r.body)) for r in rows]
+    parsed = [e for _, e in pairs if isinstance(e, fmt.Entry)]
+    key = next(iter(trust))
+    windowed = TrustStore([PublicKey(kid=key.kid, raw=key.raw,
+                                     not_before="2020-01-01T00:00:00.000000Z",
+                                     not_after="2030-01-01T00:00:00.000000Z")])
+
+    def stream() -> None:
+        for _ in ledger.entries(instance):
+            pass
+
+    def raw_read() -> None:
+        floor_pass(db, instance, parse=False, hash_=False)
+
+    def chain() -> None:
+        verify_chain(instance, rows, head, trust=trust)
+
+    def loop() -> None:
+        run_checks(rows, [])
+
+    def parse() -> None:
+        for b in bodies:
+            fmt.parse_entry(b)
+
+    def loads() -> None:
+        for b in bodies:
+            orjson.loads(b)
+
+    def sha() -> None:
+        for b in bodies:
+            fmt.sha256_hex(b)
+
+    integrity_done = IntegrityCheck(instance)  # the tip HeadCheck compares the head with
+    for row, p in pairs:
+        integrity_done.observe(row, p)
+
+    def head_check() -> HeadCheck:
+        return HeadCheck(instance, head, integrity_done, trust)
+
+    parts = {
+        "stream (Ledger.entries: SQLAlchemy + StoredEntry)": stream,
+        "raw sqlite3 read of the same rows (for comparison)": raw_read,
+        "verify_chain on pre-loaded rows (everything but the stream)": chain,
+        "  run_checks with no checks (the loop + parse_entry of each row)": loop,
+        "    parse_entry (incl. orjson.loads)": parse,
+        "      of which orjson.loads alone": loads,
+        "  IntegrityCheck.observe + finish (SHA-256, seq, links, leaves)":
+            _feed(lambda: IntegrityCheck(instance), pairs),
+        "    of which SHA-256 of each body": sha,
+        "  KeyCheck.observe + finish, key without validity window":
+            _feed(lambda: KeyCheck(instance, trust), pairs),
+        "  KeyCheck.observe + finish, key WITH a validity window (for comparison)":
+            _feed(lambda: KeyCheck(instance, windowed), pairs),
+        "  HeadCheck.observe + finish": _feed(head_check, pairs),
+        "  BehaviourCheck.observe + finish": _feed(lambda: BehaviourCheck(instance), pairs),
+    }
+    iso = {}
+    for label, fn in parts.items():
+        best = min(_t(fn) for _ in range(repeats))
+        iso[label] = {"us_per_entry": round(best / n * 1e6, 3),
+                      "pct_of_verify": round(100 * best / t_total, 1)}
+
+    # --full mode extra: the canonical-form re-check of every entry, as the integrity
+    # check's canonical=True costs over the same check without it
+    sample = pairs[:20_000]
+    t_on = min(_t(_feed(lambda: IntegrityCheck(instance, canonical=True), sample))
+               for _ in range(repeats))
+    t_off = min(_t(_feed(lambda: IntegrityCheck(instance), sample)) for _ in range(repeats))
+    t_canon = (t_on - t_off) / max(1, len(sample))
+
+    # --full mode extra: one payload lookup per committed reference
+    commitments = [e.data["output"]["c"] for e in parsed
+                   if isinstance(e.data.get("output"), dict)][:2000]
+    refs_per_entry = sum(1 for e in parsed for v in e.data.values()
+                         if isinstance(v, dict) and isinstance(v.get("c"), str)) / n
+    t_lookup = min(_t(lambda: [ledger.payload(c) for c in commitments])
+                   for _ in range(2)) / max(1, len(commitments))
+    return iso, {
         "full_mode_payload_lookup": {
             "us_per_lookup": round(t_lookup * 1e6, 1),
             "refs_per_entry": round(refs_per_entry, 3),
             "us_per_entry": round(t_lookup * refs_per_entry * 1e6, 1)},
-        "full_mode_canonical_check_us_per_entry":
-            None if t_canon is None else round(t_canon * 1e6, 2),
+        "full_mode_canonical_check_us_per_entry": round(t_canon * 1e6, 2),
     }
 
 

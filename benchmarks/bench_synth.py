@@ -1,7 +1,7 @@
 """Synthetic workload: a realistic entry mix, and a fast bulk builder for big ledgers.
 
-The mix imitates what the Dapr interceptor (``histaudit.dapr``, ``histaudit.effects``)
-records for one long workflow instance, with the same field names::
+The mix imitates what the Dapr interceptor (``histaudit.interceptor``: ``activity``,
+``workflow``, ``effects``) records for one long workflow instance, with the same field names::
 
     seq 1   workflow.started             {workflow, input: {c, n}, input_digest, worker}
     then per task t = 0, 1, 2, ...
@@ -17,15 +17,16 @@ records for one long workflow instance, with the same field names::
 so 3.5 entries per task on average; every entry but effect.intent references a
 payload commitment ({c, n}), each with its own salt, and every payload is stored.
 Digests are HMAC-SHA256 hex, as the interceptor writes them. Entry bodies are 390-580
-bytes (median ~550). The behaviour analyzer sees every kind it tracks.
+bytes (median ~550). The behaviour check (``BehaviourCheck``) sees every kind it tracks.
 
 The bulk builder writes rows straight into a ledger created by ``Ledger.open(...,
-create=True)`` in one transaction: bodies built with :func:`histaudit.format.entry_body`
-(so they are the exact canonical bytes an append would write), hashed with
-:func:`histaudit.format.sha256_hex`, signed with a :class:`histaudit.keys.Signer` key
-(signatures computed on a process pool), and a signed head built with
-:func:`histaudit.format.head_body`. It is ~50x faster than a million ``append`` calls,
-and the result verifies clean (run.py checks that before timing anything).
+create=True)`` in one transaction: bodies built with
+:func:`histaudit.ledger.records.entry_body` (so they are the exact canonical bytes an
+append would write), hashed with :func:`histaudit.ledger.records.sha256_hex`, signed with
+a :class:`histaudit.ledger.keys.Signer` key (signatures computed on a process pool), and
+a signed head built with :func:`histaudit.ledger.records.head_body`. It is ~50x faster
+than a million ``append`` calls, and the result verifies clean (run.py checks that before
+timing anything).
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer
@@ -59,9 +60,9 @@ def workload(n: int, *, seed: int = 7, first_task: int = 0
              ) -> Iterator[tuple[str, dict[str, Any], dict[bytes, tuple[str, bytes]]]]:
     """Yield ``n`` (kind, data, payloads) triples of the mix described above.
 
-    Field names and shapes follow what ``histaudit.dapr`` / ``histaudit.effects``
-    record. ``payloads`` maps salt -> (commitment, payload bytes), exactly what
-    ``Ledger.append(payloads=...)`` takes.
+    Field names and shapes follow what ``histaudit.interceptor`` records.
+    ``payloads`` maps salt -> (commitment, payload bytes), exactly what
+    ``histaudit.ledger.chain.append(payloads=...)`` takes.
     """
     rng = random.Random(seed)
     made = 0
@@ -138,9 +139,11 @@ def _pool_sign(bodies: list[bytes]) -> list[bytes]:
 
 
 def raw_private(signer: Signer) -> bytes:
-    return signer._private.private_bytes(  # noqa: SLF001 - benchmark needs the raw key
-        serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-        serialization.NoEncryption())
+    """The signer's raw 32-byte private key (the signing pool and raw baselines use it)."""
+    key = serialization.load_pem_private_key(signer.private_pem(), password=None)
+    assert isinstance(key, Ed25519PrivateKey)
+    return key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                             serialization.NoEncryption())
 
 
 def build_ledger(path: Path, instances: list[tuple[str, int]], signer: Signer, *,

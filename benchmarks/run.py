@@ -28,7 +28,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import (  # noqa: E402
+from bench_common import (
     add_repo_paths,
     cpu_model,
     fmt_num,

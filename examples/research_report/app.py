@@ -47,9 +47,7 @@ from typing import Any
 
 import dapr.ext.workflow as wf
 
-from histaudit.crash import crash_point
-from histaudit.dapr import AuditedWorkflowRuntime
-from histaudit.interceptor.effects import side_effect
+from histaudit import AuditedWorkflowRuntime, crash_point, side_effect
 
 APP_READY = "RESEARCH APP READY"
 DEFAULT_SOURCES = ("arxiv", "news", "filings", "patents")
@@ -58,7 +56,7 @@ REVIEW_RETRY = wf.RetryPolicy(first_retry_interval=timedelta(milliseconds=500),
                               max_number_of_attempts=3)
 
 
-class ReviewerBusy(RuntimeError):
+class ReviewerBusy(RuntimeError):  # noqa: N818 - its name is the signed error_type tests read
     """The (stand-in) reviewer model is overloaded; retrying later helps."""
 
 

@@ -39,7 +39,7 @@ from histaudit.crashtest.engine import EngineProcess
 from histaudit.errors import HistauditError
 from histaudit.ledger.keys import TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
-from histaudit.verify.verifier import verify_instance
+from histaudit.verify import verify_instance
 
 HERE = Path(__file__).resolve().parent
 APP = HERE / "app.py"

@@ -41,8 +41,14 @@ from typing import Any
 
 import pytest
 
-from . import crashtest as ct
-from .crashtest import CleanRun, PointResult, assert_no_duplicate_effects, assert_recovered
+from histaudit import crashtest as ct
+from histaudit.crashtest import (
+    CleanRun,
+    CrashSpec,
+    PointResult,
+    assert_no_duplicate_effects,
+    assert_recovered,
+)
 
 __all__ = ["PointResult", "assert_no_duplicate_effects", "assert_recovered"]
 
@@ -59,13 +65,9 @@ _SHARED_FILES: set[Path] = set()
 class _Case:
     """One parametrized crash: what ``crash_outcome`` runs."""
 
-    target: str
-    input: Any
-    app: str | None
-    env: tuple[tuple[str, str], ...]
-    timeout: float
+    spec: CrashSpec
     point: str
-    kind: str
+    kind: ct.CrashKind
     clean: CleanRun
 
     @property
@@ -118,16 +120,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     env = tuple(sorted((str(k), str(v)) for k, v in (kw.get("env") or {}).items()))
     timeout = float(kw.get("timeout", 60))
     inp = kw.get("input")
+    spec = CrashSpec(target=target, input=inp, app=app, env=dict(env), timeout=timeout)
     key = (target, json.dumps(inp, sort_keys=True, default=repr), app, env, timeout)
     clean = _CLEAN.get(key)
     if clean is None:
-        clean = _shared_clean(metafunc.config, key, lambda: ct.run_clean(
-            target, input=inp, app=app, env=dict(env), timeout=timeout))
+        clean = _shared_clean(metafunc.config, key, lambda: ct.run_clean(spec))
         _CLEAN[key] = clean
     points = list(kw.get("points") or clean.points)
     kinds = [k for k, on in ((ct.KIND_APP, kw.get("app_points", True)),
                              (ct.KIND_ENGINE, kw.get("engine_points", False))) if on]
-    cases = [_Case(target, inp, app, env, timeout, p, k, clean) for k in kinds for p in points]
+    cases = [_Case(spec, p, k, clean) for k in kinds for p in points]
     metafunc.parametrize("crash_outcome", cases, ids=[c.test_id for c in cases],
                          indirect=True)
 
@@ -151,7 +153,7 @@ def _shared_clean(config: pytest.Config, key: tuple[Any, ...],
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if path.exists():
-                return CleanRun(**json.loads(path.read_text(encoding="utf-8")))
+                return CleanRun.from_dict(json.loads(path.read_text(encoding="utf-8")))
             clean = make()
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(dataclasses.asdict(clean)), encoding="utf-8")
@@ -168,6 +170,5 @@ def crash_outcome(request: pytest.FixtureRequest) -> PointResult:
     if not isinstance(case, _Case):
         pytest.fail(f"crash_outcome needs @pytest.mark.{MARKER}(target, input=...)",
                     pytrace=False)
-    return ct.run_point(case.target, case.point, input=case.input, app=case.app,
-                        engine_crash=case.kind == ct.KIND_ENGINE, env=dict(case.env),
-                        timeout=case.timeout, clean=case.clean)
+    return ct.run_point(case.spec, case.point, engine_crash=case.kind == ct.KIND_ENGINE,
+                        clean=case.clean)

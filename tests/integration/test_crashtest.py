@@ -14,6 +14,7 @@ triage points and the app only (not the engine) in the big example.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -27,6 +28,7 @@ import pytest
 
 from histaudit import crashtest as ct
 from histaudit.crash import CRASH_EXIT_CODE
+from histaudit.verify.findings import Finding, Severity
 
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
@@ -43,6 +45,7 @@ TRIAGE_POINTS = {
     "before_post", "after_post",                                # named in app.py
 }
 REPORT_REQUEST = {"topic": "solid-state batteries", "sources": ["arxiv", "news"]}
+TRIAGE_SPEC = ct.CrashSpec(target=f"{TRIAGE}:triage", input=TICKET)
 
 
 def crashtest(*args: str, env: dict[str, str] | None = None,
@@ -64,7 +67,7 @@ def table_row(stdout: str, point: str, kind: str = "app") -> list[str]:
 
 @pytest.fixture(scope="module")
 def triage_clean() -> ct.CleanRun:
-    return ct.run_clean(f"{TRIAGE}:triage", input=TICKET)
+    return ct.run_clean(TRIAGE_SPEC)
 
 
 # --- triage ---------------------------------------------------------------------------
@@ -144,7 +147,7 @@ def test_cli_idempotent_post_is_deduplicated_and_identical(tmp_path: Path) -> No
 @pytest.mark.timeout(600)
 def test_engine_crash_points_on_triage(triage_clean: ct.CleanRun) -> None:
     """The engine SIGKILLed while the app is inside a step; restarted; the step re-run."""
-    result = ct.run_matrix(f"{TRIAGE}:triage", input=TICKET, clean=triage_clean,
+    result = ct.run_matrix(TRIAGE_SPEC, clean=triage_clean,
                            points=["before:summarize", "after_post"], app_points=False,
                            engine_points=True, jobs=2)
     by_point = {p.point: p for p in result.points}
@@ -162,10 +165,24 @@ def test_engine_crash_points_on_triage(triage_clean: ct.CleanRun) -> None:
 
 
 def test_a_point_never_reached_is_failed(triage_clean: ct.CleanRun) -> None:
-    result = ct.run_point(f"{TRIAGE}:triage", "after_post#2", input=TICKET,
-                          clean=triage_clean)
+    result = ct.run_point(TRIAGE_SPEC, "after_post#2", clean=triage_clean)
     assert result.outcome == "failed" and "never reached" in result.detail
     assert result.failing
+
+
+def test_clean_run_round_trips_through_json(triage_clean: ct.CleanRun) -> None:
+    """The pytest plugin shares a clean run across xdist workers as asdict() JSON."""
+    text = json.dumps(dataclasses.asdict(triage_clean))
+    assert ct.CleanRun.from_dict(json.loads(text)) == triage_clean
+    assert triage_clean.points and triage_clean.findings == ()
+    finding = Finding.make("effect-duplicate", triage_clean.instance, 7, "posted twice")
+    with_finding = dataclasses.replace(triage_clean, findings=(finding,),
+                                       finding_effects=("post-comment",))
+    back = ct.CleanRun.from_dict(json.loads(json.dumps(dataclasses.asdict(with_finding))))
+    assert back == with_finding and back.findings[0].severity is Severity.ERROR
+    assert back.to_json()["findings"] == [{**finding.to_json(), "effect": "post-comment"}]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        triage_clean.status = "FAILED"  # type: ignore[misc]
 
 
 def test_engine_mode_crash_point_waits_for_the_marker(tmp_path: Path) -> None:
@@ -287,8 +304,8 @@ def test_pytest_plugin_one_test_per_point(pytester: pytest.Pytester) -> None:
 def test_research_report_every_point_two_at_a_time() -> None:
     """Fan-out, a retry policy and a child workflow; every app crash point, --jobs 2."""
     assert RESEARCH.is_file(), "examples/research_report/app.py has not landed"
-    result = ct.run_matrix(f"{RESEARCH}:research_report", input=REPORT_REQUEST, jobs=2,
-                           engine_points=False)
+    spec = ct.CrashSpec(target=f"{RESEARCH}:research_report", input=REPORT_REQUEST)
+    result = ct.run_matrix(spec, jobs=2, engine_points=False)
     clean = result.clean
     assert clean.status == "COMPLETED" and clean.effects == {"publish": 1}
     assert {"research_report", "analyze"} <= set(clean.workflows)
@@ -299,8 +316,8 @@ def test_research_report_every_point_two_at_a_time() -> None:
     for point in ("before:fetch_source#2", "after:extract_notes#2", "before:review_draft#2",
                   "fetched", "extracted", "drafted", "published", "after-effect:publish"):
         assert point in clean.points, clean.points
-    assert clean.not_reached == []
-    assert [p.point for p in result.points] == clean.points
+    assert clean.not_reached == ()
+    assert tuple(p.point for p in result.points) == clean.points
 
     problems = [f"{p.point}: {p.outcome} {p.detail} {p.codes}\n{p.log_tail}"
                 for p in result.points if p.failing]
@@ -310,13 +327,13 @@ def test_research_report_every_point_two_at_a_time() -> None:
         if p.outcome == "findings":
             # Crashed between intent and done: the app checks, the ledger cannot know.
             assert p.point in ("before-effect:publish", "published", "after-effect:publish")
-            assert p.codes[0] == "effect-uncertain" and p.worst == "warning"
+            assert p.codes[0] == "effect-uncertain" and p.worst == Severity.WARNING
     assert by_outcome(result)["identical"] >= len(result.points) - 3
     assert result.exit_code == 0
 
 
 def by_outcome(result: ct.MatrixResult) -> dict[str, int]:
-    counts: dict[str, int] = {o: 0 for o in ct.OUTCOMES}
+    counts: dict[str, int] = dict.fromkeys(ct.OUTCOMES, 0)
     for p in result.points:
         counts[p.outcome] += 1
     return counts

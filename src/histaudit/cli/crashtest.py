@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..errors import UsageError
+from histaudit.errors import UsageError
+
 from . import render
 from .options import write_file
 
@@ -34,7 +35,7 @@ def crashtest(target: str, input_json: str, app: str | None, jobs: int,
               env_pairs: tuple[str, ...]) -> int:
     """Crash the workflow at every crash point it reaches, recover, compare with a clean
     run. Exit 1 if any point diverged, got stuck, failed or has an error finding."""
-    from .. import crashtest as ct
+    from histaudit import crashtest as ct
 
     if engine_crash and no_engine_points:
         raise UsageError("--engine-crash and --no-engine-points exclude each other")
@@ -45,8 +46,8 @@ def crashtest(target: str, input_json: str, app: str | None, jobs: int,
         click.echo(f"[{done}/{total}] {p.point} ({p.kind}): {p.outcome} {p.wall:.1f}s",
                    err=True)
 
-    result = ct.run_matrix(target, input=inp, app=app, jobs=jobs, env=env, timeout=timeout,
-                           points=points or None, app_points=not engine_crash,
+    spec = ct.CrashSpec(target=target, input=inp, app=app, env=env, timeout=timeout)
+    result = ct.run_matrix(spec, jobs=jobs, points=points or None, app_points=not engine_crash,
                            engine_points=not no_engine_points, progress=progress)
     ct.render(result, render.console())
     if json_file:

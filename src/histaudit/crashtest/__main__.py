@@ -2,6 +2,6 @@
 
 import sys
 
-from .matrix import main
+from .worker import main
 
 sys.exit(main())

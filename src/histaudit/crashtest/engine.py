@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import EngineError
+from histaudit.errors import EngineError
 
 __all__ = ["BINARY_NAME", "ENV_BINARY", "EngineProcess", "find_engine_binary", "free_port"]
 
@@ -246,7 +246,7 @@ class EngineProcess:
         for attempt in range(attempts):
             try:
                 self._spawn_and_wait()
-            except _PortBusy:
+            except _PortBusyError:
                 if attempt + 1 >= attempts:
                     raise EngineError(
                         f"engine could not bind {self.address}: port in use"
@@ -313,7 +313,7 @@ class EngineProcess:
     # -- internals -------------------------------------------------------------------
 
     def _spawn_and_wait(self) -> None:
-        """Start one process and block until ready; raise _PortBusy or EngineError."""
+        """Start one process and block until ready; raise _PortBusyError or EngineError."""
         if self._proc is not None:  # a previous process that died on its own
             self._proc.wait()
             _LIVE.discard(self._proc)
@@ -353,7 +353,7 @@ class EngineProcess:
                 self._proc = None
                 _LIVE.discard(proc)
                 if "address already in use" in output:
-                    raise _PortBusy()
+                    raise _PortBusyError()
                 raise EngineError(
                     f"engine exited with status {proc.returncode} before it was ready; "
                     f"log {self._log_path}:\n{output[-2000:]}"
@@ -380,5 +380,5 @@ class EngineProcess:
             return ""
 
 
-class _PortBusy(Exception):
+class _PortBusyError(Exception):
     """Internal: the engine exited because its port was already bound."""

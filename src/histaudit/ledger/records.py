@@ -1,6 +1,6 @@
 """The ledger's records (docs/format.md is the normative spec): parse, build, commit.
 
-Two signed record types, both canonical JSON (see :mod:`histaudit.canonical`):
+Two signed record types, both canonical JSON (see :mod:`histaudit.ledger.canonical`):
 
 * an **entry** — one event of one workflow instance, chained to the previous entry of the
   same instance by SHA-256 and numbered by a contiguous per-instance ``seq`` and a

@@ -1,0 +1,115 @@
+"""Judging one run: what its ledger shows, and how that compares with the clean run.
+
+:func:`evidence` counts the ``effect.done`` records per effect name and verifies every
+instance in the ledger (child workflows too); :func:`judge` turns a run that reached a
+terminal state, with its evidence, into its :class:`~histaudit.crashtest.results.Outcome`
+(the rules are in :mod:`histaudit.crashtest.results`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from histaudit.errors import HistauditError
+from histaudit.ledger.kinds import EFFECT_KINDS, Kind
+from histaudit.verify.findings import BEHAVIOUR_CODES, Finding, Severity
+
+from .results import DIVERGED, FAILED, FINDINGS, IDENTICAL, CleanRun, PointResult, short
+from .sandbox import RunState
+
+__all__ = ["Evidence", "decode_output", "evidence", "judge"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one run's ledger shows."""
+
+    effects: dict[str, int]
+    """``effect.done`` records per effect name, names sorted."""
+    findings: tuple[Finding, ...]
+    """The verifier's findings over every instance, instance by instance."""
+    finding_effects: tuple[str | None, ...]
+    """The effect each finding is about (the ledger entry at its ``seq`` is an effect's)."""
+
+
+def evidence(db_url: str, trust_dir: Path) -> Evidence:
+    """Effect counts and the verifier's findings over every instance in the ledger."""
+    from histaudit.ledger import records as rec
+    from histaudit.ledger.keys import TrustStore
+    from histaudit.ledger.store import Ledger
+    from histaudit.verify.verifier import verify_instance
+
+    trust = TrustStore.load(trust_dir)
+    effects: Counter[str] = Counter()
+    findings: list[Finding] = []
+    about: list[str | None] = []
+    if not Path(db_url.removeprefix("sqlite:///")).exists():
+        return Evidence({}, (), ())
+    with Ledger.open(db_url) as ledger:
+        for instance in ledger.instance_ids():
+            names: dict[int, str] = {}
+            for row in ledger.entries(instance):
+                try:
+                    entry = rec.parse_entry(row.body)
+                except HistauditError:
+                    continue
+                if entry.kind in EFFECT_KINDS:
+                    names[entry.seq] = str(entry.data.get("name"))
+                    if entry.kind == Kind.EFFECT_DONE:
+                        effects[str(entry.data.get("name"))] += 1
+            report = verify_instance(ledger, instance, trust=trust, full=True, workers=1)
+            for f in report.findings:
+                findings.append(f)
+                about.append(names.get(f.seq) if f.seq is not None else None)
+    return Evidence(dict(sorted(effects.items())), tuple(findings), tuple(about))
+
+
+def decode_output(text: str | None) -> Any:
+    """A workflow's serialized output as a value (the text itself if it is not JSON)."""
+    if text is None or text == "":
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def judge(result: PointResult, clean: CleanRun, state: RunState, ev: Evidence) -> PointResult:
+    """``result`` with the outcome of a run that reached the terminal ``state``."""
+    output = decode_output(state.output_text)
+    result = replace(result, status=state.status, output=output, effects=ev.effects,
+                     findings=ev.findings, finding_effects=ev.finding_effects)
+    if state.status != "COMPLETED":
+        return replace(result, outcome=FAILED, detail=f"workflow {state.status}" + (
+            f": {state.failure}" if state.failure else ""))
+    integrity = sorted({f.code for f in ev.findings if f.code not in BEHAVIOUR_CODES})
+    output_matches = output == clean.output
+    diff: list[str] = []
+    if not output_matches:
+        diff.append(f"output {short(clean.output)} -> {short(output)}")
+    changed = sorted(n for n in set(clean.effects) | set(ev.effects)
+                     if clean.effects.get(n, 0) != ev.effects.get(n, 0))
+    for name in changed:
+        diff.append(f"effect {name} done {clean.effects.get(name, 0)} -> "
+                    f"{ev.effects.get(name, 0)}")
+    result = replace(result, output_matches=output_matches, diff=tuple(diff))
+    if integrity:
+        return replace(result, outcome=FAILED,
+                       detail="ledger integrity: " + ", ".join(integrity))
+    serious = [(f, effect) for f, effect in zip(ev.findings, ev.finding_effects)
+               if f.severity >= Severity.WARNING]
+    explained = {effect for _f, effect in serious if effect}
+    unexplained = [d for d in diff if d.startswith("output")] + [
+        f"effect {n}" for n in changed if n not in explained]
+    if unexplained:
+        return replace(result, outcome=DIVERGED, detail="; ".join(diff))
+    if serious:
+        codes = list(dict.fromkeys(f.code for f, _effect in serious))
+        return replace(result, outcome=FINDINGS,
+                       detail=", ".join(codes) + (f" ({'; '.join(diff)})" if diff else ""))
+    return replace(result, outcome=IDENTICAL,
+                   detail="same output and effects as the clean run")

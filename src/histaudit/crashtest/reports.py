@@ -1,0 +1,88 @@
+"""A matrix written out: the table on the terminal, the ``--json`` file, JUnit XML."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .results import DIVERGED, FAILED, FINDINGS, IDENTICAL, STUCK, MatrixResult, short
+
+__all__ = ["json_report", "junit_xml", "render"]
+
+_OUTCOME_STYLE = {IDENTICAL: "green", FINDINGS: "yellow", DIVERGED: "bold red",
+                  STUCK: "bold red", FAILED: "bold red"}
+
+
+def render(result: MatrixResult, console: Any = None) -> None:
+    """Print the matrix as a table, then what needs a look and the coverage."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console(highlight=False, soft_wrap=True, markup=False)
+    clean = result.clean
+    console.print(f"clean run of {result.target}: {clean.status} in {clean.wall:.1f}s, "
+                  f"output {short(clean.output, 80)}, effects "
+                  f"{short(clean.effects, 80)}, {len(clean.points)} crash points")
+    table = Table(header_style="bold")
+    for col in ("point", "kind", "outcome", "codes", "wall"):
+        table.add_column(col, overflow="fold", justify="right" if col == "wall" else "left")
+    for p in result.points:
+        style = _OUTCOME_STYLE[p.outcome]
+        if p.outcome == FINDINGS and not p.failing:
+            style = "yellow"
+        table.add_row(p.point, p.kind.value, Text(p.outcome.value, style=style),
+                      ", ".join(p.codes) or "-", f"{p.wall:.1f}s")
+    console.print(table)
+    look = [p for p in result.points if p.outcome != IDENTICAL]
+    for p in look:
+        console.print(f"{p.point} ({p.kind}): {p.outcome} — {p.detail}")
+        console.print(f"  rerun: {p.rerun}")
+    if clean.not_reached:
+        console.print("declared but never reached in the clean run: "
+                      + ", ".join(clean.not_reached))
+    summary = ", ".join(f"{n} {o}" for o, n in result.summary.items())
+    console.print(f"{len(result.points)} crash runs in {result.wall:.1f}s "
+                  f"(jobs {result.jobs}): {summary}")
+
+
+def json_report(result: MatrixResult) -> bytes:
+    """The ``--json`` file: one object (target, input, clean run, points, coverage)."""
+    return (json.dumps(result.to_json(), indent=2, default=str) + "\n").encode("utf-8")
+
+
+def junit_xml(result: MatrixResult) -> bytes:
+    """JUnit XML: one testcase per point; a failure for diverged, stuck, failed and for
+    findings at error severity."""
+    import xml.etree.ElementTree as ET
+
+    failures = sum(p.failing for p in result.points)
+    suite = ET.Element("testsuite", {
+        "name": f"histaudit crashtest {result.target}", "tests": str(len(result.points)),
+        "failures": str(failures), "errors": "0", "skipped": "0",
+        "time": f"{result.wall:.3f}"})
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("input", json.dumps(result.input, sort_keys=True)),
+                        ("clean.output", json.dumps(result.clean.output, sort_keys=True)),
+                        ("clean.effects", json.dumps(result.clean.effects, sort_keys=True)),
+                        ("coverage.not_reached", ", ".join(result.clean.not_reached))):
+        ET.SubElement(props, "property", {"name": name, "value": value})
+    workflow = result.target.rpartition(":")[2]
+    for p in result.points:
+        case = ET.SubElement(suite, "testcase", {
+            "classname": f"crashtest.{workflow}.{p.kind}", "name": p.point,
+            "time": f"{p.wall:.3f}"})
+        text = f"{p.detail}\ncodes: {', '.join(p.codes) or '-'}\nrerun: {p.rerun}"
+        if p.failing:
+            fail = ET.SubElement(case, "failure", {
+                "message": f"{p.outcome}: {p.detail}"[:500], "type": p.outcome.value})
+            fail.text = text + (f"\n--- worker output ---\n{p.log_tail}" if p.log_tail else "")
+        else:
+            out = ET.SubElement(case, "system-out")
+            out.text = f"{p.outcome}: {text}"
+    root = ET.Element("testsuites", {"tests": str(len(result.points)),
+                                     "failures": str(failures)})
+    root.append(suite)
+    ET.indent(root)
+    xml: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return xml

@@ -1,0 +1,327 @@
+"""What a crash matrix found: the clean run, one result per crash, the whole matrix.
+
+All three are frozen. Their findings are the verifier's
+:class:`~histaudit.verify.findings.Finding` objects; the side effect a finding is about
+(known from the ledger entry at the finding's ``seq``) is kept beside it, in
+``finding_effects``, and written into the finding's JSON as ``"effect"``.
+
+Outcomes of one crash (:class:`Outcome`):
+
+``identical``
+    completed, same output, same number of ``effect.done`` records per effect name, no
+    finding at warning or above (info findings such as ``activity-reexecuted`` are listed).
+``findings``
+    completed; a warning or error behaviour finding (``effect-duplicate``,
+    ``effect-uncertain``, …) is present and explains any difference in effect counts.
+``diverged``
+    output or effect counts differ from the clean run and no finding explains it.
+``stuck``
+    no completion within the time limit.
+``failed``
+    the workflow failed, the point was never reached, a worker died on its own, or the
+    ledger has an integrity finding.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from histaudit.verify.findings import Finding, Severity
+
+from .discovery import base_point
+from .spec import CrashSpec
+
+__all__ = [
+    "DIVERGED", "FAILED", "FINDINGS", "IDENTICAL", "KIND_APP", "KIND_ENGINE", "OUTCOMES",
+    "STUCK", "CleanRun", "CrashKind", "MatrixResult", "Outcome", "PointResult",
+    "assert_no_duplicate_effects", "assert_recovered",
+]
+
+
+class Outcome(enum.StrEnum):
+    """How one crash ended, compared with the clean run (see the module docstring)."""
+
+    IDENTICAL = "identical"
+    FINDINGS = "findings"
+    DIVERGED = "diverged"
+    STUCK = "stuck"
+    FAILED = "failed"
+
+
+IDENTICAL, FINDINGS, DIVERGED, STUCK, FAILED = (
+    Outcome.IDENTICAL, Outcome.FINDINGS, Outcome.DIVERGED, Outcome.STUCK, Outcome.FAILED)
+OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)
+
+
+class CrashKind(enum.StrEnum):
+    """What is crashed at a point: the app's worker, or the workflow engine."""
+
+    APP = "app"
+    ENGINE = "engine"
+
+
+KIND_APP, KIND_ENGINE = CrashKind.APP, CrashKind.ENGINE
+
+
+# --- text of values, for details and reports ---------------------------------------------
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines too) one space."""
+    return " ".join(text.split())
+
+
+def short(value: Any, limit: int = 120) -> str:
+    """``value`` as JSON, cut to ``limit`` characters."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# --- findings with the effect they are about ---------------------------------------------
+
+def _with_effects(findings: Sequence[Finding], effects: Sequence[str | None]
+                  ) -> list[tuple[Finding, str | None]]:
+    return [(f, effects[i] if i < len(effects) else None) for i, f in enumerate(findings)]
+
+
+def _finding_docs(findings: Sequence[Finding], effects: Sequence[str | None]
+                  ) -> list[dict[str, Any]]:
+    docs = []
+    for finding, effect in _with_effects(findings, effects):
+        doc = finding.to_json()
+        if effect is not None:
+            doc["effect"] = effect
+        docs.append(doc)
+    return docs
+
+
+def _finding_of(doc: Finding | Mapping[str, Any]) -> Finding:
+    """A Finding back from ``dataclasses.asdict`` (severity a number after JSON) or from
+    ``Finding.to_json`` (severity a name)."""
+    if isinstance(doc, Finding):
+        return doc
+    sev = doc["severity"]
+    severity = Severity.parse(sev) if isinstance(sev, str) else Severity(sev)
+    return Finding(code=doc["code"], instance=doc["instance"], seq=doc["seq"],
+                   message=doc["message"], severity=severity)
+
+
+def _freeze(obj: object, *names: str) -> None:
+    """Make the named sequence fields of a frozen dataclass tuples."""
+    for name in names:
+        object.__setattr__(obj, name, tuple(getattr(obj, name)))
+
+
+# --- results --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class CleanRun:
+    """The reference run: no crash, every point passed recorded in order.
+
+    ``CleanRun.from_dict(json.loads(json.dumps(dataclasses.asdict(clean))))`` equals
+    ``clean`` (the pytest plugin shares a clean run across xdist workers that way).
+    """
+
+    target: str
+    instance: str
+    status: str
+    output: Any
+    output_text: str | None
+    effects: dict[str, int]
+    """``effect.done`` records per effect name."""
+    findings: tuple[Finding, ...]
+    finding_effects: tuple[str | None, ...] = ()
+    """The effect name each finding is about (None: none), in the order of ``findings``."""
+    points: tuple[str, ...]
+    """Every point reached, in order, repeats numbered (``after:fetch_source#2``)."""
+    workflows: tuple[str, ...]
+    activities: tuple[str, ...]
+    declared: tuple[str, ...]
+    """Points the app declares: ``crash_point("…")`` literals, ``before:``/``after:`` of
+    every registered activity, ``before-effect:``/``after-effect:`` of literal effect names."""
+    wall: float
+    worker_start: float
+    """Seconds from spawning the worker to its being connected (what a restart costs)."""
+
+    def __post_init__(self) -> None:
+        _freeze(self, "findings", "finding_effects", "points", "workflows", "activities",
+                "declared")
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> CleanRun:
+        """The inverse of :func:`dataclasses.asdict`, also after a JSON round trip."""
+        fields = dict(doc)
+        fields["findings"] = tuple(_finding_of(f) for f in doc["findings"])
+        return cls(**fields)
+
+    @property
+    def reached(self) -> tuple[str, ...]:
+        """The distinct points reached (without repeat numbers), in first-reached order."""
+        return tuple(dict.fromkeys(base_point(p) for p in self.points))
+
+    @property
+    def not_reached(self) -> tuple[str, ...]:
+        reached = set(self.reached)
+        return tuple(p for p in self.declared if p not in reached)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"instance": self.instance, "status": self.status, "output": self.output,
+                "effects": self.effects,
+                "findings": _finding_docs(self.findings, self.finding_effects),
+                "points": list(self.points), "workflows": list(self.workflows),
+                "activities": list(self.activities), "wall_s": round(self.wall, 3),
+                "worker_start_s": round(self.worker_start, 3)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PointResult:
+    """One crash at one point, recovered (or not) and compared with the clean run."""
+
+    point: str
+    kind: CrashKind
+    outcome: Outcome
+    detail: str
+    rerun: str
+    wall: float = 0.0
+    status: str | None = None
+    output: Any = None
+    output_matches: bool = False
+    effects: dict[str, int] = field(default_factory=dict)
+    clean_effects: dict[str, int] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+    finding_effects: tuple[str | None, ...] = ()
+    """The effect name each finding is about (None: none), in the order of ``findings``."""
+    diff: tuple[str, ...] = ()
+    instance: str | None = None
+    log_tail: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", CrashKind(self.kind))
+        object.__setattr__(self, "outcome", Outcome(self.outcome))
+        _freeze(self, "findings", "finding_effects", "diff")
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        """Finding codes present, worst severity first, each once."""
+        seen = sorted(self.findings, key=lambda f: (-f.severity, f.code))
+        return tuple(dict.fromkeys(f.code for f in seen))
+
+    @property
+    def worst(self) -> Severity | None:
+        """The highest finding severity, or None."""
+        return max((f.severity for f in self.findings), default=None)
+
+    @property
+    def failing(self) -> bool:
+        """Counts against the exit status (and is a JUnit failure)."""
+        return self.outcome in (DIVERGED, STUCK, FAILED) or (
+            self.outcome == FINDINGS and self.worst == Severity.ERROR)
+
+    @property
+    def duplicated_effects(self) -> tuple[str, ...]:
+        """Effect names done more often than in the clean run, or reported duplicate."""
+        names = {n for n, c in self.effects.items() if c > self.clean_effects.get(n, 0)}
+        names |= {effect for f, effect in _with_effects(self.findings, self.finding_effects)
+                  if f.code == "effect-duplicate" and effect}
+        return tuple(sorted(names))
+
+    @property
+    def test_id(self) -> str:
+        return self.point if self.kind == KIND_APP else f"engine:{self.point}"
+
+    def to_json(self) -> dict[str, Any]:
+        worst = self.worst
+        return {"point": self.point, "kind": self.kind.value, "outcome": self.outcome.value,
+                "codes": list(self.codes), "worst": None if worst is None else str(worst),
+                "failing": self.failing, "detail": self.detail, "status": self.status,
+                "output": self.output, "output_matches": self.output_matches,
+                "effects": self.effects, "diff": list(self.diff),
+                "findings": _finding_docs(self.findings, self.finding_effects),
+                "instance": self.instance, "wall_s": round(self.wall, 3),
+                "rerun": self.rerun}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatrixResult:
+    """A clean run and every crash made to compare with it."""
+
+    spec: CrashSpec
+    clean: CleanRun
+    points: tuple[PointResult, ...]
+    wall: float
+    jobs: int = 1
+
+    def __post_init__(self) -> None:
+        _freeze(self, "points")
+
+    @property
+    def target(self) -> str:
+        return self.spec.target
+
+    @property
+    def input(self) -> Any:
+        return self.spec.input
+
+    @property
+    def app(self) -> str | None:
+        return self.spec.app
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.spec.env)
+
+    @property
+    def coverage(self) -> dict[str, list[str]]:
+        return {"declared": list(self.clean.declared), "reached": list(self.clean.reached),
+                "not_reached": list(self.clean.not_reached)}
+
+    @property
+    def summary(self) -> dict[str, int]:
+        """Points per outcome, in the order of :class:`Outcome`, outcomes seen only."""
+        counts = Counter(p.outcome for p in self.points)
+        return {o.value: counts[o] for o in OUTCOMES if counts[o]}
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every point is identical or has findings below error, else 1."""
+        return 1 if any(p.failing for p in self.points) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "app": self.app, "input": self.input,
+                "env": self.env, "jobs": self.jobs, "clean": self.clean.to_json(),
+                "points": [p.to_json() for p in self.points], "coverage": self.coverage,
+                "summary": self.summary, "exit_code": self.exit_code,
+                "wall_s": round(self.wall, 3)}
+
+
+# --- assertions (also for the pytest plugin) -------------------------------------------------
+
+def assert_no_duplicate_effects(outcome: PointResult) -> None:
+    """Fail unless no side effect was done more often than in the clean run."""
+    dup = outcome.duplicated_effects
+    if dup:
+        raise AssertionError(f"crash at {outcome.point} ({outcome.kind}): side effect "
+                             f"{', '.join(dup)} done more than in the clean run "
+                             f"[{', '.join(outcome.codes)}]; rerun: {outcome.rerun}")
+
+
+def assert_recovered(outcome: PointResult) -> None:
+    """Fail unless the crashed run ended like the clean one: completed, same output, no
+    duplicate side effect, ledger intact."""
+    problems = []
+    if outcome.outcome in (STUCK, FAILED) or outcome.status != "COMPLETED":
+        problems.append(f"{outcome.outcome}: {outcome.detail}")
+    else:
+        if not outcome.output_matches:
+            problems.append(f"output differs from the clean run ({'; '.join(outcome.diff)})")
+        dup = outcome.duplicated_effects
+        if dup:
+            problems.append(f"side effect {', '.join(dup)} duplicated")
+    if problems:
+        raise AssertionError(f"crash at {outcome.point} ({outcome.kind}) not recovered: "
+                             f"{'; '.join(problems)} [{', '.join(outcome.codes) or 'no findings'}]"
+                             f"; rerun: {outcome.rerun}")

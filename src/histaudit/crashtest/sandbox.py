@@ -1,0 +1,302 @@
+"""One run's world, and the worker processes in it.
+
+A :class:`Sandbox` is made for every run of a matrix — the clean one and each crash — with
+its own engine (:class:`~histaudit.crashtest.engine.EngineProcess`), ledger, key pair and
+``DATA_DIR``, so parallel runs never meet. It spawns workers (:class:`Worker`, each a
+``python -m histaudit.crashtest worker`` process logging to a file), schedules the one
+workflow instance the run is about, and polls its state. Closing it kills everything it
+started and removes its directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .engine import EngineProcess
+from .spec import CrashSpec
+from .worker import WORKER_ERROR, WORKER_READY
+
+__all__ = ["READY_TIMEOUT_S", "TERMINAL", "RunError", "RunState", "Sandbox", "Worker"]
+
+READY_TIMEOUT_S = 90.0
+"""How long a worker may take to import the app and connect (a loaded machine is slow)."""
+
+TERMINAL = ("COMPLETED", "FAILED", "TERMINATED")
+"""Workflow runtime statuses after which nothing more happens."""
+
+_POLL_S = 0.1
+_TAIL_CHARS = 1500
+
+# Workers still running when the interpreter exits are killed (engines are, by engine.py).
+_LIVE_WORKERS: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _kill_live_workers() -> None:
+    with _LIVE_LOCK:
+        procs = list(_LIVE_WORKERS)
+        _LIVE_WORKERS.clear()
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+atexit.register(_kill_live_workers)
+
+
+class RunError(Exception):
+    """A run could not go on (worker died, never connected …); becomes ``failed``."""
+
+    def __init__(self, message: str, tail: str = "") -> None:
+        super().__init__(message)
+        self.tail = tail
+
+
+class Worker:
+    """One ``python -m histaudit.crashtest worker`` process, its output in a log file."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.name, self.proc, self.log = name, proc, log
+        self.spawned = time.monotonic()
+        self.ready_at: float | None = None
+
+    def output(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def tail(self, chars: int = _TAIL_CHARS) -> str:
+        return self.output()[-chars:]
+
+    def setup_error(self) -> str | None:
+        """The worker's one-line reason when it could not load the app."""
+        for line in self.output().splitlines():
+            if line.startswith(WORKER_ERROR):
+                return line[len(WORKER_ERROR):]
+        return None
+
+    def wait_for(self, marker: str, timeout: float) -> bool:
+        """Wait until the log shows ``marker``; False if the process ended first."""
+        deadline = time.monotonic() + timeout
+        while marker not in self.output():
+            if self.proc.poll() is not None:
+                return marker in self.output()
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.03)
+        return True
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Wait until the worker is connected; RunError if it does not get there."""
+        if not self.wait_for(WORKER_READY, timeout):
+            raise RunError(self._why_not_ready(timeout), self.tail())
+        self.ready_at = time.monotonic()
+
+    def _why_not_ready(self, timeout: float) -> str:
+        rc = self.proc.poll()
+        error = self.setup_error()
+        if error:
+            return error
+        if rc is None:
+            return f"worker {self.name} not connected after {timeout:.0f}s"
+        return f"worker {self.name} exited with status {rc} before it was ready"
+
+    def release(self) -> None:
+        """Let a held worker connect."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.flush()
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # it died while held; wait_ready reports that
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=10)
+        if self.proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                self.proc.stdin.close()
+        with _LIVE_LOCK:
+            _LIVE_WORKERS.discard(self.proc)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The workflow instance's state as the engine reports it."""
+
+    status: str
+    output_text: str | None
+    failure: str | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+def _quiet_logger_options() -> Any:
+    from dapr.ext.workflow.logger import LoggerOptions
+
+    return LoggerOptions(log_level="CRITICAL",
+                         log_handler=logging.NullHandler())
+
+
+def _create_ledger(url: str) -> None:
+    """Create the ledger before any worker opens it: two workers starting side by side
+    (the crashing one and the held one) then never race to create one schema."""
+    from histaudit.ledger.store import Ledger
+
+    Ledger.open(url, create=True).close()
+
+
+class Sandbox:
+    """One run's world: engine, ledger, key pair, data directory, workers, client."""
+
+    def __init__(self, spec: CrashSpec, *, lock_timeout: float | None = None,
+                 label: str = "run") -> None:
+        from histaudit.ledger.keys import generate_keypair
+
+        self.spec = spec
+        self.dir = Path(tempfile.mkdtemp(prefix=f"histaudit-crashtest-{label}-"))
+        self.workers: list[Worker] = []
+        self._client: Any = None
+        try:
+            self.data = self.dir / "data"
+            self.data.mkdir()
+            self.keys = self.dir / "keys"
+            key, _pub, _signer = generate_keypair(self.keys, name="crashtest")
+            self.db_url = f"sqlite:///{self.dir / 'ledger.db'}"
+            _create_ledger(self.db_url)
+            self.engine = EngineProcess(binary=spec.engine_binary, state_dir=self.dir / "engine",
+                                        lock_timeout=lock_timeout)
+            base = {k: v for k, v in os.environ.items()
+                    if not k.startswith("HISTAUDIT_") and k not in ("DATA_DIR",)}
+            base.update({"HISTAUDIT_DB": self.db_url, "HISTAUDIT_KEY": str(key),
+                         "DATA_DIR": str(self.data), "PYTHONUNBUFFERED": "1"})
+            base.update(spec.env)
+            self._base_env = base
+            self.instance = f"crashtest-{uuid.uuid4().hex[:12]}"
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start_engine(self) -> None:
+        self.engine.start()
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Worker environment; asked after the engine started (its port may have moved)."""
+        return self.engine.env(self._base_env)
+
+    def spawn(self, name: str, extra: Mapping[str, str] | None = None, *, hold: bool = False,
+              info: Path | None = None) -> Worker:
+        """Start a worker; ``hold``: it loads the app, and connects once released."""
+        argv = [sys.executable, "-m", "histaudit.crashtest", "worker",
+                "--app", self.spec.app_module, "--parent", str(os.getpid())]
+        if info is not None:
+            argv += ["--info", str(info), "--module", self.spec.module]
+        if hold:
+            argv.append("--hold")
+        log = self.dir / f"worker-{name}.log"
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(argv, env={**self.env, **(extra or {})},
+                                    stdin=subprocess.PIPE if hold else subprocess.DEVNULL,
+                                    stdout=fh, stderr=subprocess.STDOUT, close_fds=True)
+        with _LIVE_LOCK:
+            _LIVE_WORKERS.add(proc)
+        worker = Worker(name, proc, log)
+        self.workers.append(worker)
+        return worker
+
+    def last_tail(self) -> str:
+        """The output tail of the worker spawned last ("" if none was)."""
+        return self.workers[-1].tail() if self.workers else ""
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import dapr.ext.workflow as wf
+
+            host, port = self.engine.address.rsplit(":", 1)
+            self._client = wf.DaprWorkflowClient(host=host, port=port,
+                                                 logger_options=_quiet_logger_options())
+        return self._client
+
+    def reset_client(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+        self._client = None
+
+    def schedule(self) -> None:
+        # start_at: queued at once, whether or not a worker is connected yet.
+        self.client.schedule_new_workflow(self.spec.workflow, input=self.spec.input,
+                                          instance_id=self.instance,
+                                          start_at=datetime.now(UTC))
+
+    def state(self) -> RunState | None:
+        try:
+            st = self.client.get_workflow_state(self.instance, fetch_payloads=True)
+        except Exception:  # noqa: BLE001 - engine restarting; ask again
+            return None
+        if st is None:
+            return None
+        failure = None
+        details = getattr(st, "failure_details", None)
+        if details is not None:
+            failure = f"{details.error_type}: {details.message}"
+        return RunState(st.runtime_status.name, st.serialized_output, failure)
+
+    def wait_terminal(self, timeout: float, *, watch: Callable[[], bool] | None = None
+                      ) -> RunState | None:
+        """Poll until the instance is terminal (its state) or ``watch()`` is true (None).
+
+        Returns the last state seen when the time runs out (possibly not terminal).
+        """
+        deadline = time.monotonic() + timeout
+        last: RunState | None = None
+        while True:
+            if watch is not None and watch():
+                return None
+            st = self.state()
+            if st is not None:
+                last = st
+                if st.terminal:
+                    return st
+            if time.monotonic() > deadline:
+                return last
+            time.sleep(_POLL_S)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+        self.reset_client()
+        with contextlib.suppress(Exception):
+            self.engine.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,115 @@
+"""What a crash matrix runs: :class:`CrashSpec`, and the parsers of its command-line parts.
+
+A spec is everything every run of one matrix shares — the workflow, its input, the app
+holding the runtime, the workers' environment and the time limits. It is checked when it
+is made (the target's module or file exists, the input is JSON-serialisable, the timeout
+is positive), so a bad one fails before any engine starts.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from histaudit import usercode
+from histaudit.errors import InputError, UsageError
+
+__all__ = ["DEFAULT_TIMEOUT_S", "ENGINE_LOCK_TIMEOUT_S", "CrashSpec", "parse_env",
+           "parse_input"]
+
+DEFAULT_TIMEOUT_S = 60.0
+"""Seconds a run may take to crash, and then to complete (``--timeout``'s default)."""
+
+ENGINE_LOCK_TIMEOUT_S = 3.0
+"""Lock timeout of the engine in engine-crash runs: how soon a step the killed engine had
+handed out is handed out again (upstream's fixed value is two minutes)."""
+
+
+def parse_input(text: str) -> Any:
+    """The workflow input from its JSON text; InputError (one line) when it is not JSON."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"--input is not JSON: {exc}") from None
+
+
+def parse_env(pairs: Iterable[str]) -> dict[str, str]:
+    """``K=V`` strings into a dict; UsageError on anything else."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or "\0" in pair or not key.replace("_", "a").isalnum():
+            raise UsageError(f"--env {pair!r}: expected NAME=VALUE")
+        env[key] = value
+    return env
+
+
+def _input_json(value: Any) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"workflow input is not JSON-serialisable: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrashSpec:
+    """One workflow to crash: ``CrashSpec(target="app.py:triage", input={...})``.
+
+    ``target`` is ``MODULE_OR_FILE:WORKFLOW_NAME``; ``app`` the module (or ``.py`` file)
+    holding the ``WorkflowRuntime`` when it is not the target's module; ``env`` extra
+    environment for the workers; ``timeout`` the seconds a run may take to crash, and
+    then to complete; ``lock_timeout`` the engine's lock timeout in engine-crash runs;
+    ``engine_binary`` the durabletask-go binary (default: see
+    :func:`histaudit.crashtest.engine.find_engine_binary`).
+
+    Made, it is checked: UsageError or InputError (one line) when it cannot run.
+    """
+
+    target: str
+    input: Any
+    app: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = DEFAULT_TIMEOUT_S
+    lock_timeout: float = ENGINE_LOCK_TIMEOUT_S
+    engine_binary: str | None = None
+
+    # Derived when the spec is made (not arguments): the target resolved, the input's text.
+    module: str = field(init=False, repr=False, compare=False)
+    """The target's module: a dotted name, or the absolute path of a ``.py`` file."""
+    workflow: str = field(init=False, repr=False, compare=False)
+    """The workflow's registered name."""
+    app_module: str = field(init=False, repr=False, compare=False)
+    """The module (or absolute file path) whose runtime the workers start."""
+    input_json: str = field(init=False, repr=False, compare=False)
+    """The input as compact JSON text (what a rerun command passes to ``--input``)."""
+
+    def __post_init__(self) -> None:
+        if self.timeout <= 0:
+            raise UsageError(f"timeout must be positive, not {self.timeout}")
+        module, sep, workflow = self.target.rpartition(":")
+        if not sep or not module or not workflow:
+            raise UsageError(f"target {self.target!r}: expected MODULE_OR_FILE:WORKFLOW_NAME")
+        module_ref = usercode.resolve_ref(module, "target")
+        app_ref = usercode.resolve_ref(self.app, "--app") if self.app else module_ref
+        derived = {"env": dict(self.env or {}), "timeout": float(self.timeout),
+                   "lock_timeout": float(self.lock_timeout), "module": module_ref,
+                   "workflow": workflow, "app_module": app_ref,
+                   "input_json": _input_json(self.input)}
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+    def rerun_command(self, point: str, *, engine_crash: bool) -> str:
+        """The ``histaudit crashtest`` command line that runs only this point again."""
+        argv = ["histaudit", "crashtest", self.target, "--input", self.input_json,
+                "--point", point]
+        argv.append("--engine-crash" if engine_crash else "--no-engine-points")
+        if self.app:
+            argv += ["--app", self.app]
+        for key, value in self.env.items():
+            argv += ["--env", f"{key}={value}"]
+        if self.timeout != DEFAULT_TIMEOUT_S:
+            argv += ["--timeout", f"{self.timeout:g}"]
+        return shlex.join(argv)
