@@ -7,21 +7,15 @@ how to install it, because a silently skipped crash test proves nothing.
 from __future__ import annotations
 
 import re
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-# Make `from support.postgres import PostgresServer` work whatever pytest's import mode.
-_TESTS_DIR = Path(__file__).resolve().parent
-if str(_TESTS_DIR) not in sys.path:
-    sys.path.insert(0, str(_TESTS_DIR))
-
-from histaudit.crashtest.engine import EngineProcess, find_engine_binary  # noqa: E402
-from histaudit.errors import EngineError  # noqa: E402
-from support.postgres import PostgresError, PostgresServer  # noqa: E402
+from histaudit.crashtest.engine import EngineProcess, find_engine_binary
+from histaudit.errors import EngineError
+from support.postgres import PostgresError, PostgresServer
 
 
 def _attempt(action: Callable[[], object], errors: tuple[type[Exception], ...]) -> str:

@@ -3,7 +3,7 @@
 
 Everything is fixed: the signing key comes from a constant seed, timestamps and salts
 are constants, and Ed25519 signatures are deterministic (RFC 8032), so running this
-script always writes the same bytes. ``tests/unit/test_format_vectors.py`` checks that.
+script always writes the same bytes. ``tests/unit/ledger/test_records.py`` checks that.
 
     python tests/golden/make_vectors.py            # rewrite vectors.json beside this file
     python tests/golden/make_vectors.py --out P    # write somewhere else
@@ -25,9 +25,9 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from histaudit.errors import FormatError
 from histaudit.ledger import records as fmt
 from histaudit.ledger.canonical import canonical_bytes
-from histaudit.errors import FormatError
 from histaudit.ledger.keys import PublicKey, key_id
 
 HERE = Path(__file__).resolve().parent

@@ -5,7 +5,7 @@
 Starts durabletask-go on a throwaway SQLite file, runs the example workflows of
 ``examples/nondeterminism/workflows.py`` once each with the plain Dapr SDK runtime, fetches
 each instance's history with GetInstanceHistory and writes it with
-``histaudit.replay.save_history``. The unit tests (tests/unit/test_replay_golden.py)
+``histaudit.replay.save_history``. The unit tests (tests/unit/replay/test_replayer.py)
 replay these files without any engine.
 
 ``wall_clock`` is recorded a few seconds before its deadline, so it took the fast path;
@@ -24,11 +24,11 @@ OUT = Path(__file__).resolve().parent / "histories"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-import dapr.ext.workflow as wf  # noqa: E402
+import dapr.ext.workflow as wf
+from examples.nondeterminism import workflows
 
-from examples.nondeterminism import workflows  # noqa: E402
-from histaudit.crashtest.engine import EngineProcess  # noqa: E402
-from histaudit.replay import History, replay  # noqa: E402
+from histaudit.crashtest.engine import EngineProcess
+from histaudit.replay import History, replay
 
 RUNS = {  # file stem -> (workflow, input, instance id)
     "order": (workflows.order, {"id": "A-17", "items": ["book", "lamp"], "amount": 42},

@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -128,7 +128,7 @@ def pae(payload_type: str, body: bytes) -> bytes:
 def _instant(m: re.Match[str]) -> datetime:
     y, mo, d, hh, mm, ss = (int(g) for g in m.groups()[:6])
     micro = int((m.group(7) or "").ljust(6, "0"))
-    return datetime(y, mo, d, hh, mm, ss, micro, tzinfo=timezone.utc)  # ValueError if invalid
+    return datetime(y, mo, d, hh, mm, ss, micro, tzinfo=UTC)  # ValueError if invalid
 
 
 def parse_timestamp(text: Any) -> datetime | None:
@@ -564,7 +564,7 @@ def _verify(root: Path, trust: dict[str, Key]) -> list[Problem]:
     if not isinstance(files, dict) or any(name not in files for name in REQUIRED_FILES):
         raise Unreadable("manifest does not list the required files")
     content: dict[str, bytes] = {}
-    for name, meta in files.items():
+    for name in files:
         if "/" in name or name.startswith("."):
             raise Unreadable(f"manifest names an unsafe file {name!r}")
         content[name] = _read(root / name)

@@ -19,13 +19,13 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from histaudit.ledger import records as fmt
 from histaudit.errors import StoreError
-from histaudit.ledger.keys import Signer, TrustStore
-from histaudit.ledger.store import Ledger, writer_role_sql
-from histaudit.ledger.records import StoredHead
-from histaudit.verify.verifier import verify_instance
 from histaudit.ledger import chain
+from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.records import StoredHead
+from histaudit.ledger.store import Ledger, writer_role_sql
+from histaudit.verify.verifier import verify_instance
+from support.ledgers import LedgerDb, committed
 
 INSTANCES = ("wf-one", "wf-two")
 ENTRIES = 6
@@ -52,12 +52,9 @@ def build(url: str) -> Setup:
                 data: dict[str, Any] = {"n": seq, "who": instance}
                 stored = None
                 if seq % 2 == 0:
-                    payload, salt = f"{instance}/{seq}".encode(), fmt.new_salt()
-                    c = fmt.commit(payload, salt)
-                    data["arg"] = {"c": c}
-                    stored = {salt: (c, payload)}
+                    data["arg"], stored = committed(f"{instance}/{seq}".encode())
                     if instance == "wf-one" and seq == 2:
-                        commitment = c
+                        commitment = data["arg"]["c"]
                 chain.append(ledger, instance, "step.done", data, signer=signer, payloads=stored)
             if seq == 3:
                 old_head = ledger.head("wf-one")
@@ -72,19 +69,12 @@ def setup(db_url: str) -> Setup:
 
 def snapshot(url: str) -> tuple[list[tuple[Any, ...]], ...]:
     """Every stored byte of the ledger, in a stable order."""
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            def rows(q: str) -> list[tuple[Any, ...]]:
-                return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)
-                        for r in conn.execute(sa.text(q))]
-            return (rows("SELECT leaf, instance, seq, hash, body, sig FROM histaudit_entries "
-                         "ORDER BY leaf"),
-                    rows("SELECT instance, seq, body, sig FROM histaudit_heads ORDER BY instance"),
-                    rows("SELECT commitment, salt, data FROM histaudit_payloads "
-                         "ORDER BY commitment"))
-    finally:
-        engine.dispose()
+    with LedgerDb(url) as db:
+        return (db.rows("SELECT leaf, instance, seq, hash, body, sig FROM histaudit_entries "
+                        "ORDER BY leaf"),
+                db.rows("SELECT instance, seq, body, sig FROM histaudit_heads ORDER BY instance"),
+                db.rows("SELECT commitment, salt, data FROM histaudit_payloads "
+                        "ORDER BY commitment"))
 
 
 def assert_verifies(url: str, trust: TrustStore, entries: int = ENTRIES) -> None:
@@ -97,12 +87,8 @@ def assert_verifies(url: str, trust: TrustStore, entries: int = ENTRIES) -> None
 
 def run_sql(url: str, stmt: str, params: dict[str, Any] | None = None) -> None:
     """One statement in its own transaction on its own connection."""
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(stmt), params or {})
-    finally:
-        engine.dispose()
+    with LedgerDb(url) as db:
+        db.run(stmt, **(params or {}))
 
 
 # name -> (statement, parameters from the setup)
@@ -218,13 +204,9 @@ class Writer:
 
 
 def _owner_sql(url: str, *stmts: str) -> None:
-    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            for stmt in stmts:
-                conn.execute(sa.text(stmt))
-    finally:
-        engine.dispose()
+    with LedgerDb(url) as db:
+        for stmt in stmts:
+            db.run(stmt)
 
 
 @pytest.fixture
@@ -255,17 +237,11 @@ def _denied(exc: BaseException) -> bool:
 
 @pytest.mark.postgres
 def test_writer_role_is_a_plain_role(writer: Writer) -> None:
-    engine = sa.create_engine(writer.url)
-    try:
-        with engine.connect() as conn:
-            user, superuser = conn.execute(sa.text(
-                "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
-            ).one()
-            owner = conn.execute(sa.text(
-                "SELECT tableowner FROM pg_tables WHERE tablename = 'histaudit_entries'")
-            ).scalar_one()
-    finally:
-        engine.dispose()
+    with LedgerDb(writer.url) as db:
+        ((user, superuser),) = db.run(
+            "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
+        ((owner,),) = db.run(
+            "SELECT tableowner FROM pg_tables WHERE tablename = 'histaudit_entries'")
     assert user == writer.role and superuser is False and owner != writer.role
 
 
@@ -275,10 +251,9 @@ def test_writer_role_can_append_and_verify(writer: Writer) -> None:
     with Ledger.open(writer.url) as ledger:
         for n in range(1, 11):
             for instance in (*INSTANCES, "wf-new"):
-                payload, salt = f"late {n}".encode(), fmt.new_salt()
-                c = fmt.commit(payload, salt)
-                chain.append(ledger, instance, "step.done", {"n": 100 + n, "arg": {"c": c}},
-                              signer=s.signer, payloads={salt: (c, payload)})
+                ref, stored = committed(f"late {n}".encode())
+                chain.append(ledger, instance, "step.done", {"n": 100 + n, "arg": ref},
+                             signer=s.signer, payloads=stored)
         for instance, count in ((INSTANCES[0], ENTRIES + 10), (INSTANCES[1], ENTRIES + 10),
                                 ("wf-new", 10)):
             report = verify_instance(ledger, instance, trust=s.trust, full=True, workers=1)

@@ -20,7 +20,6 @@ import random
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,20 +28,18 @@ from typing import Any
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, generate_keypair
 from histaudit.ledger.store import Ledger
-from histaudit.ledger import chain
+from support.cli import cli, exits, one_error_line
+from support.ledgers import LedgerDb, append_order
 
 # --- running the command ----------------------------------------------------------------
 
-_SCRIPT = Path(sys.executable).with_name("histaudit")
-HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
-TIMEOUT = 180
 HUGE = 50 * 1024 * 1024  # a 50 MB stored body
 # File modes cannot make a file unreadable for root, and CI runs as root: "unreadable"
 # is covered by paths that fail for everyone (a directory, a dangling symlink).
@@ -50,34 +47,8 @@ HUGE = 50 * 1024 * 1024  # a 50 MB stored body
 
 def run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None
         ) -> subprocess.CompletedProcess[str]:
-    """``histaudit ARGS`` with no HISTAUDIT_* variable leaking in from the test's shell."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-    full_env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
-    full_env.update(env or {})
-    return subprocess.run([*HISTAUDIT, *args], cwd=cwd, env=full_env, capture_output=True,
-                          text=True, encoding="utf-8", errors="replace", timeout=TIMEOUT)
-
-
-def assert_one_error_line(r: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, nothing on stdout, one stderr line ``histaudit: error: ...`` naming it."""
-    assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
-    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1, r.stderr
-    line = lines[0]
-    assert line.startswith("histaudit: error: "), line
-    assert len(line) > len("histaudit: error: ") + 10, line
-    for needle in needles:
-        assert needle in line, f"{needle!r} not in {line!r}"
-    assert r.stdout == "", r.stdout[-2000:]
-    return line
-
-
-def assert_verdict(r: subprocess.CompletedProcess[str], code: int) -> None:
-    """The command ran to a verdict (0 clean, 1 findings): no error line, no traceback."""
-    assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
-    assert r.returncode == code, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
-    assert r.stderr == "", r.stderr[-2000:]
+    """``histaudit ARGS``, the argument list built by the tables below."""
+    return cli(*args, cwd=cwd, env=env)
 
 
 # --- byte-identical ledgers ---------------------------------------------------------------
@@ -108,16 +79,10 @@ def snapshot_files(root: Path) -> dict[str, str]:
 
 def snapshot_pg(url: str) -> dict[str, list[tuple[str, ...]]]:
     """Every row of every table in the database (a dump), bytes by their SHA-256."""
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            dump = {}
-            for table in sorted(sa.inspect(conn).get_table_names()):
-                rows = conn.execute(sa.text(f'SELECT * FROM "{table}"')).all()
-                dump[table] = sorted(tuple(_digest(v) for v in row) for row in rows)
-            return dump
-    finally:
-        engine.dispose()
+    with LedgerDb(url) as db:
+        return {table: sorted(tuple(_digest(v) for v in row)
+                              for row in db.rows(f'SELECT * FROM "{table}"'))
+                for table in db.tables()}
 
 
 def snapshot(url: str, files: Path) -> tuple[Any, ...]:
@@ -129,21 +94,6 @@ def snapshot(url: str, files: Path) -> tuple[Any, ...]:
 
 
 # --- ledgers and keys --------------------------------------------------------------------
-
-SECRET = b'{"card":"4111-1111-1111-1111"}'
-
-
-def append_order(ledger: Ledger, signer: Signer, instance: str) -> None:
-    salt = fmt.new_salt()
-    c = fmt.commit(SECRET, salt)
-    chain.append(ledger, instance, "workflow.started", {"input": {"c": c, "n": len(SECRET)}},
-                  signer=signer, payloads={salt: (c, SECRET)})
-    chain.append(ledger, instance, "activity.started", {"task_id": 1, "activity": "charge"},
-                  signer=signer)
-    chain.append(ledger, instance, "activity.completed", {"task_id": 1, "activity": "charge"},
-                  signer=signer)
-    chain.append(ledger, instance, "workflow.completed", {"status": "COMPLETED"}, signer=signer)
-
 
 @dataclass
 class Ctx:
@@ -188,42 +138,19 @@ def big_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def raw_sql(url: str, *statements: str) -> None:
     """Run SQL on the ledger's database directly (an operator or attacker with access)."""
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            for stmt in statements:
-                conn.exec_driver_sql(stmt)
-    finally:
-        engine.dispose()
+    with LedgerDb(url) as db:
+        db.script(*statements)
 
 
 def insert_entry_row(url: str, instance: str, body: bytes) -> int:
     """Append a raw row (INSERT is what the append-only triggers allow); returns its seq."""
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            leaf = conn.execute(sa.text("SELECT max(leaf) FROM histaudit_entries")).scalar()
-            seq = conn.execute(sa.text("SELECT max(seq) FROM histaudit_entries "
-                                       "WHERE instance = :i"), {"i": instance}).scalar()
-            seq = (seq or 0) + 1
-            conn.execute(sa.text("INSERT INTO histaudit_entries (leaf, instance, seq, hash, "
-                                 "body, sig) VALUES (:l, :i, :s, :h, :b, :g)"),
-                         {"l": (leaf or 0) + 1, "i": instance, "s": seq,
-                          "h": fmt.sha256_hex(body), "b": body, "g": b"\x00" * 64})
-            return seq
-    finally:
-        engine.dispose()
+    with LedgerDb(url) as db:
+        return db.append_raw(instance, body)
 
 
 def last_body(url: str, instance: str) -> dict[str, Any]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            body = conn.execute(sa.text("SELECT body FROM histaudit_entries WHERE instance = :i "
-                                        "ORDER BY seq DESC LIMIT 1"), {"i": instance}).scalar()
-        return json.loads(bytes(body))
-    finally:
-        engine.dispose()
+    with LedgerDb(url) as db:
+        return json.loads(db.last_body(instance))
 
 
 # --- the commands ------------------------------------------------------------------------
@@ -339,7 +266,7 @@ def test_bad_sqlite_database(case: str, command: str, tmp_path: Path, big_ledger
     make(path, big_ledger)
     ctx = Ctx(tmp=tmp_path, url=to_url(path), key=key, trust=trust, files=tmp_path)
     before = ctx.state()
-    line = assert_one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path), *needles)
+    line = one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path), *needles)
     if not case.startswith("missing directory"):
         assert str(path) in line, line
     assert ctx.state() == before, "the command changed the database files"
@@ -374,12 +301,12 @@ def test_bad_url(case: str, command: str, tmp_path: Path) -> None:
     key, trust, _ = _keys(tmp_path)
     ctx = Ctx(tmp=tmp_path, url=url, key=key, trust=trust, files=tmp_path)
     before = snapshot_files(tmp_path)
-    assert_one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path), *needles)
+    one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path), *needles)
     assert snapshot_files(tmp_path) == before  # no stray ledger file created
 
 
 def test_password_in_url_is_never_printed(tmp_path: Path) -> None:
-    line = assert_one_error_line(
+    line = one_error_line(
         run(["list", "--db", "postgresql+psycopg://ops:hunter2@127.0.0.1:1/x"], cwd=tmp_path),
         "ops:***@127.0.0.1")
     assert "hunter2" not in line
@@ -387,12 +314,12 @@ def test_password_in_url_is_never_printed(tmp_path: Path) -> None:
 
 def test_bad_url_from_the_environment(tmp_path: Path) -> None:
     r = run(["list"], cwd=tmp_path, env={"HISTAUDIT_DB": "mysql://x/y"})
-    assert_one_error_line(r, "mysql://x/y", "only sqlite and postgresql")
+    one_error_line(r, "mysql://x/y", "only sqlite and postgresql")
 
 
 def test_default_ledger_missing(tmp_path: Path) -> None:
-    assert_one_error_line(run(["list"], cwd=tmp_path), "histaudit.db", "does not exist")
-    assert_one_error_line(run(["list", "--db", ""], cwd=tmp_path), "histaudit.db")
+    one_error_line(run(["list"], cwd=tmp_path), "histaudit.db", "does not exist")
+    one_error_line(run(["list", "--db", ""], cwd=tmp_path), "histaudit.db")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -405,7 +332,7 @@ def test_postgres_database_does_not_exist(command: str, pg_server: Any, tmp_path
     key, trust, _ = _keys(tmp_path)
     url = pg_server.superuser_url("histaudit_no_such_database")
     ctx = Ctx(tmp=tmp_path, url=url, key=key, trust=trust, files=tmp_path)
-    assert_one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path),
+    one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path),
                           "histaudit_no_such_database", "does not exist")
     with psycopg.connect(pg_server.conninfo()) as conn:
         assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = "
@@ -415,7 +342,7 @@ def test_postgres_database_does_not_exist(command: str, pg_server: Any, tmp_path
 @pytest.mark.postgres
 def test_postgres_unknown_role(pg_server: Any, tmp_path: Path) -> None:
     url = f"postgresql+psycopg://nobody_here@127.0.0.1:{pg_server.port}/postgres"
-    assert_one_error_line(run(["list", "--db", url], cwd=tmp_path), "nobody_here")
+    one_error_line(run(["list", "--db", url], cwd=tmp_path), "nobody_here")
 
 
 def _pg_other_app(url: str) -> None:
@@ -453,7 +380,7 @@ def test_database_that_is_not_a_ledger(case: str, command: str, db_url: str, tmp
     make(db_url, signer)
     ctx = Ctx(tmp=tmp_path, url=db_url, key=key, trust=trust, files=tmp_path)
     before = ctx.state()
-    assert_one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path), *needles)
+    one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path), *needles)
     assert ctx.state() == before, "the command changed the database"
 
 
@@ -530,14 +457,14 @@ def test_bad_trust_store(case: str, command: str, ledger_ctx: Ctx) -> None:
     make, needles = BAD_TRUST[case]
     ledger_ctx.trust = make(ledger_ctx.tmp, ledger_ctx.trust)
     before = ledger_ctx.state()
-    assert_one_error_line(run(DB_COMMANDS[command](ledger_ctx), cwd=ledger_ctx.tmp), *needles)
+    one_error_line(run(DB_COMMANDS[command](ledger_ctx), cwd=ledger_ctx.tmp), *needles)
     assert ledger_ctx.state() == before
 
 
 @pytest.mark.parametrize("args", [["verify", "order-1"], ["verify", "--all"]])
 def test_verify_without_any_trust_store(args: list[str], ledger_ctx: Ctx) -> None:
     before = ledger_ctx.state()
-    assert_one_error_line(run([*args, "--db", ledger_ctx.url], cwd=ledger_ctx.tmp),
+    one_error_line(run([*args, "--db", ledger_ctx.url], cwd=ledger_ctx.tmp),
                           "trust")
     assert ledger_ctx.state() == before
 
@@ -614,7 +541,7 @@ def test_bad_private_key(case: str, ledger_ctx: Ctx) -> None:
     make, needles = BAD_KEYS[case]
     ledger_ctx.key = make(ledger_ctx.tmp, ledger_ctx.key)
     before = ledger_ctx.state()
-    assert_one_error_line(run(DB_COMMANDS["redact"](ledger_ctx), cwd=ledger_ctx.tmp),
+    one_error_line(run(DB_COMMANDS["redact"](ledger_ctx), cwd=ledger_ctx.tmp),
                           *needles)
     assert ledger_ctx.state() == before
 
@@ -622,7 +549,7 @@ def test_bad_private_key(case: str, ledger_ctx: Ctx) -> None:
 def test_no_private_key_at_all(ledger_ctx: Ctx) -> None:
     before = ledger_ctx.state()
     args = ["redact", "order-1", "--seq", "1", "--field", "input", "--db", ledger_ctx.url]
-    assert_one_error_line(run(args, cwd=ledger_ctx.tmp), "no signing key", "--key")
+    one_error_line(run(args, cwd=ledger_ctx.tmp), "no signing key", "--key")
     assert ledger_ctx.state() == before
 
 
@@ -631,7 +558,7 @@ def test_key_from_environment_is_checked_too(ledger_ctx: Ctx) -> None:
     before = ledger_ctx.state()
     args = ["redact", "order-1", "--seq", "1", "--field", "input", "--db", ledger_ctx.url]
     r = run(args, cwd=ledger_ctx.tmp, env={"HISTAUDIT_KEY": str(ledger_ctx.key)})
-    assert_one_error_line(r, "readable by others")
+    one_error_line(r, "readable by others")
     assert ledger_ctx.state() == before
 
 
@@ -657,7 +584,7 @@ def test_bad_redact_request(case: str, ledger_ctx: Ctx) -> None:
     before = ledger_ctx.state()
     r = run(["redact", *args, "--db", ledger_ctx.url, "--key", str(ledger_ctx.key)],
             cwd=ledger_ctx.tmp)
-    assert_one_error_line(r, *needles)
+    one_error_line(r, *needles)
     assert ledger_ctx.state() == before
 
 
@@ -680,7 +607,7 @@ def test_bad_command_line(case: str, ledger_ctx: Ctx) -> None:
     args = [*BAD_USAGE[case], "--db", ledger_ctx.url, "--trust", str(ledger_ctx.trust)]
     if case == "unknown command":
         args = BAD_USAGE[case]
-    assert_one_error_line(run(args, cwd=ledger_ctx.tmp))
+    one_error_line(run(args, cwd=ledger_ctx.tmp))
     assert ledger_ctx.state() == before
 
 
@@ -737,7 +664,7 @@ def test_bad_keys_generate(case: str, tmp_path: Path) -> None:
     work.mkdir()
     args = setup(work)
     before = snapshot_files(tmp_path)
-    assert_one_error_line(run(["keys", "generate", *args], cwd=work), *needles)
+    one_error_line(run(["keys", "generate", *args], cwd=work), *needles)
     assert snapshot_files(tmp_path) == before, "keys generate wrote or changed files"
 
 
@@ -789,7 +716,7 @@ def test_malformed_entry_is_a_finding_not_a_crash(broken_ctx: Ctx) -> None:
     before = ctx.state()
 
     r = run([*DB_COMMANDS["verify"](ctx), "--json"], cwd=ctx.tmp)
-    assert_verdict(r, 1)
+    exits(r, 1)
     doc = json.loads(r.stdout)
     assert doc["ok"] is False and doc["entries"] == 5
     assert ("entry-malformed", 5, "error") in {
@@ -797,29 +724,29 @@ def test_malformed_entry_is_a_finding_not_a_crash(broken_ctx: Ctx) -> None:
 
     for full in ([], ["--full"]):
         r = run([*DB_COMMANDS["verify"](ctx), *full], cwd=ctx.tmp)
-        assert_verdict(r, 1)
+        exits(r, 1)
         assert "FAILED" in r.stdout and "entry-malformed" in r.stdout
 
     r = run([*DB_COMMANDS["verify --all"](ctx), "--json"], cwd=ctx.tmp)
-    assert_verdict(r, 1)
+    exits(r, 1)
     assert [d["ok"] for d in json.loads(r.stdout)] == [False]
 
     r = run([*DB_COMMANDS["list --trust"](ctx), "--json"], cwd=ctx.tmp)
-    assert_verdict(r, 0)
+    exits(r, 0)
     (row,) = json.loads(r.stdout)
     assert row["entries"] == 5 and row["status"].startswith("FAILED")
-    assert_verdict(run(DB_COMMANDS["list"](ctx), cwd=ctx.tmp), 0)
+    exits(run(DB_COMMANDS["list"](ctx), cwd=ctx.tmp), 0)
 
     r = run(DB_COMMANDS["show"](ctx), cwd=ctx.tmp)
-    assert_verdict(r, 0)
+    exits(r, 0)
     assert "(malformed)" in r.stdout
     r = run([*DB_COMMANDS["show"](ctx), "--json"], cwd=ctx.tmp)
-    assert_verdict(r, 0)
+    exits(r, 0)
     assert json.loads(r.stdout)["entries"][-1]["kind"] == "(malformed)"
 
     r = run(["redact", "order-1", "--seq", "5", "--field", "input", "--db", ctx.url,
              "--key", str(ctx.key)], cwd=ctx.tmp)
-    assert_one_error_line(r, "entry 5", "malformed")
+    one_error_line(r, "entry 5", "malformed")
 
     assert ctx.state() == before, "a read-only command changed the ledger"
 
@@ -835,10 +762,10 @@ def test_malformed_signed_head_is_a_finding(ledger_ctx: Ctx) -> None:
                 "ALTER TABLE histaudit_heads ENABLE TRIGGER USER")
     before = ctx.state()
     r = run([*DB_COMMANDS["verify"](ctx), "--json"], cwd=ctx.tmp)
-    assert_verdict(r, 1)
+    exits(r, 1)
     assert "head-invalid" in {f["code"] for f in json.loads(r.stdout)["findings"]}
-    assert_verdict(run(DB_COMMANDS["list --trust"](ctx), cwd=ctx.tmp), 0)
-    assert_verdict(run(DB_COMMANDS["show"](ctx), cwd=ctx.tmp), 0)
+    exits(run(DB_COMMANDS["list --trust"](ctx), cwd=ctx.tmp), 0)
+    exits(run(DB_COMMANDS["show"](ctx), cwd=ctx.tmp), 0)
     assert ctx.state() == before
 
 
@@ -867,7 +794,7 @@ def test_huge_entry_body(case: str, ledger_ctx: Ctx) -> None:
 
     started = time.monotonic()
     r = run([*DB_COMMANDS["verify"](ctx), "--json"], cwd=ctx.tmp)
-    assert_verdict(r, 1)
+    exits(r, 1)
     doc = json.loads(r.stdout)
     assert doc["entries"] == 5 and doc["ok"] is False
     codes = {f["code"] for f in doc["findings"]}
@@ -877,20 +804,20 @@ def test_huge_entry_body(case: str, ledger_ctx: Ctx) -> None:
     for args in (DB_COMMANDS["verify"](ctx), [*DB_COMMANDS["verify"](ctx), "--full"],
                  DB_COMMANDS["verify --all"](ctx)):
         r = run(args, cwd=ctx.tmp)
-        assert_verdict(r, 1)
+        exits(r, 1)
         assert "FAILED" in r.stdout and len(r.stdout) < 100_000
 
     for command in ("list", "list --trust", "show"):
         r = run(DB_COMMANDS[command](ctx), cwd=ctx.tmp)
-        assert_verdict(r, 0)
+        exits(r, 0)
         assert len(r.stdout) < 100_000, f"{command} printed {len(r.stdout)} chars"
     r = run([*DB_COMMANDS["show"](ctx), "--json"], cwd=ctx.tmp)
-    assert_verdict(r, 0)
+    exits(r, 0)
     assert len(json.loads(r.stdout)["entries"]) == 5
 
     r = run(["redact", "order-1", "--seq", "5", "--field", "blob", "--db", ctx.url,
              "--key", str(ctx.key)], cwd=ctx.tmp)
-    assert_one_error_line(r, "entry 5")
+    one_error_line(r, "entry 5")
     assert len(r.stderr) < 1000
 
     assert time.monotonic() - started < 150, "a huge entry must not stall the CLI"
@@ -908,9 +835,9 @@ def test_huge_committed_payload_verifies_and_redacts(ledger_ctx: Ctx) -> None:
                       {"task_id": 1, "output": {"c": c, "n": len(payload)}},
                       signer=Signer.load(ctx.key), payloads={salt: (c, payload)})
     r = run([*DB_COMMANDS["verify"](ctx), "--full", "--json"], cwd=ctx.tmp)
-    assert_verdict(r, 0)
+    exits(r, 0)
     assert json.loads(r.stdout)["findings"] == []
     r = run(["redact", "order-1", "--seq", "5", "--field", "output", "--db", ctx.url,
              "--key", str(ctx.key)], cwd=ctx.tmp)
-    assert_verdict(r, 0)
-    assert_verdict(run([*DB_COMMANDS["verify"](ctx), "--full"], cwd=ctx.tmp), 0)
+    exits(r, 0)
+    exits(run([*DB_COMMANDS["verify"](ctx), "--full"], cwd=ctx.tmp), 0)

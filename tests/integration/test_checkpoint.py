@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import multiprocessing as mp
 import shutil
@@ -24,10 +25,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
-                                                              Ed25519PublicKey)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from histaudit.ledger import merkle
+from histaudit.errors import InputError
+from histaudit.ledger import chain, merkle
+from histaudit.ledger.chain import make_checkpoint
 from histaudit.ledger.checkpoint import (
     Checkpoint,
     note_key_hash,
@@ -36,14 +38,13 @@ from histaudit.ledger.checkpoint import (
     sign_note,
     verifier_key,
 )
-from histaudit.verify.consistency import check_consistency
-from histaudit.ledger.chain import make_checkpoint
-from histaudit.errors import InputError
 from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
-from histaudit.ledger import chain
+from histaudit.verify.consistency import check_consistency
+from support.cli import cli, exits, one_error_line
+from support.ledgers import LedgerDb
+from support.repo import DOCS
 
-ROOT = Path(__file__).resolve().parents[2]
 INSTANCES = ("wf-a", "wf-b", "wf-c")
 ROUNDS = 6  # 18 interleaved entries: each instance's leaves are spread over the tree
 
@@ -65,8 +66,8 @@ def append_rounds(url: str, signer: Signer, rounds: int = ROUNDS, start: int = 1
     with Ledger.open(url, create=True) as ledger:
         for rnd in range(start, start + rounds):
             for instance in instances:
-                chain.append(ledger, instance, "step.done", {"round": rnd, "note": f"{instance} {rnd}"},
-                              signer=signer)
+                chain.append(ledger, instance, "step.done",
+                             {"round": rnd, "note": f"{instance} {rnd}"}, signer=signer)
 
 
 @pytest.fixture
@@ -91,50 +92,7 @@ def size_of(url: str) -> int:
         return ledger.leaf_count()
 
 
-# --- raw database access: an attacker, or an operator restoring a backup ------------------
-
-GUARDED = ("histaudit_entries", "histaudit_heads", "histaudit_checkpoints")
-
-
-class Db:
-    """Plain SQL on the ledger database as its owner (SQLite file) or superuser (PG)."""
-
-    def __init__(self, url: str) -> None:
-        self.engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-        self.dialect = self.engine.dialect.name
-
-    def __enter__(self) -> Db:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.engine.dispose()
-
-    def run(self, stmt: str, **params: Any) -> list[Any]:
-        with self.engine.connect() as conn:
-            result = conn.execute(sa.text(stmt), params)
-            return list(result.all()) if result.returns_rows else []
-
-    def lift_guards(self) -> None:
-        """Remove the append-only triggers: SQLite drops them, PostgreSQL disables them."""
-        if self.dialect == "sqlite":
-            for (name,) in self.run("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
-                self.run(f'DROP TRIGGER "{name}"')
-        else:
-            for table in GUARDED:
-                self.run(f"ALTER TABLE {table} DISABLE TRIGGER ALL")
-
-    def restore_guards(self) -> None:
-        if self.dialect == "postgresql":
-            for table in GUARDED:
-                self.run(f"ALTER TABLE {table} ENABLE TRIGGER ALL")
-
-    def rewrite_body(self, leaf: int, old: bytes, new: bytes) -> None:
-        (body,) = self.run("SELECT body FROM histaudit_entries WHERE leaf = :l", l=leaf)[0]
-        forged = bytes(body).replace(old, new)
-        assert forged != bytes(body), (old, body)
-        self.run("UPDATE histaudit_entries SET body = :b, hash = :h WHERE leaf = :l",
-                 b=forged, h=hashlib.sha256(forged).hexdigest(), l=leaf)
-
+# --- an operator restoring a backup -----------------------------------------------------
 
 @dataclass
 class Backup:
@@ -163,7 +121,7 @@ class Backup:
                 if f.exists():
                     shutil.copy2(f, self.where / f.name)
         else:
-            with Db(self.url) as db:
+            with LedgerDb(self.url) as db:
                 self.heads = db.run("SELECT instance, seq, body, sig FROM histaudit_heads")
         return self
 
@@ -174,7 +132,7 @@ class Backup:
                 if (self.where / f.name).exists():
                     shutil.copy2(self.where / f.name, f)
             return
-        with Db(self.url) as db:
+        with LedgerDb(self.url) as db:
             db.lift_guards()
             db.run("DELETE FROM histaudit_entries WHERE leaf >= :n", n=self.size)
             db.run("DELETE FROM histaudit_heads")
@@ -222,7 +180,7 @@ def test_docs_example_note_is_reproduced() -> None:
     origin = "histaudit/00000000-0000-4000-8000-000000000000"
     root = merkle.root_of(merkle.leaf_hash(x) for x in (b"a", b"b", b"c"))[1]
     note = sign_note(origin, 3, root, signer)
-    docs = (ROOT / "docs" / "bundle.md").read_text(encoding="utf-8")
+    docs = (DOCS / "bundle.md").read_text(encoding="utf-8")
     assert "\n" + note.decode() in docs
     assert verifier_key(origin, signer.public) in docs
     assert f"key hash is `{note_key_hash(origin, signer.public).hex()}`" in docs
@@ -279,14 +237,11 @@ def test_restored_older_copy_is_a_rollback(world: World) -> None:
 def test_rewritten_old_entry_is_inconsistent(world: World) -> None:
     cp = checkpoint(world.url, world.signer)
     append_rounds(world.url, world.signer, rounds=1, start=ROUNDS + 1)
-    with Db(world.url) as db:
+    with LedgerDb(world.url) as db:
         db.lift_guards()
         # After the checkpoint's size: not the checkpoint's business (the chain's is).
         db.rewrite_body(cp.size + 1, b'"round":7', b'"round":8')
-        db.restore_guards()
-    assert codes(world.url, cp) == set()
-    with Db(world.url) as db:
-        db.lift_guards()
+        assert codes(world.url, cp) == set()
         db.rewrite_body(4, b'"round":2', b'"round":9')  # wf-b's second entry
         db.restore_guards()
     assert codes(world.url, cp) == {"checkpoint-inconsistent"}
@@ -294,7 +249,7 @@ def test_rewritten_old_entry_is_inconsistent(world: World) -> None:
 
 def test_deleted_instance_is_missing_leaves_and_inconsistent(world: World) -> None:
     cp = checkpoint(world.url, world.signer)
-    with Db(world.url) as db:
+    with LedgerDb(world.url) as db:
         db.lift_guards()
         gone = [r.leaf for r in db.run("SELECT leaf FROM histaudit_entries "
                                        "WHERE instance = 'wf-b' ORDER BY leaf")]
@@ -378,9 +333,11 @@ def test_altered_or_untrusted_notes_are_input_errors(world: World) -> None:
     }
     for name, variant in bad.items():
         assert variant != note, name
-        with pytest.raises(InputError):
+        try:
             parse_note(variant, world.trust)
-            pytest.fail(f"accepted: {name}")
+        except InputError:
+            continue
+        pytest.fail(f"accepted: {name}")
     # The right note under a trust store that lacks its key.
     with pytest.raises(InputError, match="no valid signature by a trusted key"):
         parse_note(note, TrustStore([stranger.public]))
@@ -414,7 +371,8 @@ def _append_worker(url: str, key_path: str, worker: int, count: int, barrier: An
             if i == count // 2:
                 halfway.wait(timeout=600)  # the test checkpoints here, mid-run, for certain
             chain.append(ledger, f"wf-writer-{worker}", "step.done", {"i": i}, signer=signer)
-            chain.append(ledger, "wf-shared", "step.done", {"worker": worker, "i": i}, signer=signer)
+            chain.append(ledger, "wf-shared", "step.done", {"worker": worker, "i": i},
+                         signer=signer)
 
 
 def test_concurrent_appends_give_contiguous_leaves_and_consistent_checkpoints(
@@ -467,14 +425,12 @@ def test_concurrent_appends_give_contiguous_leaves_and_consistent_checkpoints(
             assert report.ok, (cp.size, report.findings)
             assert tree.root(cp.size) == cp.root
     # Every checkpoint taken during the run extends the one before it.
-    for a, b in zip(taken, taken[1:]):
+    for a, b in itertools.pairwise(taken):
         assert merkle.verify_consistency(a.size, b.size, a.root, b.root,
                                          tree.consistency_proof(a.size, b.size))
 
 
 # --- the command ------------------------------------------------------------------------
-
-from support.cli import cli, exits, one_error_line  # noqa: E402
 
 
 def test_cli_checkpoint_then_verify_since_checkpoint(world: World) -> None:

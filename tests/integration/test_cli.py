@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import stat
 import subprocess
@@ -22,51 +21,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from histaudit.ledger import records as fmt
+from histaudit.ledger import chain
 from histaudit.ledger.keys import Signer, generate_keypair, key_id
 from histaudit.ledger.store import Ledger
-from histaudit.ledger import chain
-
-# --- running the command ----------------------------------------------------------------
-
-_SCRIPT = Path(sys.executable).with_name("histaudit")
-HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
-TIMEOUT = 180
-
-
-def run(*args: str | os.PathLike[str], cwd: Path, env: dict[str, str] | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    """Run ``histaudit ARGS`` with a clean environment (no HISTAUDIT_* leaking in)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-    full_env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
-    full_env.update(env or {})
-    return subprocess.run([*HISTAUDIT, *map(str, args)], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, encoding="utf-8",
-                          errors="replace", timeout=TIMEOUT)
-
-
-def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
-    assert "Traceback" not in result.stdout + result.stderr, result.stderr
-
-
-def ok(result: subprocess.CompletedProcess[str], code: int = 0) -> None:
-    """The command ran to its verdict: exit ``code``, nothing on stderr, no traceback."""
-    no_traceback(result)
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert result.stderr == "", result.stderr
-
-
-def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, stdout empty, exactly one stderr line ``histaudit: error: ...``."""
-    no_traceback(result)
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("histaudit: error: "), lines[0]
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert result.stdout == ""
-    return lines[0]
+from support.cli import HISTAUDIT, TIMEOUT, cli, exits, one_error_line
+from support.ledgers import ORDER_RESULT, ORDER_SECRET, LedgerDb, append_order
 
 
 def as_json(result: subprocess.CompletedProcess[str]) -> Any:
@@ -75,8 +34,7 @@ def as_json(result: subprocess.CompletedProcess[str]) -> Any:
 
 # --- building ledgers through the library ------------------------------------------------
 
-SECRET = b'{"card":"4111-1111-1111-1111","holder":"Ada Lovelace"}'
-RESULT = b'{"charged":true,"amount":42}'
+SECRET, RESULT = ORDER_SECRET, ORDER_RESULT
 
 
 @dataclass
@@ -88,35 +46,6 @@ class World:
     signer: Signer
     key: Path    # private key file (0600)
     trust: Path  # the matching *.pub.json
-
-
-def _payload(payload: bytes) -> tuple[dict[str, Any], dict[bytes, tuple[str, bytes]]]:
-    salt = fmt.new_salt()
-    c = fmt.commit(payload, salt)
-    return {"c": c, "n": len(payload)}, {salt: (c, payload)}
-
-
-def append_order(ledger: Ledger, signer: Signer, instance: str, *,
-                 reexecuted: bool = False) -> None:
-    """A small order workflow: input payload at entry 1, output payload on completion.
-
-    ``reexecuted`` adds a second ``activity.started`` for the same task (a crash retry),
-    which the verifier reports as ``activity-reexecuted`` at severity info (at-least-once
-    delivery is Dapr's contract; only what it does to side effects is a warning or error).
-    """
-    ref, rows = _payload(SECRET)
-    chain.append(ledger, instance, "workflow.started", {"workflow": "order", "input": ref},
-                  signer=signer, payloads=rows)
-    chain.append(ledger, instance, "activity.started", {"task_id": 1, "activity": "charge"},
-                  signer=signer)
-    if reexecuted:
-        chain.append(ledger, instance, "activity.started", {"task_id": 1, "activity": "charge"},
-                      signer=signer)
-    out_ref, out_rows = _payload(RESULT)
-    chain.append(ledger, instance, "activity.completed",
-                  {"task_id": 1, "activity": "charge", "output": out_ref,
-                   "output_digest": fmt.sha256_hex(RESULT)}, signer=signer, payloads=out_rows)
-    chain.append(ledger, instance, "workflow.completed", {"status": "COMPLETED"}, signer=signer)
 
 
 @pytest.fixture
@@ -135,44 +64,24 @@ def add_instance(w: World, instance: str, *, reexecuted: bool = False) -> None:
 
 def tamper_body(url: str, instance: str, seq: int) -> None:
     """Play an attacker with database access: lift the append-only guard, edit one body."""
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            if engine.dialect.name == "sqlite":
-                conn.exec_driver_sql("DROP TRIGGER histaudit_entries_no_update")
-            else:
-                conn.exec_driver_sql("ALTER TABLE histaudit_entries DISABLE TRIGGER USER")
-            body = conn.execute(sa.text("SELECT body FROM histaudit_entries "
-                                        "WHERE instance = :i AND seq = :s"),
-                                {"i": instance, "s": seq}).scalar_one()
-            forged = bytes(body).replace(b'"charge"', b'"refund"')
-            assert forged != bytes(body)
-            conn.execute(sa.text("UPDATE histaudit_entries SET body = :b "
-                                 "WHERE instance = :i AND seq = :s"),
-                         {"b": forged, "i": instance, "s": seq})
-            if engine.dialect.name != "sqlite":
-                conn.exec_driver_sql("ALTER TABLE histaudit_entries ENABLE TRIGGER USER")
-    finally:
-        engine.dispose()
+    with LedgerDb(url) as db:
+        db.lift_guards()
+        db.rewrite_body(db.entry(instance, seq).leaf, b'"charge"', b'"refund"', rehash=False)
+        db.restore_guards()
 
 
 def stored_payloads(url: str) -> list[bytes]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [bytes(r[0]) for r in conn.execute(sa.text(
-                "SELECT data FROM histaudit_payloads"))]
-    finally:
-        engine.dispose()
+    with LedgerDb(url) as db:
+        return db.payload_data()
 
 
 # --- keys generate -----------------------------------------------------------------------
 
 def test_keys_generate_writes_private_0600_and_public_json(tmp_path: Path) -> None:
-    r = run("keys", "generate", "--out", tmp_path / "k", "--name", "ops",
+    r = cli("keys", "generate", "--out", tmp_path / "k", "--name", "ops",
             "--not-before", "2025-01-01T00:00:00Z", "--not-after", "2035-01-01T00:00:00Z",
             cwd=tmp_path)
-    ok(r)
+    exits(r)
     priv, pub = tmp_path / "k" / "ops.key", tmp_path / "k" / "ops.pub.json"
     assert stat.S_IMODE(priv.stat().st_mode) == 0o600
     assert priv.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
@@ -190,15 +99,15 @@ def test_keys_generate_private_key_is_0600_under_a_permissive_umask(tmp_path: Pa
     r = subprocess.run(["sh", "-c", 'umask 000 && exec "$@"', "sh", *HISTAUDIT, "keys",
                         "generate", "--out", str(tmp_path)], capture_output=True, text=True,
                        timeout=TIMEOUT)
-    ok(r)
+    exits(r)
     assert stat.S_IMODE((tmp_path / "histaudit.key").stat().st_mode) == 0o600
 
 
 def test_keys_generate_refuses_to_overwrite(tmp_path: Path) -> None:
-    ok(run("keys", "generate", "--out", tmp_path, cwd=tmp_path))
+    exits(cli("keys", "generate", "--out", tmp_path, cwd=tmp_path))
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     assert set(before) == {"histaudit.key", "histaudit.pub.json"}
-    line = one_error_line(run("keys", "generate", "--out", tmp_path, cwd=tmp_path),
+    line = one_error_line(cli("keys", "generate", "--out", tmp_path, cwd=tmp_path),
                           "already exists", "refusing to overwrite")
     assert str(tmp_path / "histaudit.key") in line
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
@@ -207,25 +116,25 @@ def test_keys_generate_refuses_to_overwrite(tmp_path: Path) -> None:
 # --- verify ------------------------------------------------------------------------------
 
 def test_verify_clean_instance_exits_0_with_ok(world: World) -> None:
-    r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, cwd=world.tmp)
-    ok(r)
+    r = cli("verify", "order-1", "--db", world.url, "--trust", world.trust, cwd=world.tmp)
+    exits(r)
     assert "instance order-1: 4 entries, default check — OK" in r.stdout
     assert "FAILED" not in r.stdout
 
 
 def test_verify_trust_store_may_be_a_directory_or_env(world: World) -> None:
-    ok(run("verify", "order-1", "--db", world.url, "--trust", world.trust.parent,
+    exits(cli("verify", "order-1", "--db", world.url, "--trust", world.trust.parent,
            cwd=world.tmp))
-    r = run("verify", "order-1", cwd=world.tmp,
+    r = cli("verify", "order-1", cwd=world.tmp,
             env={"HISTAUDIT_DB": world.url, "HISTAUDIT_TRUST": str(world.trust)})
-    ok(r)
+    exits(r)
     assert "OK" in r.stdout
 
 
 def test_verify_json_document(world: World) -> None:
-    r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--json",
+    r = cli("verify", "order-1", "--db", world.url, "--trust", world.trust, "--json",
             cwd=world.tmp)
-    ok(r)
+    exits(r)
     doc = as_json(r)
     assert doc["instance_id"] == "order-1"
     assert doc["ok"] is True
@@ -236,9 +145,9 @@ def test_verify_json_document(world: World) -> None:
 
 def test_verify_full_checks_signatures_and_payloads(world: World) -> None:
     for workers in ("1", "2"):
-        r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
+        r = cli("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
                 "--workers", workers, "--json", cwd=world.tmp)
-        ok(r)
+        exits(r)
         doc = as_json(r)
         assert doc["mode"] == "full" and doc["ok"] is True and doc["findings"] == []
 
@@ -247,8 +156,8 @@ def test_behaviour_info_exits_0_by_default_and_1_with_fail_on_info(world: World)
     add_instance(world, "order-2", reexecuted=True)
     base = ("verify", "order-2", "--db", world.url, "--trust", world.trust)
 
-    r = run(*base, "--json", cwd=world.tmp)
-    ok(r, 0)
+    r = cli(*base, "--json", cwd=world.tmp)
+    exits(r, 0)
     doc = as_json(r)
     assert doc["ok"] is True and doc["entries"] == 5
     assert len(doc["findings"]) == 1
@@ -259,33 +168,33 @@ def test_behaviour_info_exits_0_by_default_and_1_with_fail_on_info(world: World)
     assert finding["seq"] == 3
     assert "charge" in finding["message"] and "2 times" in finding["message"]
 
-    human = run(*base, cwd=world.tmp)
-    ok(human, 0)
+    human = cli(*base, cwd=world.tmp)
+    exits(human, 0)
     assert "OK" in human.stdout and "activity-reexecuted" in human.stdout
     assert "info" in human.stdout
 
-    ok(run(*base, "--fail-on", "error", cwd=world.tmp), 0)
-    ok(run(*base, "--fail-on", "warning", cwd=world.tmp), 0)
-    r = run(*base, "--fail-on", "info", "--json", cwd=world.tmp)
-    ok(r, 1)
+    exits(cli(*base, "--fail-on", "error", cwd=world.tmp), 0)
+    exits(cli(*base, "--fail-on", "warning", cwd=world.tmp), 0)
+    r = cli(*base, "--fail-on", "info", "--json", cwd=world.tmp)
+    exits(r, 1)
     assert as_json(r)["findings"][0]["code"] == "activity-reexecuted"
 
 
 def test_tampered_body_exits_1_and_names_the_entry(world: World) -> None:
     tamper_body(world.url, "order-1", 2)
     base = ("verify", "order-1", "--db", world.url, "--trust", world.trust)
-    r = run(*base, "--json", cwd=world.tmp)
-    ok(r, 1)
+    r = cli(*base, "--json", cwd=world.tmp)
+    exits(r, 1)
     doc = as_json(r)
     assert doc["ok"] is False
     codes = {(f["code"], f["seq"]) for f in doc["findings"]}
     assert ("body-changed", 2) in codes
     assert all(f["severity"] in {"error", "warning", "info"} for f in doc["findings"])
-    human = run(*base, cwd=world.tmp)
-    ok(human, 1)
+    human = cli(*base, cwd=world.tmp)
+    exits(human, 1)
     assert "FAILED" in human.stdout and "body-changed" in human.stdout
-    full = run(*base, "--full", "--json", cwd=world.tmp)
-    ok(full, 1)
+    full = cli(*base, "--full", "--json", cwd=world.tmp)
+    exits(full, 1)
     assert ("signature-invalid", 2) in {(f["code"], f["seq"]) for f in as_json(full)["findings"]}
 
 
@@ -294,24 +203,24 @@ def test_forged_append_with_another_key_exits_1(world: World) -> None:
     with Ledger.open(world.url) as ledger:
         chain.append(ledger, "order-1", "workflow.completed", {"status": "FORGED"},
                       signer=Signer.generate())
-    r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--json",
+    r = cli("verify", "order-1", "--db", world.url, "--trust", world.trust, "--json",
             cwd=world.tmp)
-    ok(r, 1)
+    exits(r, 1)
     codes = {f["code"] for f in as_json(r)["findings"]}
     assert "key-untrusted" in codes
 
 
 def test_verify_with_someone_elses_trust_store_exits_1(world: World) -> None:
     _, other, _ = generate_keypair(world.tmp / "other", name="other")
-    r = run("verify", "order-1", "--db", world.url, "--trust", other, "--json", cwd=world.tmp)
-    ok(r, 1)
+    r = cli("verify", "order-1", "--db", world.url, "--trust", other, "--json", cwd=world.tmp)
+    exits(r, 1)
     assert {f["code"] for f in as_json(r)["findings"]} == {"key-untrusted"}
 
 
 def test_verify_unknown_instance_exits_1(world: World) -> None:
-    r = run("verify", "no-such", "--db", world.url, "--trust", world.trust, "--json",
+    r = cli("verify", "no-such", "--db", world.url, "--trust", world.trust, "--json",
             cwd=world.tmp)
-    ok(r, 1)
+    exits(r, 1)
     assert [f["code"] for f in as_json(r)["findings"]] == ["instance-missing"]
 
 
@@ -320,8 +229,8 @@ def test_verify_all(world: World) -> None:
     add_instance(world, "order-3")
     base = ("verify", "--all", "--db", world.url, "--trust", world.trust)
 
-    r = run(*base, "--json", cwd=world.tmp)
-    ok(r, 0)
+    r = cli(*base, "--json", cwd=world.tmp)
+    exits(r, 0)
     docs = as_json(r)
     assert isinstance(docs, list)
     assert {d["instance_id"] for d in docs} == {"order-1", "order-2", "order-3"}
@@ -330,16 +239,16 @@ def test_verify_all(world: World) -> None:
     assert [f["code"] for f in by_id["order-2"]["findings"]] == ["activity-reexecuted"]
     assert by_id["order-1"]["findings"] == [] and by_id["order-3"]["findings"] == []
 
-    human = run(*base, cwd=world.tmp)
-    ok(human, 0)
+    human = cli(*base, cwd=world.tmp)
+    exits(human, 0)
     for instance in ("order-1", "order-2", "order-3"):
         assert f"instance {instance}:" in human.stdout
-    ok(run(*base, "--fail-on", "warning", cwd=world.tmp), 0)
-    ok(run(*base, "--fail-on", "info", cwd=world.tmp), 1)
+    exits(cli(*base, "--fail-on", "warning", cwd=world.tmp), 0)
+    exits(cli(*base, "--fail-on", "info", cwd=world.tmp), 1)
 
     tamper_body(world.url, "order-3", 2)
-    r = run(*base, "--json", cwd=world.tmp)
-    ok(r, 1)
+    r = cli(*base, "--json", cwd=world.tmp)
+    exits(r, 1)
     by_id = {d["instance_id"]: d for d in as_json(r)}
     assert by_id["order-3"]["ok"] is False and by_id["order-1"]["ok"] is True
 
@@ -351,8 +260,8 @@ def test_list_without_and_with_trust(world: World) -> None:
     add_instance(world, "order-3")
     tamper_body(world.url, "order-3", 2)
 
-    r = run("list", "--db", world.url, "--json", cwd=world.tmp)
-    ok(r)
+    r = cli("list", "--db", world.url, "--json", cwd=world.tmp)
+    exits(r)
     rows = {row["instance"]: row for row in as_json(r)}
     assert set(rows) == {"order-1", "order-2", "order-3"}
     assert rows["order-1"]["entries"] == 4 and rows["order-2"]["entries"] == 5
@@ -360,27 +269,27 @@ def test_list_without_and_with_trust(world: World) -> None:
     assert rows["order-1"]["last_ts"].endswith("Z")
     assert {row["status"] for row in rows.values()} == {"not checked (no --trust)"}
 
-    r = run("list", "--db", world.url, "--trust", world.trust, "--json", cwd=world.tmp)
-    ok(r)
+    r = cli("list", "--db", world.url, "--trust", world.trust, "--json", cwd=world.tmp)
+    exits(r)
     rows = {row["instance"]: row for row in as_json(r)}
     assert rows["order-1"]["status"] == "ok"
     assert rows["order-2"]["status"] == "ok, 1 warning/info"
     assert rows["order-3"]["status"].startswith("FAILED")
 
-    human = run("list", "--db", world.url, "--trust", world.trust, cwd=world.tmp)
-    ok(human)
+    human = cli("list", "--db", world.url, "--trust", world.trust, cwd=world.tmp)
+    exits(human)
     for word in ("instance", "entries", "order-1", "order-2", "order-3",
                  "workflow.completed", "FAILED"):
         assert word in human.stdout
-    plain = run("list", "--db", world.url, cwd=world.tmp)
-    ok(plain)
+    plain = cli("list", "--db", world.url, cwd=world.tmp)
+    exits(plain)
     assert "not checked" in plain.stdout and "order-1" in plain.stdout
 
 
 def test_verify_all_json_is_a_list_even_of_one(world: World) -> None:
-    r = run("verify", "--all", "--db", world.url, "--trust", world.trust, "--json",
+    r = cli("verify", "--all", "--db", world.url, "--trust", world.trust, "--json",
             cwd=world.tmp)
-    ok(r)
+    exits(r)
     docs = as_json(r)
     assert isinstance(docs, list) and [d["instance_id"] for d in docs] == ["order-1"]
 
@@ -388,25 +297,25 @@ def test_verify_all_json_is_a_list_even_of_one(world: World) -> None:
 def test_empty_ledger(db_url: str, tmp_path: Path) -> None:
     _, trust, _ = generate_keypair(tmp_path / "keys")
     Ledger.open(db_url, create=True).close()
-    r = run("list", "--db", db_url, "--json", cwd=tmp_path)
-    ok(r)
+    r = cli("list", "--db", db_url, "--json", cwd=tmp_path)
+    exits(r)
     assert as_json(r) == []
-    r = run("verify", "--all", "--db", db_url, "--trust", trust, "--json", cwd=tmp_path)
-    ok(r)
+    r = cli("verify", "--all", "--db", db_url, "--trust", trust, "--json", cwd=tmp_path)
+    exits(r)
     assert as_json(r) == []
-    ok(run("verify", "--all", "--db", db_url, "--trust", trust, cwd=tmp_path))
+    exits(cli("verify", "--all", "--db", db_url, "--trust", trust, cwd=tmp_path))
 
 
 def test_show_human_and_json(world: World) -> None:
-    r = run("show", "order-1", "--db", world.url, cwd=world.tmp)
-    ok(r)
+    r = cli("show", "order-1", "--db", world.url, cwd=world.tmp)
+    exits(r)
     for word in ("instance order-1", "workflow.started", "activity.started",
                  "activity.completed", "workflow.completed", "activity=charge"):
         assert word in r.stdout
     assert "Ada Lovelace" not in r.stdout  # payloads are shown as commitments only
 
-    r = run("show", "order-1", "--db", world.url, "--json", cwd=world.tmp)
-    ok(r)
+    r = cli("show", "order-1", "--db", world.url, "--json", cwd=world.tmp)
+    exits(r)
     doc = as_json(r)
     assert doc["instance_id"] == "order-1"
     entries = doc["entries"]
@@ -420,7 +329,7 @@ def test_show_human_and_json(world: World) -> None:
 
 
 def test_show_unknown_instance_is_bad_input(world: World) -> None:
-    one_error_line(run("show", "nope", "--db", world.url, cwd=world.tmp),
+    one_error_line(cli("show", "nope", "--db", world.url, cwd=world.tmp),
                    "'nope'", "no entries")
 
 
@@ -428,9 +337,9 @@ def test_show_unknown_instance_is_bad_input(world: World) -> None:
 
 def test_redact_then_verify_full_is_still_clean(world: World) -> None:
     assert SECRET in stored_payloads(world.url)
-    r = run("redact", "order-1", "--seq", "1", "--field", "input", "--reason", "GDPR art. 17",
+    r = cli("redact", "order-1", "--seq", "1", "--field", "input", "--reason", "GDPR art. 17",
             "--db", world.url, "--key", world.key, cwd=world.tmp)
-    ok(r)
+    exits(r)
     assert r.stdout.strip() == "erased input of entry 1"
 
     # The payload is gone from the database; the other one is still there.
@@ -440,13 +349,13 @@ def test_redact_then_verify_full_is_still_clean(world: World) -> None:
         for f in path.parent.glob(path.name + "*"):
             assert b"Ada Lovelace" not in f.read_bytes(), f
 
-    r = run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
+    r = cli("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
             "--json", cwd=world.tmp)
-    ok(r)
+    exits(r)
     doc = as_json(r)
     assert doc["ok"] is True and doc["entries"] == 5 and doc["findings"] == []
 
-    shown = as_json(run("show", "order-1", "--db", world.url, "--json", cwd=world.tmp))
+    shown = as_json(cli("show", "order-1", "--db", world.url, "--json", cwd=world.tmp))
     last = shown["entries"][-1]
     assert last["kind"] == "payload.erased"
     assert last["data"]["entry"] == 1 and last["data"]["field"] == "input"
@@ -454,22 +363,22 @@ def test_redact_then_verify_full_is_still_clean(world: World) -> None:
     assert last["data"]["commitment"] == shown["entries"][0]["data"]["input"]["c"]
 
     # A second request for the same payload is recorded, not an error.
-    again = run("redact", "order-1", "--seq", "1", "--field", "input", "--db", world.url,
+    again = cli("redact", "order-1", "--seq", "1", "--field", "input", "--db", world.url,
                 cwd=world.tmp, env={"HISTAUDIT_KEY": str(world.key)})
-    ok(again)
+    exits(again)
     assert "already erased" in again.stdout
-    ok(run("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
+    exits(cli("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
            cwd=world.tmp))
 
 
 # --- global behaviour --------------------------------------------------------------------
 
 def test_version_and_help(tmp_path: Path) -> None:
-    r = run("--version", cwd=tmp_path)
-    ok(r)
+    r = cli("--version", cwd=tmp_path)
+    exits(r)
     assert r.stdout.startswith("histaudit, version ")
-    r = run("--help", cwd=tmp_path)
-    ok(r)
+    r = cli("--help", cwd=tmp_path)
+    exits(r)
     for command in ("keys", "list", "redact", "show", "verify"):
         assert command in r.stdout
 
@@ -477,7 +386,7 @@ def test_version_and_help(tmp_path: Path) -> None:
 def test_python_dash_m_runs_the_same_cli(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "histaudit.cli", "--version"],
                        capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
-    ok(r)
+    exits(r)
     assert r.stdout.startswith("histaudit, version ")
 
 
@@ -485,9 +394,9 @@ def test_default_ledger_is_histaudit_db_in_the_working_directory(tmp_path: Path)
     _, trust, signer = generate_keypair(tmp_path / "keys")
     with Ledger.open(f"sqlite:///{tmp_path / 'histaudit.db'}", create=True) as ledger:
         append_order(ledger, signer, "order-1")
-    ok(run("verify", "order-1", "--trust", trust, cwd=tmp_path))
+    exits(cli("verify", "order-1", "--trust", trust, cwd=tmp_path))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    one_error_line(run("list", cwd=elsewhere), "histaudit.db", "does not exist")
+    one_error_line(cli("list", cwd=elsewhere), "histaudit.db", "does not exist")
     assert not (elsewhere / "histaudit.db").exists()
     shutil.rmtree(elsewhere)

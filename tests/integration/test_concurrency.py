@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from histaudit.ledger import records as fmt
 from histaudit.errors import KeyMaterialError
+from histaudit.ledger import chain
+from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
 from histaudit.verify.verifier import verify_instance
-from histaudit.ledger import chain
+from support.ledgers import committed
 
 # Thousands of fsynced appends from many processes: minutes on a loaded shared machine.
 pytestmark = pytest.mark.timeout(1200)
@@ -46,10 +47,7 @@ def _append_worker(url: str, key_path: str, instances: list[str], rounds: int, w
                 data = {"worker": worker, "i": i}
                 stored = None
                 if i % 50 == 0:
-                    payload, salt = f"w{worker} i{i}".encode(), fmt.new_salt()
-                    c = fmt.commit(payload, salt)
-                    data["arg"] = {"c": c}
-                    stored = {salt: (c, payload)}
+                    data["arg"], stored = committed(f"w{worker} i{i}".encode())
                 chain.append(ledger, instance, "step.done", data, signer=signer, payloads=stored)
 
 
@@ -124,7 +122,7 @@ def test_processes_append_to_one_instance(db_url: str, tmp_path: Path,
         assert ledger.instance_ids() == ["wf-hot"]
         assert [r.leaf for r in ledger.all_entries()] == list(range(total))
         t0 = time.monotonic()
-        _check_chain(ledger, "wf-hot", total, trust, {w: PER_PROC for w in range(PROCS)})
+        _check_chain(ledger, "wf-hot", total, trust, dict.fromkeys(range(PROCS), PER_PROC))
         verified = time.monotonic() - t0
     with capsys.disabled():
         print(f"\n[concurrency] {db_url.split(':')[0]}: "
@@ -162,7 +160,7 @@ def test_threads_append_through_one_ledger(db_url: str,
         total = THREADS * PER_THREAD
         assert [r.leaf for r in ledger.all_entries()] == list(range(total))
         _check_chain(ledger, "wf-threads", total, trust,
-                     {w: PER_THREAD for w in range(THREADS)})
+                     dict.fromkeys(range(THREADS), PER_THREAD))
     with capsys.disabled():
         print(f"\n[concurrency] {db_url.split(':')[0]}: {THREADS} threads x {PER_THREAD} = "
               f"{total} entries in {elapsed:.1f}s")
@@ -184,7 +182,7 @@ def test_processes_append_to_many_instances(db_url: str, tmp_path: Path,
         assert leaves == list(range(total))  # ledger-wide index: contiguous, no duplicate
         for name in names:
             _check_chain(ledger, name, per_instance, trust,
-                         {w: MIX_ROUNDS for w in range(MIX_PROCS)})
+                         dict.fromkeys(range(MIX_PROCS), MIX_ROUNDS))
     with capsys.disabled():
         print(f"\n[concurrency] {db_url.split(':')[0]}: {MIX_PROCS} processes x "
               f"{MIX_INSTANCES} instances x {MIX_ROUNDS} = {total} entries in {elapsed:.1f}s")

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,6 +20,7 @@ import dapr.ext.workflow as wf
 import pytest
 
 from histaudit.crashtest.engine import EngineProcess
+from support.apps import AppProcess, wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -31,63 +29,13 @@ APP_READY_TIMEOUT_S = 20.0
 WORKFLOW_TIMEOUT_S = 20
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll ``predicate`` until true; return the seconds it took, fail the test on timeout."""
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.02)
-    return time.monotonic() - start
-
-
-class SmokeApp:
-    """One smoke_app.py process connected to ``engine``, talking to us through ``workdir``."""
-
-    def __init__(self, engine: EngineProcess, workdir: Path, number: int) -> None:
-        """Configure the process; ``number`` only names its log file."""
-        self.engine = engine
-        self.workdir = workdir
-        self.log_path = workdir / f"app.{number}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        """Process id (the app must have been started)."""
-        assert self.proc is not None, "app not started"
-        return self.proc.pid
-
-    def start(self) -> SmokeApp:
-        """Spawn the app and wait until its runtime's work-item stream is connected."""
-        env = self.engine.env()
-        env.update(SMOKE_DIR=str(self.workdir), PYTHONUNBUFFERED="1")
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(APP_SCRIPT)],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        proc = self.proc
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"smoke app exited with {proc.returncode} before it was ready:\n"
-                    f"{self.log_path.read_text(errors='replace')[-3000:]}"
-                )
-            return (self.workdir / f"ready.{proc.pid}").exists()
-
-        wait_until(ready, APP_READY_TIMEOUT_S, "the smoke app to connect to the engine")
-        return self
-
-    def kill(self) -> None:
-        """SIGKILL the app (a crash: no shutdown, no result sent) and reap it."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait()
+def smoke_app(engine: EngineProcess, workdir: Path, number: int) -> AppProcess:
+    """One smoke_app.py process connected to ``engine``, talking to us through ``workdir``
+    (``number`` only names its log file); it is ready once its work-item stream is up."""
+    return AppProcess(engine, [APP_SCRIPT], log=workdir / f"app.{number}.log",
+                      env={"SMOKE_DIR": str(workdir), "PYTHONUNBUFFERED": "1"},
+                      ready=lambda pid: (workdir / f"ready.{pid}").exists(),
+                      ready_timeout=APP_READY_TIMEOUT_S)
 
 
 @pytest.fixture
@@ -99,14 +47,15 @@ def smoke_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start_app(engine: EngineProcess, smoke_dir: Path) -> Iterator[Callable[[], SmokeApp]]:
+def start_app(engine: EngineProcess, smoke_dir: Path) -> Iterator[Callable[[], AppProcess]]:
     """Factory starting smoke apps; every app it started is killed at teardown."""
-    started: list[SmokeApp] = []
+    started: list[AppProcess] = []
 
-    def factory() -> SmokeApp:
-        app = SmokeApp(engine, smoke_dir, len(started) + 1)
+    def factory() -> AppProcess:
+        app = smoke_app(engine, smoke_dir, len(started) + 1)
         started.append(app)
-        return app.start()
+        app.start()
+        return app
 
     yield factory
     for app in started:
@@ -150,7 +99,7 @@ def finished_output(client: wf.DaprWorkflowClient, iid: str) -> object:
 
 @pytest.mark.timeout(60)
 def test_two_activity_workflow_completes(
-    start_app: Callable[[], SmokeApp], client: wf.DaprWorkflowClient, smoke_dir: Path
+    start_app: Callable[[], AppProcess], client: wf.DaprWorkflowClient, smoke_dir: Path
 ) -> None:
     """EngineProcess + SDK + separate app process run a two-activity workflow to the end."""
     app = start_app()
@@ -164,7 +113,7 @@ def test_two_activity_workflow_completes(
 @pytest.mark.crash
 @pytest.mark.timeout(90)
 def test_app_killed_mid_activity_is_redispatched_to_restarted_app(
-    start_app: Callable[[], SmokeApp], client: wf.DaprWorkflowClient, smoke_dir: Path
+    start_app: Callable[[], AppProcess], client: wf.DaprWorkflowClient, smoke_dir: Path
 ) -> None:
     """SIGKILL the app inside step_two; a new app gets step_two again and finishes."""
     first_app = start_app()
@@ -198,7 +147,7 @@ def test_app_killed_mid_activity_is_redispatched_to_restarted_app(
 @pytest.mark.timeout(90)
 def test_engine_killed_while_workflow_waits_then_restarted(
     engine: EngineProcess,
-    start_app: Callable[[], SmokeApp],
+    start_app: Callable[[], AppProcess],
     client: wf.DaprWorkflowClient,
     smoke_dir: Path,
 ) -> None:

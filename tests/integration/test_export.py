@@ -24,43 +24,34 @@ from typing import Any
 
 import orjson
 import pytest
-import sqlalchemy as sa
 from jsonschema import Draft202012Validator
 
-from histaudit.ledger import records as fmt
 from histaudit.bundle.envelope import MANIFEST_TYPE, pae
 from histaudit.bundle.export import export
 from histaudit.bundle.verify import verify_bundle
 from histaudit.errors import InputError, UsageError
-from histaudit.verify.findings import Severity
-from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
-from histaudit.ledger.store import Ledger
-from histaudit.ledger.records import StoredHead
 from histaudit.ledger import chain
+from histaudit.ledger import records as fmt
+from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.records import StoredHead
+from histaudit.ledger.store import Ledger
+from histaudit.verify.findings import Severity
+from support.bundles import edit_lines, put_head, read_lines, write_lines
+from support.cli import cli, exits, one_error_line
+from support.ledgers import LedgerDb, committed
+from support.repo import SCHEMAS
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "schemas" / "bundle-manifest.schema.json"
+SCHEMA = SCHEMAS / "bundle-manifest.schema.json"
 EXPORTED = ("order-1", "order-2")
 NOT_EXPORTED = "order-3"
 
 
-# --- the command ------------------------------------------------------------------------
-
-from support.cli import cli, exits, one_error_line  # noqa: E402
-
-
 # --- a real ledger, exported ------------------------------------------------------------
-
-def _payload(data: bytes) -> tuple[dict[str, Any], dict[bytes, tuple[str, bytes]]]:
-    salt = fmt.new_salt()
-    c = fmt.commit(data, salt)
-    return {"c": c, "n": len(data)}, {salt: (c, data)}
-
 
 def order_steps(instance: str, amount: int) -> list[tuple[str, dict[str, Any], Any]]:
     """The four entries of one order workflow: (kind, data, payload rows)."""
-    ref_in, rows_in = _payload(b'{"card":"4111-1111-1111-1111","amount":%d}' % amount)
-    ref_out, rows_out = _payload(b'{"charged":true,"amount":%d}' % amount)
+    ref_in, rows_in = committed(b'{"card":"4111-1111-1111-1111","amount":%d}' % amount)
+    ref_out, rows_out = committed(b'{"charged":true,"amount":%d}' % amount)
     charge = {"task_id": 1, "activity": "charge", "attempt": 1, "worker": "w-1:42"}
     return [
         ("workflow.started", {"workflow": "order", "input": ref_in, "instance_note": instance},
@@ -141,14 +132,6 @@ def manifest_of(bundle: Path) -> dict[str, Any]:
     return json.loads(base64.b64decode(env["payload"]))
 
 
-def lines_of(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_bytes().splitlines()]
-
-
-def write_lines(path: Path, docs: list[dict[str, Any]]) -> None:
-    path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
-
-
 def errors_by_instance(bundle: Path, trust: TrustStore) -> dict[str, set[tuple[str, Any]]]:
     """{instance: {(code, seq)}} of verify_bundle's error findings, "(bundle)" for the
     bundle's own; every exported instance has a key, clean or not."""
@@ -179,12 +162,12 @@ def test_export_verifies_with_the_library_and_the_command(exported: Exported,
     doc = json.loads(r.stdout)
     assert doc["ok"] is True and doc["checkpoint"]["size"] == 13  # 12 entries + the erasure
     # Entries: the two instances whole, in order, none of the third.
-    entries = lines_of(b / "entries.jsonl")
+    entries = read_lines(b / "entries.jsonl")
     assert [(e["instance"], e["seq"]) for e in entries] == (
         [("order-1", s) for s in range(1, 6)] + [("order-2", s) for s in range(1, 5)])
     assert fmt.parse_entry(base64.b64decode(entries[4]["body"])).kind == "payload.erased"
     # Payloads: the kept ones only; the erased input is gone, its commitment still signed.
-    kept = {p["commitment"] for p in lines_of(b / "payloads.jsonl")}
+    kept = {p["commitment"] for p in read_lines(b / "payloads.jsonl")}
     assert len(kept) == 3 and exported.erased not in kept
     assert exported.erased.encode() in b"".join(base64.b64decode(e["body"]) for e in entries)
 
@@ -235,9 +218,7 @@ def test_report_html_is_one_offline_file_naming_each_instance(exported: Exported
 # --- tampering: findings, exit status 1 -------------------------------------------------
 
 def _edit_entries(bundle: Path, fn: Callable[[list[dict[str, Any]]], None]) -> None:
-    docs = lines_of(bundle / "entries.jsonl")
-    fn(docs)
-    write_lines(bundle / "entries.jsonl", docs)
+    edit_lines(bundle / "entries.jsonl", fn)
 
 
 def _index(docs: list[dict[str, Any]], instance: str, seq: int) -> int:
@@ -279,12 +260,7 @@ def change_proof_hash(b: Path, ex: Exported) -> None:
 
 
 def older_head(b: Path, ex: Exported) -> None:
-    heads = lines_of(b / "heads.jsonl")
-    for h in heads:
-        if h["instance"] == "order-1":
-            h["body"] = base64.b64encode(ex.older_head.body).decode()
-            h["sig"] = base64.b64encode(ex.older_head.sig).decode()
-    write_lines(b / "heads.jsonl", heads)
+    put_head(b, "order-1", ex.older_head)
 
 
 def replace_key(b: Path, ex: Exported) -> None:
@@ -294,7 +270,7 @@ def replace_key(b: Path, ex: Exported) -> None:
 
 
 def change_payload(b: Path, ex: Exported) -> None:
-    docs = lines_of(b / "payloads.jsonl")
+    docs = read_lines(b / "payloads.jsonl")
     with Ledger.open(ex.url) as ledger:
         row = ledger.entry_at("order-2", 1)
         assert row is not None
@@ -356,18 +332,10 @@ def test_ledger_reordered_before_export_is_inclusion_invalid(db_url: str,
     signer = Signer.generate()
     trust = TrustStore([signer.public])
     build_orders(db_url, signer, EXPORTED)
-    engine = sa.create_engine(db_url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            if engine.dialect.name == "sqlite":
-                conn.exec_driver_sql("DROP TRIGGER histaudit_entries_no_update")
-            else:
-                conn.exec_driver_sql("ALTER TABLE histaudit_entries DISABLE TRIGGER ALL")
-            for old, new in ((0, -1), (1, 0), (-1, 1)):
-                conn.execute(sa.text("UPDATE histaudit_entries SET leaf = :n WHERE leaf = :o"),
-                             {"n": new, "o": old})
-    finally:
-        engine.dispose()
+    with LedgerDb(db_url) as db:
+        db.lift_guards()
+        for old, new in ((0, -1), (1, 0), (-1, 1)):
+            db.set_entry_at(old, leaf=new)
     with Ledger.open(db_url) as ledger:
         export(ledger, [], tmp_path / "b", signer=signer, trust=trust)
     got = errors_by_instance(tmp_path / "b", trust)

@@ -30,20 +30,21 @@ from typing import Any
 import orjson
 import pytest
 
-from histaudit.ledger import records as fmt
 from histaudit.bundle.envelope import MANIFEST_TYPE, pae
 from histaudit.bundle.export import export
 from histaudit.bundle.verify import verify_bundle
-from histaudit.ledger.chain import make_checkpoint
 from histaudit.errors import InputError
-from histaudit.verify.findings import Severity
-from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
-from histaudit.ledger.store import Ledger
-from histaudit.ledger.records import StoredHead
 from histaudit.ledger import chain
+from histaudit.ledger.chain import make_checkpoint
+from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.records import StoredHead
+from histaudit.ledger.store import Ledger
+from histaudit.verify.findings import Severity
+from support.bundles import edit_lines, put_head, read_lines, write_lines
+from support.ledgers import committed
+from support.repo import DOCS, REPO, VECTORS
 
-ROOT = Path(__file__).resolve().parents[2]
-VERIFIER = ROOT / "tests" / "independent" / "verifier.py"
+VERIFIER = REPO / "tests" / "independent" / "verifier.py"
 ALLOWED_IMPORTS = {"__future__", "base64", "binascii", "hashlib", "json", "re", "sys",
                    "datetime", "pathlib", "typing", "cryptography"}
 
@@ -119,12 +120,6 @@ class Made:
         return iv.verify_bundle(bundle, iv.load_trust(pub or self.pub))
 
 
-def _payload(data: bytes) -> tuple[dict[str, Any], dict[bytes, tuple[str, bytes]]]:
-    salt = fmt.new_salt()
-    c = fmt.commit(data, salt)
-    return {"c": c, "n": len(data)}, {salt: (c, data)}
-
-
 # Data that exercises canonical JSON: key order by UTF-16 code units (U+FFFF after an
 # astral character), escapes, raw UTF-8, integer edges.
 AWKWARD = {"\uffff": "last in UTF-16", "\U0001f600": "astral", "é": "accent", "a": 1,
@@ -142,7 +137,7 @@ def build(url: str, signer: Signer) -> StoredHead:
                 data: dict[str, Any] = {"round": rnd, "activity": "charge", "task_id": rnd}
                 rows = None
                 if rnd in (1, 3):
-                    ref, rows = _payload(f"{inst} payload {rnd} \u00fc".encode())
+                    ref, rows = committed(f"{inst} payload {rnd} \u00fc".encode())
                     data["input"] = ref
                     refs[(inst, rnd)] = ref["c"]
                 if inst == "inv-2" and rnd == 2:
@@ -192,7 +187,7 @@ def test_real_bundle_has_no_problems(made: Made) -> None:
     r = run_blocked(made.bundle, made.pub)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
     # It really looked: the bundle holds what the test built.
-    entries = [json.loads(x) for x in (made.bundle / "entries.jsonl").read_bytes().splitlines()]
+    entries = read_lines(made.bundle / "entries.jsonl")
     assert len(entries) == 5 + 4 + 5  # inv-1 with its erasure, inv-2, inv-3 with a retry
     bodies = b"".join(base64.b64decode(e["body"]) for e in entries)
     assert "\uffff\U0001f600".encode() not in bodies  # raw UTF-8, UTF-16 order: see below
@@ -213,23 +208,13 @@ def test_independent_chain_checks_catch_what_the_key_window_says(made: Made) -> 
 
 # --- tampered copies ----------------------------------------------------------------------
 
-def _entries(b: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (b / "entries.jsonl").read_bytes().splitlines()]
-
-
-def _write_jsonl(path: Path, docs: list[dict[str, Any]]) -> None:
-    path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
-
-
 def _at(docs: list[dict[str, Any]], instance: str, seq: int) -> int:
     return next(n for n, d in enumerate(docs) if (d["instance"], d["seq"]) == (instance, seq))
 
 
 def _on_entries(fn: Callable[[list[dict[str, Any]]], None]) -> Callable[[Path, Made], None]:
     def tamper(b: Path, m: Made) -> None:
-        docs = _entries(b)
-        fn(docs)
-        _write_jsonl(b / "entries.jsonl", docs)
+        edit_lines(b / "entries.jsonl", fn)
     return tamper
 
 
@@ -254,18 +239,13 @@ def _proof_hash(docs: list[dict[str, Any]]) -> None:
 
 
 def _older_head(b: Path, m: Made) -> None:
-    heads = [json.loads(x) for x in (b / "heads.jsonl").read_bytes().splitlines()]
-    for h in heads:
-        if h["instance"] == "inv-1":
-            h["body"] = base64.b64encode(m.older_head.body).decode()
-            h["sig"] = base64.b64encode(m.older_head.sig).decode()
-    _write_jsonl(b / "heads.jsonl", heads)
+    put_head(b, "inv-1", m.older_head)
 
 
 def _payload_changed(b: Path, m: Made) -> None:
-    docs = [json.loads(x) for x in (b / "payloads.jsonl").read_bytes().splitlines()]
+    docs = read_lines(b / "payloads.jsonl")
     docs[0]["data"] = base64.b64encode(b"something else").decode()
-    _write_jsonl(b / "payloads.jsonl", docs)
+    write_lines(b / "payloads.jsonl", docs)
 
 
 def _key_replaced(b: Path, m: Made) -> None:
@@ -281,7 +261,7 @@ def _newer_checkpoint(b: Path, m: Made) -> None:
 
 def _forged_entry(b: Path, m: Made) -> None:
     """An entry re-signed by an untrusted key, so only its key is wrong."""
-    docs = _entries(b)
+    docs = read_lines(b / "entries.jsonl")
     line = docs[_at(docs, "inv-2", 4)]
     entry = json.loads(base64.b64decode(line["body"]))
     mallory = Signer.generate()
@@ -289,7 +269,7 @@ def _forged_entry(b: Path, m: Made) -> None:
     body = orjson.dumps(entry, option=orjson.OPT_SORT_KEYS)
     line["body"], line["sig"] = (base64.b64encode(body).decode(),
                                  base64.b64encode(mallory.sign(body)).decode())
-    _write_jsonl(b / "entries.jsonl", docs)
+    write_lines(b / "entries.jsonl", docs)
 
 
 TAMPERING: dict[str, Callable[[Path, Made], None]] = {
@@ -385,7 +365,7 @@ GOLDEN_PUBLIC = bytes.fromhex("afc762ac14aad986b7f696988f3710593c633e7a166644dd4
 
 
 def test_docs_examples_check_out_with_the_independent_verifier() -> None:
-    docs = (ROOT / "docs" / "bundle.md").read_text(encoding="utf-8")
+    docs = (DOCS / "bundle.md").read_text(encoding="utf-8")
     block = docs.split("### 4.3 Example", 1)[1].split("```", 2)[1].lstrip("\n")
     note = block.encode("utf-8")
     golden = iv.Key(hashlib.sha256(GOLDEN_PUBLIC).hexdigest()[:16], GOLDEN_PUBLIC, None, None)
@@ -409,7 +389,7 @@ def test_docs_examples_check_out_with_the_independent_verifier() -> None:
 
 def test_independent_canonical_form_matches_the_golden_vectors() -> None:
     """format.md §15: every canonicalization case, and every refused input."""
-    vectors = json.loads((ROOT / "tests" / "golden" / "vectors.json").read_bytes())
+    vectors = json.loads(VECTORS.read_bytes())
     cases = vectors["canonicalization"]
     assert cases
     for case in cases:

@@ -1,8 +1,8 @@
 """The interceptor on the real engine: what it signs on clean runs, crashes and failures.
 
-The workflow app is this file run as a script (``python test_interceptor.py``), in its own
-process, so it can crash at a named crash point (``HISTAUDIT_CRASH_AT``) like a power cut
-and be started again without the crash switch; the test drives workflows through
+The workflow app (apps/interceptor_app.py) runs in its own process, so it can crash at a
+named crash point (``HISTAUDIT_CRASH_AT``) like a power cut and be started again without
+the crash switch; the test drives workflows through
 ``DaprWorkflowClient`` and then reads the signed entries back out of the ledger, checks
 them against the engine's own history, and runs the verifier over them.
 """
@@ -10,173 +10,36 @@ them against the engine's own history, and runs the verifier over them.
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
-import subprocess
-import sys
-import time
-import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from histaudit.ledger import records as fmt
 from histaudit.crash import CRASH_EXIT_CODE, read_trace
 from histaudit.crashtest.engine import EngineProcess
-from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger import records as fmt
+from histaudit.ledger.keys import Signer, generate_keypair
 from histaudit.ledger.store import Ledger
+from support.apps import AppProcess, AppRig
+from support.ledgers import LedgerDb, only, read_entries, stored_payload, verify_url
 
-APP_READY = "APP READY"
+APP_READY = "APP READY"  # what apps/interceptor_app.py prints once its worker is started
 APP_READY_TIMEOUT_S = 30.0
 WORKFLOW_TIMEOUT_S = 60
 
 
-# --- the app under test (runs in a child process) ---------------------------------------
-
-def _bump(data: Path, name: str) -> int:
-    """Count one run of ``name`` in a file (the stand-in for a real side effect)."""
-    with open(data / f"{name}.runs", "a") as fh:
-        fh.write("x\n")
-    return len((data / f"{name}.runs").read_text().splitlines())
-
-
-def _note(data: Path, **fields: Any) -> None:
-    """Tell the test something the activity saw (one JSON line)."""
-    with open(data / "notes.jsonl", "a") as fh:
-        fh.write(json.dumps(fields) + "\n")
-
-
-def serve() -> None:
-    """The audited app: register workflows, connect to the engine, serve until killed."""
-    import threading
-
-    import dapr.ext.workflow as wf
-
-    from histaudit import side_effect
-    from histaudit.dapr import AuditedWorkflowRuntime
-
-    data = Path(os.environ["APP_DATA"])
-    wfr = AuditedWorkflowRuntime()
-
-    @wfr.workflow(name="triage")
-    def triage(ctx: wf.DaprWorkflowContext, ticket: dict[str, Any]) -> Any:
-        summary = yield ctx.call_activity(summarize, input=ticket)
-        yield ctx.call_activity(post_comment, input={"ticket": ticket["id"], "text": summary})
-        return "done"
-
-    @wfr.activity(name="summarize")
-    async def summarize(ctx: wf.WorkflowActivityContext, ticket: dict[str, Any]) -> str:
-        _bump(data, "summarize")
-        return f"Summary: {ticket['title']}"
-
-    @wfr.activity(name="post_comment")
-    def post_comment(ctx: wf.WorkflowActivityContext, req: dict[str, Any]) -> str:
-        comments = data / "comments.txt"
-        with side_effect(ctx, "post-comment", key=f"ticket-{req['ticket']}") as effect:
-            _note(data, activity="post_comment", already_done=effect.already_done,
-                  uncertain=effect.uncertain, previous_result=effect.previous_result)
-            if effect.already_done:
-                effect.skip()
-                return str(effect.previous_result)
-            lines = comments.read_text().splitlines() if comments.exists() else []
-            mine = [i for i, line in enumerate(lines) if line.startswith(f"{req['ticket']}:")]
-            if effect.uncertain and mine:  # the earlier attempt did post it: confirm only
-                effect.result = f"comment-{mine[0] + 1}"
-                return str(effect.result)
-            with open(comments, "a") as fh:
-                fh.write(f"{req['ticket']}: {req['text']}\n")
-            effect.result = f"comment-{len(lines) + 1}"
-            return str(effect.result)
-
-    @wfr.workflow(name="flaky")
-    def flaky(ctx: wf.DaprWorkflowContext) -> Any:
-        policy = wf.RetryPolicy(first_retry_interval=timedelta(seconds=1),
-                                max_number_of_attempts=3)
-        return (yield ctx.call_activity(flaky_step, retry_policy=policy))
-
-    @wfr.activity(name="flaky_step")
-    def flaky_step(ctx: wf.WorkflowActivityContext) -> int:
-        runs = _bump(data, "flaky_step")
-        if runs == 1:
-            raise ValueError("transient failure, try again")
-        return runs
-
-    @wfr.workflow(name="billing")
-    def billing(ctx: wf.DaprWorkflowContext, amount: int) -> Any:
-        return (yield ctx.call_activity(charge, input=amount))
-
-    @wfr.activity(name="charge")
-    def charge(ctx: wf.WorkflowActivityContext, amount: int) -> str:
-        _bump(data, "charge")
-        return f"charged {amount}"
-
-    wfr.start()
-    print(APP_READY, flush=True)
-    threading.Event().wait()  # serve until SIGKILL/SIGTERM
-
-
 # --- harness ----------------------------------------------------------------------------
 
-class App:
-    """One app process connected to ``engine``; output goes to a log file."""
-
-    def __init__(self, engine: EngineProcess, env: dict[str, str], log: Path) -> None:
-        self.env = env
-        self.log = log
-        self.engine = engine
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def spawn(self, **extra: str) -> subprocess.Popen[bytes]:
-        # The parent's environment minus any histaudit settings, then this app's own.
-        base = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-        env = {**self.engine.env({**base, **self.env}), **extra}
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, __file__], env=env,
-                                         stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT)
-        return self.proc
-
-    def start(self, **extra: str) -> float:
-        """Spawn and wait for the ready line; return the wall-clock time it was seen."""
-        offset = self.log.stat().st_size if self.log.exists() else 0
-        proc = self.spawn(**extra)
-        deadline = time.monotonic() + APP_READY_TIMEOUT_S
-        while APP_READY not in self.log.read_text(errors="replace")[offset:]:
-            if proc.poll() is not None:
-                pytest.fail(f"app exited with {proc.returncode} before it was ready:\n"
-                            f"{self.output()[-3000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"app not ready after {APP_READY_TIMEOUT_S:.0f}s:\n"
-                            f"{self.output()[-3000:]}")
-            time.sleep(0.02)
-        return time.time()
-
-    def wait_exit(self, timeout: float = WORKFLOW_TIMEOUT_S) -> int:
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"app still running after {timeout:.0f}s:\n{self.output()[-3000:]}")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
+APP = Path(__file__).resolve().parent / "apps" / "interceptor_app.py"
 
 
-class Audit:
+class Audit(AppRig):
     """Everything one test needs: key, ledger URL, data dir, app and workflow client."""
 
     def __init__(self, engine: EngineProcess, tmp: Path, ledger_url: str) -> None:
-        import dapr.ext.workflow as wf
-
-        self.engine = engine
+        super().__init__(engine)
         self.data = tmp / "data"
         self.data.mkdir()
         key_path, _pub, self.signer = generate_keypair(tmp / "keys", name="app")
@@ -184,50 +47,21 @@ class Audit:
         self.url = ledger_url
         self.env = {"APP_DATA": str(self.data), "HISTAUDIT_DB": ledger_url,
                     "HISTAUDIT_KEY": str(key_path), "PYTHONUNBUFFERED": "1"}
-        self.app = App(engine, self.env, tmp / "app.log")
-        host, port = engine.address.rsplit(":", 1)
-        self.client = wf.DaprWorkflowClient(host=host, port=port)
-
-    def schedule(self, workflow: str, payload: Any = None, *, queue: bool = False) -> str:
-        """Start a workflow; ``queue`` returns at once even with no app connected.
-
-        (Without a start time the engine holds the call until a worker has begun it.)
-        """
-        instance = f"{workflow}-{uuid.uuid4().hex[:8]}"
-        self.client.schedule_new_workflow(workflow=workflow, input=payload,
-                                          instance_id=instance,
-                                          start_at=datetime.now(UTC) if queue else None)
-        return instance
-
-    def wait(self, instance: str) -> Any:
-        state = self.client.wait_for_workflow_completion(instance,
-                                                         timeout_in_seconds=WORKFLOW_TIMEOUT_S)
-        assert state is not None, f"no state for {instance}:\n{self.app.output()[-3000:]}"
-        return state
+        self.app = self.add_app(AppProcess(engine, [APP], log=tmp / "app.log", env=self.env,
+                              ready=APP_READY, ready_timeout=APP_READY_TIMEOUT_S,
+                              exit_timeout=WORKFLOW_TIMEOUT_S))
 
     def entries(self, instance: str) -> list[fmt.Entry]:
-        with Ledger.open(self.url) as ledger:
-            return [fmt.parse_entry(row.body) for row in ledger.entries(instance)]
+        return read_entries(self.url, instance)
 
     def payload(self, ref: dict[str, Any] | None) -> str | None:
         """The stored payload text behind a reference, checked against its commitment."""
-        if ref is None:
-            return None
-        with Ledger.open(self.url) as ledger:
-            stored = ledger.payload(ref["c"])
-        assert stored is not None, f"payload {ref} not stored"
-        salt, raw = stored
-        assert fmt.commitment_matches(ref["c"], raw, salt)
-        assert len(raw) == ref["n"]
-        return raw.decode()
+        raw = stored_payload(self.url, ref)
+        return None if raw is None else raw.decode()
 
     def verify(self, instance: str) -> set[str]:
         """Run the verifier (full: signatures and payloads); return its finding codes."""
-        from histaudit.verify.verifier import verify_instance
-
-        with Ledger.open(self.url) as ledger:
-            report = verify_instance(ledger, instance, trust=TrustStore([self.signer.public]),
-                                     full=True)
+        report = verify_url(self.url, instance, self.signer, full=True)
         assert report.ok, [f.to_json() for f in report.findings]
         return report.codes()
 
@@ -252,22 +86,13 @@ class Audit:
 
 @pytest.fixture
 def audit(engine: EngineProcess, tmp_path: Path) -> Iterator[Audit]:
-    a = Audit(engine, tmp_path, f"sqlite:///{tmp_path / 'ledger.db'}")
-    try:
+    with Audit(engine, tmp_path, f"sqlite:///{tmp_path / 'ledger.db'}") as a:
         yield a
-    finally:
-        a.app.kill()
-        a.client.close()
 
 
 def kinds(entries: list[fmt.Entry], activity: str | None = None) -> list[str]:
     """Entry kinds, optionally only those about one activity."""
     return [e.kind for e in entries if activity is None or e.data.get("activity") == activity]
-
-
-def only(entries: list[fmt.Entry], kind: str, **match: Any) -> list[fmt.Entry]:
-    return [e for e in entries
-            if e.kind == kind and all(e.data.get(k) == v for k, v in match.items())]
 
 
 def ts(entry: fmt.Entry) -> float:
@@ -283,8 +108,7 @@ TICKET = {"id": 7, "title": "Login page 500s"}
 def test_clean_run_records_every_activity_and_decision(engine: EngineProcess, tmp_path: Path,
                                                        db_url: str) -> None:
     """Two activities, no crash: one start and one completion each, attempt 1, all signed."""
-    audit = Audit(engine, tmp_path, db_url)
-    try:
+    with Audit(engine, tmp_path, db_url) as audit:
         trace = tmp_path / "crash-points.txt"
         audit.app.start(HISTAUDIT_CRASH_TRACE=str(trace))
         instance = audit.schedule("triage", TICKET)
@@ -292,9 +116,6 @@ def test_clean_run_records_every_activity_and_decision(engine: EngineProcess, tm
         assert state.runtime_status.name == "COMPLETED", audit.app.output()[-3000:]
         entries = audit.entries(instance)
         history = audit.history(instance)
-    finally:
-        audit.app.kill()
-        audit.client.close()
 
     assert kinds(entries) == [
         "workflow.started",
@@ -342,11 +163,7 @@ def test_clean_run_records_every_activity_and_decision(engine: EngineProcess, tm
     assert effect_done.data["name"] == "post-comment" and effect_done.data["key"] == "ticket-7"
     assert audit.payload(effect_done.data["result"]) == '"comment-1"'
 
-    with Ledger.open(db_url) as ledger:
-        from histaudit.verify.verifier import verify_instance
-
-        report = verify_instance(ledger, instance, trust=TrustStore([audit.signer.public]),
-                                 full=True)
+    report = verify_url(db_url, instance, audit.signer, full=True)
     assert report.ok and not report.findings, [f.to_json() for f in report.findings]
     # Every automatic crash point the run passed, in order: what a crash matrix iterates.
     assert read_trace(trace) == ["before:summarize", "after:summarize", "before:post_comment",
@@ -479,12 +296,10 @@ def test_ledger_refusing_the_completion_fails_the_activity(audit: Audit) -> None
     """The body ran, but its completion could not be signed: the engine hears a failure."""
     with Ledger.open(audit.url, create=True):
         pass
-    db = sqlite3.connect(audit.url.removeprefix("sqlite:///"))
-    db.execute("""CREATE TRIGGER test_refuse_completions BEFORE INSERT ON histaudit_entries
-                  WHEN CAST(NEW.body AS TEXT) LIKE '%"kind":"activity.completed"%'
-                  BEGIN SELECT RAISE(ABORT, 'injected: ledger refuses completions'); END""")
-    db.commit()
-    db.close()
+    with LedgerDb(audit.url) as db:
+        db.script("""CREATE TRIGGER test_refuse_completions BEFORE INSERT ON histaudit_entries
+                     WHEN CAST(NEW.body AS TEXT) LIKE '%"kind":"activity.completed"%'
+                     BEGIN SELECT RAISE(ABORT, 'injected: ledger refuses completions'); END""")
 
     audit.app.start()
     instance = audit.schedule("billing", 42)
@@ -581,6 +396,3 @@ def test_side_effect_outside_an_audited_activity_is_refused() -> None:
             side_effect(None, "post-comment", key="ticket-7"):
         pass
 
-
-if __name__ == "__main__":
-    serve()

@@ -1,9 +1,9 @@
 """Replay, engine cross-check and the live replay check, on the real engine.
 
-The app is this file run as a script: an ``AuditedWorkflowRuntime`` serving the example
-workflows of ``examples/nondeterminism/workflows.py``. The tests record histories with
-it, fetch them back with GetInstanceHistory, replay them offline against the same and
-against changed code, cross-check them against the signed ledger
+The app (apps/replay_app.py) is an ``AuditedWorkflowRuntime`` serving the example
+workflows of ``examples/nondeterminism/workflows.py``, in its own process. The tests record
+histories with it, fetch them back with GetInstanceHistory, replay them offline against the
+same and against changed code, cross-check them against the signed ledger
 (``histaudit verify --engine``), and alter the engine's own SQLite state — the protobuf
 ``TaskCompleted`` event in durabletask-go's ``History`` table — to prove both the
 cross-check and the interceptor's live check notice.
@@ -15,7 +15,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,124 +23,74 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples.nondeterminism import v2, workflows
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from histaudit.crashtest.engine import EngineProcess, free_port
+from histaudit.ledger import records as fmt
+from histaudit.ledger.keys import generate_keypair
+from histaudit.ledger.store import Ledger
+from histaudit.replay import DIFFERENT_ACTIVITY, DIFFERENT_INPUT, History, replay
+from support.apps import AppProcess, AppRig, wait_until
+from support.cli import cli, one_error_line
+from support.ledgers import only, read_entries, verify_url
+from support.repo import REPO, app_env
 
-from histaudit.ledger import records as fmt  # noqa: E402
-from histaudit.crashtest.engine import EngineProcess, free_port  # noqa: E402
-from histaudit.ledger.keys import TrustStore, generate_keypair  # noqa: E402
-from histaudit.ledger.store import Ledger  # noqa: E402
-
-APP_READY = "APP READY"
+APP = Path(__file__).resolve().parent / "apps" / "replay_app.py"
+APP_READY = "APP READY"  # what apps/replay_app.py prints once its worker is started
 TIMEOUT_S = 60.0
 ORDER = {"id": "B-5", "items": ["chair"], "amount": 30}
 
 
-# --- the app under test (runs in a child process) ---------------------------------------
-
-def serve() -> None:
-    import threading
-
-    from examples.nondeterminism import workflows
-    from histaudit.dapr import AuditedWorkflowRuntime
-
-    runtime = AuditedWorkflowRuntime()
-    assert runtime.checks_replayed_results, "the live replay check is not hooked"
-    workflows.register(runtime)
-    runtime.start()
-    print(APP_READY, flush=True)
-    threading.Event().wait()
-
-
 # --- harness ----------------------------------------------------------------------------
 
-_SCRIPT = Path(sys.executable).with_name("histaudit")
-HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
-
-
-class Rig:
+class Rig(AppRig):
     """EngineProcess + audited app + ledger + workflow client for one test."""
 
     def __init__(self, engine: EngineProcess, tmp: Path) -> None:
-        import dapr.ext.workflow as wf
-
-        self.engine = engine
+        super().__init__(engine)
         self.tmp = tmp
         key, self.pub, self.signer = generate_keypair(tmp / "keys", name="app")
         self.url = f"sqlite:///{tmp / 'ledger.db'}"
-        self.env = {"HISTAUDIT_DB": self.url, "HISTAUDIT_KEY": str(key),
-                    "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
-                        [str(ROOT), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-        self.log = tmp / "app.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        host, port = engine.address.rsplit(":", 1)
-        self.client = wf.DaprWorkflowClient(host=host, port=port)
+        self.app = self.add_app(AppProcess(engine, [APP], log=tmp / "app.log", ready=APP_READY,
+                              ready_timeout=TIMEOUT_S,
+                              env={"HISTAUDIT_DB": self.url, "HISTAUDIT_KEY": str(key),
+                                   "PYTHONUNBUFFERED": "1", **app_env()}))
 
     def start_app(self) -> None:
-        offset = self.log.stat().st_size if self.log.exists() else 0
-        base = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, __file__],
-                                         env=self.engine.env({**base, **self.env}),
-                                         stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT)
-        self._until(lambda: APP_READY in self.log.read_text(errors="replace")[offset:],
-                    "app ready", check_app=True)
+        self.app.start()
 
     def kill_app(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        self.app.kill()
 
     def output(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+        return self.app.tail()
 
-    def _until(self, cond: Callable[[], bool], what: str, check_app: bool = False) -> None:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not cond():
-            if check_app and self.proc is not None and self.proc.poll() is not None:
-                pytest.fail(f"app exited ({self.proc.returncode}) before {what}:\n"
-                            f"{self.output()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out waiting for {what}:\n{self.output()}")
-            time.sleep(0.05)
+    def until(self, cond: Callable[[], bool], what: str) -> None:
+        wait_until(cond, TIMEOUT_S, what, poll=0.05, details=self.output)
 
     def run(self, workflow: Any, payload: Any = None) -> str:
-        instance = f"{workflow.__name__}-{uuid.uuid4().hex[:8]}"
-        self.client.schedule_new_workflow(workflow, input=payload, instance_id=instance)
+        instance = self.schedule(workflow, payload)
         self.wait(instance)
         return instance
 
-    def wait(self, instance: str) -> None:
-        state = self.client.wait_for_workflow_completion(instance,
-                                                         timeout_in_seconds=int(TIMEOUT_S))
-        assert state is not None and state.runtime_status.name == "COMPLETED", \
-            f"{state}\n{self.output()}"
+    def wait(self, instance: str, timeout: float = TIMEOUT_S) -> Any:
+        state = super().wait(instance, timeout)
+        assert state.runtime_status.name == "COMPLETED", f"{state}\n{self.output()}"
+        return state
 
     def history(self, instance: str) -> list[Any]:
-        from histaudit.replay import History
-
         return History.fetch(self.engine.address, instance).events
 
     def entries(self, instance: str) -> list[fmt.Entry]:
-        with Ledger.open(self.url) as ledger:
-            return [fmt.parse_entry(row.body) for row in ledger.entries(instance)]
+        return read_entries(self.url, instance)
 
     def verify(self, instance: str) -> Any:
-        from histaudit.verify.verifier import verify_instance
-
-        with Ledger.open(self.url) as ledger:
-            return verify_instance(ledger, instance, trust=TrustStore([self.signer.public]),
-                                   full=True)
+        return verify_url(self.url, instance, self.signer, full=True)
 
     def cli(self, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-        env.update({"COLUMNS": "250", "NO_COLOR": "1", "HISTAUDIT_DB": self.url,
-                    "HISTAUDIT_TRUST": str(self.pub)})
-        return subprocess.run([*HISTAUDIT, *map(str, args)], cwd=ROOT, env=env, text=True,
-                              capture_output=True, timeout=180)
+        """The command from the checkout's root, this rig's ledger and key by environment."""
+        return cli(*args, cwd=REPO, env={"COLUMNS": "250", "HISTAUDIT_DB": self.url,
+                                         "HISTAUDIT_TRUST": str(self.pub)})
 
     def alter_engine_completion(self, instance: str, task_id: int, *,
                                 result: str | None = None, new_task_id: int | None = None
@@ -180,17 +129,8 @@ class Rig:
 
 @pytest.fixture
 def rig(engine: EngineProcess, tmp_path: Path) -> Iterator[Rig]:
-    r = Rig(engine, tmp_path)
-    try:
+    with Rig(engine, tmp_path) as r:
         yield r
-    finally:
-        r.kill_app()
-        r.client.close()
-
-
-def only(entries: list[fmt.Entry], kind: str, **match: Any) -> list[fmt.Entry]:
-    return [e for e in entries
-            if e.kind == kind and all(e.data.get(k) == v for k, v in match.items())]
 
 
 def task_of(entries: list[fmt.Entry], activity: str) -> int:
@@ -202,9 +142,6 @@ def task_of(entries: list[fmt.Entry], activity: str) -> int:
 
 @pytest.mark.engine
 def test_recorded_history_replays_clean_and_changed_code_diverges(rig: Rig) -> None:
-    from examples.nondeterminism import v2, workflows
-    from histaudit.replay import History, replay
-
     rig.start_app()
     instance = rig.run(workflows.order, ORDER)
     events = rig.history(instance)
@@ -237,9 +174,6 @@ def test_recorded_history_replays_clean_and_changed_code_diverges(rig: Rig) -> N
 
 @pytest.mark.engine
 def test_nondeterministic_workflows_diverge_on_replay(rig: Rig) -> None:
-    from examples.nondeterminism import workflows
-    from histaudit.replay import History, DIFFERENT_ACTIVITY, DIFFERENT_INPUT, replay
-
     rig.start_app()
     deadline = datetime.now(UTC) + timedelta(seconds=5)
     clock = rig.run(workflows.wall_clock, {"deadline": deadline.isoformat()})
@@ -254,8 +188,6 @@ def test_nondeterministic_workflows_diverge_on_replay(rig: Rig) -> None:
 
 @pytest.mark.engine
 def test_replay_bad_input_from_the_engine(rig: Rig) -> None:
-    from examples.nondeterminism import workflows
-
     rig.start_app()
     instance = rig.run(workflows.order, ORDER)
     for args, needle in [
@@ -266,10 +198,7 @@ def test_replay_bad_input_from_the_engine(rig: Rig) -> None:
         ([instance, "--workflow", "examples.nondeterminism.workflows:order",
           "--engine", f"127.0.0.1:{free_port()}", "--timeout", "1"], "did not answer within 1s"),
     ]:
-        out = rig.cli("replay", *args)
-        assert out.returncode == 2 and out.stdout == "", out
-        lines = out.stderr.splitlines()
-        assert len(lines) == 1 and needle in lines[0], out.stderr
+        one_error_line(rig.cli("replay", *args), needle)
 
 
 # --- verify --engine: the engine's history against the signed ledger ---------------------
@@ -286,8 +215,6 @@ def _codes(doc: dict[str, Any]) -> list[str]:
 
 @pytest.mark.engine
 def test_verify_engine_cross_check_clean_then_altered_engine_state(rig: Rig) -> None:
-    from examples.nondeterminism import workflows
-
     rig.start_app()
     instance = rig.run(workflows.order, ORDER)
     rc, doc = _verify_engine(rig, instance)
@@ -331,8 +258,8 @@ def test_verify_engine_cross_check_clean_then_altered_engine_state(rig: Rig) -> 
 
 @pytest.mark.engine
 def test_verify_engine_usage(rig: Rig) -> None:
-    out = rig.cli("verify", "--all", "--engine", rig.engine.address)
-    assert out.returncode == 2 and "--engine cross-checks one instance" in out.stderr
+    one_error_line(rig.cli("verify", "--all", "--engine", rig.engine.address),
+                   "--engine cross-checks one instance")
 
 
 # --- the live check: the interceptor compares replayed results with signed ones ----------
@@ -344,12 +271,10 @@ def test_live_check_notices_a_result_altered_in_the_engine_between_crash_and_res
         rig: Rig, alter: bool) -> None:
     """Quote completes, the workflow waits for an event, the app dies; while it is down
     the engine's stored quote result is changed; the resumed app replays it."""
-    from examples.nondeterminism import workflows
-
     rig.start_app()
     instance = f"approval-{uuid.uuid4().hex[:8]}"
     rig.client.schedule_new_workflow(workflows.approval, input="lamp", instance_id=instance)
-    rig._until(lambda: any(e.HasField("timerCreated") for e in rig.history(instance)),
+    rig.until(lambda: any(e.HasField("timerCreated") for e in rig.history(instance)),
                "the workflow to wait for its event")
     rig.kill_app()  # a crash while the workflow waits
     entries = rig.entries(instance)
@@ -388,6 +313,3 @@ def test_live_check_notices_a_result_altered_in_the_engine_between_crash_and_res
     out = rig.cli("verify", instance)
     assert out.returncode == 1 and "replay-mismatch" in out.stdout, out
 
-
-if __name__ == "__main__":
-    serve()

@@ -10,29 +10,27 @@ the signed ledger back and runs the verifier, through the library and through th
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dapr.ext.workflow as wf
 import pytest
 
-from histaudit.ledger import records as fmt
 from histaudit.crash import CRASH_EXIT_CODE
 from histaudit.crashtest.engine import EngineProcess
+from histaudit.ledger import records as fmt
+from histaudit.ledger.keys import generate_keypair
 from histaudit.verify.findings import Severity
-from histaudit.ledger.keys import TrustStore, generate_keypair
-from histaudit.ledger.store import Ledger
 from histaudit.verify.report import Report
-from histaudit.verify.verifier import verify_instance
+from support.apps import AppProcess, AppRig, wait_until
+from support.cli import cli
+from support.ledgers import only, read_entries, stored_payload, verify_url
+from support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "examples" / "research_report" / "app.py"
 APP_READY = "RESEARCH APP READY"  # what app.py prints once its worker is started
 APP_READY_TIMEOUT_S = 45.0
@@ -41,77 +39,25 @@ WORKFLOW_TIMEOUT_S = 60
 REQUEST = {"topic": "solid-state batteries", "sources": ["arxiv", "news", "filings", "patents"]}
 N = len(REQUEST["sources"])
 CHILD_ACTIVITIES = ("cluster_claims", "score_evidence", "summarize_findings")
-ONCE = ("plan_research", "draft_report", "publish_report") + CHILD_ACTIVITIES
+ONCE = ("plan_research", "draft_report", "publish_report", *CHILD_ACTIVITIES)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
-
-
-class ResearchApp:
-    """The example app as a child process, its output in one log file."""
-
-    def __init__(self, engine: EngineProcess, env: dict[str, str], log: Path) -> None:
-        self.engine, self.env, self.log = engine, env, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, **extra: str) -> None:
-        """Spawn ``app.py serve`` and wait until its worker is up."""
-        offset = self.log.stat().st_size if self.log.exists() else 0
-        base = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-        env = {**self.engine.env({**base, **self.env}), **extra}
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, str(APP), "serve"], env=env,
-                                         stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT)
-        proc = self.proc
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                pytest.fail(f"app exited with {proc.returncode} before it was ready:\n"
-                            f"{self.output()[-3000:]}")
-            return APP_READY in self.log.read_text(errors="replace")[offset:]
-
-        wait_until(ready, APP_READY_TIMEOUT_S, "the research app to start")
-
-    def wait_exit(self, timeout: float = WORKFLOW_TIMEOUT_S) -> int:
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"app still running after {timeout:.0f}s:\n{self.output()[-3000:]}")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-
-class Lab:
+class Lab(AppRig):
     """One engine, one ledger, one key, one data directory, one app."""
 
     def __init__(self, engine: EngineProcess, tmp: Path) -> None:
-        self.engine = engine
+        super().__init__(engine)
         self.data = tmp / "data"
         self.data.mkdir()
         self.keys = tmp / "keys"
         key_path, _pub, self.signer = generate_keypair(self.keys, name="app")
+        self.tmp = tmp
         self.url = f"sqlite:///{tmp / 'ledger.db'}"
-        self.app = ResearchApp(engine, {"DATA_DIR": str(self.data), "HISTAUDIT_DB": self.url,
-                                        "HISTAUDIT_KEY": str(key_path),
-                                        "PYTHONUNBUFFERED": "1"}, tmp / "app.log")
-        self.client = self.new_client()
-
-    def new_client(self) -> wf.DaprWorkflowClient:
-        host, port = self.engine.address.rsplit(":", 1)
-        return wf.DaprWorkflowClient(host=host, port=port)
+        self.app = self.add_app(AppProcess(engine, [APP, "serve"], log=tmp / "app.log",
+                              env={"DATA_DIR": str(self.data), "HISTAUDIT_DB": self.url,
+                                   "HISTAUDIT_KEY": str(key_path), "PYTHONUNBUFFERED": "1"},
+                              ready=APP_READY, ready_timeout=APP_READY_TIMEOUT_S,
+                              exit_timeout=WORKFLOW_TIMEOUT_S))
 
     def schedule(self) -> str:
         instance = f"report-{uuid.uuid4().hex[:8]}"
@@ -140,19 +86,11 @@ class Lab:
         return json.loads(state.serialized_output)
 
     def entries(self, instance: str) -> list[fmt.Entry]:
-        with Ledger.open(self.url) as ledger:
-            return [fmt.parse_entry(row.body) for row in ledger.entries(instance)]
+        return read_entries(self.url, instance)
 
     def payload(self, ref: dict[str, Any] | None) -> bytes | None:
         """The stored payload behind a reference, checked against its commitment."""
-        if ref is None:
-            return None
-        with Ledger.open(self.url) as ledger:
-            stored = ledger.payload(ref["c"])
-        assert stored is not None, f"payload {ref} not stored"
-        salt, raw = stored
-        assert fmt.commitment_matches(ref["c"], raw, salt) and len(raw) == ref["n"]
-        return raw
+        return stored_payload(self.url, ref)
 
     def runs(self, instance: str) -> Counter[str]:
         """How often each activity body ran for ``instance`` and its child (runs.log)."""
@@ -169,33 +107,20 @@ class Lab:
 
     def verify(self, instance: str) -> Report:
         """The library verifier, full mode (every signature and payload)."""
-        with Ledger.open(self.url) as ledger:
-            return verify_instance(ledger, instance, trust=TrustStore([self.signer.public]),
-                                   full=True)
+        return verify_url(self.url, instance, self.signer, full=True)
 
     def cli_verify(self, *args: str) -> tuple[int, Any]:
         """``histaudit verify ... --json`` as a user runs it: (exit status, parsed JSON)."""
-        proc = subprocess.run(
-            [sys.executable, "-c", "from histaudit.cli import main; main()", "verify",
-             *args, "--db", self.url, "--trust", str(self.keys), "--full", "--json"],
-            capture_output=True, text=True, timeout=60)
+        proc = cli("verify", *args, "--db", self.url, "--trust", self.keys, "--full", "--json",
+                   cwd=self.tmp)
         assert proc.returncode in (0, 1), proc.stderr
         return proc.returncode, json.loads(proc.stdout)
 
 
 @pytest.fixture
 def lab(engine: EngineProcess, tmp_path: Path) -> Iterator[Lab]:
-    lab = Lab(engine, tmp_path)
-    try:
+    with Lab(engine, tmp_path) as lab:
         yield lab
-    finally:
-        lab.app.kill()
-        lab.client.close()
-
-
-def only(entries: list[fmt.Entry], kind: str, **match: Any) -> list[fmt.Entry]:
-    return [e for e in entries
-            if e.kind == kind and all(e.data.get(k) == v for k, v in match.items())]
 
 
 def reexecuted(entries: list[fmt.Entry]) -> Counter[str]:
@@ -255,7 +180,7 @@ def test_clean_run_verifies_clean_including_the_deliberate_retry(lab: Lab) -> No
     assert output["title"] == "Research report: solid-state batteries"
     assert output["receipt"]["channel"] == "published.txt"
     runs = lab.runs(instance)
-    assert runs == {**{a: 1 for a in ONCE}, "fetch_source": N, "extract_notes": N,
+    assert runs == {**dict.fromkeys(ONCE, 1), "fetch_source": N, "extract_notes": N,
                     "review_draft": 2}
     assert sum(runs.values()) >= 10
     assert lab.published(instance) == \
@@ -314,7 +239,7 @@ def test_crash_inside_the_fanout_resumes_to_the_same_report(lab: Lab, crash_at: 
     # The crashed fetch ran its body and runs again; another re-delivered fetch may have
     # died between its signed start and its body.
     assert N + 1 <= runs["fetch_source"] <= N + again["fetch_source"]
-    assert {a: runs[a] for a in ONCE} == {a: 1 for a in ONCE}
+    assert {a: runs[a] for a in ONCE} == dict.fromkeys(ONCE, 1)
     assert runs["extract_notes"] == N and runs["review_draft"] == 2
     for task in only(entries, "activity.started", activity="fetch_source"):
         assert task.data["attempt"] in (1, 2)
@@ -355,12 +280,10 @@ def short_lock_lab(engine_binary: Path, tmp_path: Path) -> Iterator[Lab]:
     engine = EngineProcess(binary=engine_binary, state_dir=tmp_path / "engine",
                     lock_timeout=LOCK_TIMEOUT_S)
     engine.start()
-    lab = Lab(engine, tmp_path)
     try:
-        yield lab
+        with Lab(engine, tmp_path) as lab:
+            yield lab
     finally:
-        lab.app.kill()
-        lab.client.close()
         engine.kill()
 
 
@@ -396,7 +319,7 @@ def test_engine_restart_during_the_fanout_still_completes(short_lock_lab: Lab,
 
     runs = lab.runs(instance)
     assert runs["fetch_source"] == 2 * N
-    assert {a: runs[a] for a in ONCE} == {a: 1 for a in ONCE}
+    assert {a: runs[a] for a in ONCE} == dict.fromkeys(ONCE, 1)
     assert len(lab.published(instance)) == 1
     entries = lab.entries(instance)
     assert reexecuted(entries) == {"fetch_source": N}

@@ -15,27 +15,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
-from histaudit.ledger import records as fmt
-from histaudit.verify.findings import CODES
-from histaudit.ledger.keys import PublicKey, Signer, TrustStore
-from histaudit.ledger.store import Ledger
-from histaudit.ledger.records import StoredHead
-from histaudit.verify.report import Report
-from histaudit.verify.verifier import verify_instance
 from histaudit.ledger import chain
+from histaudit.ledger import records as fmt
+from histaudit.ledger.keys import PublicKey, Signer, TrustStore
+from histaudit.ledger.records import StoredHead
+from histaudit.ledger.store import Ledger
+from histaudit.verify.findings import CODES
+from histaudit.verify.report import Report
+from support.ledgers import LedgerDb, committed, verify_url
 
 # Interleaved appends, so every instance's leaves are spread over the ledger.
 INSTANCES = {"wf-alpha": 10, "wf-beta": 10, "wf-gamma": 8}
 VICTIM = "wf-alpha"
 PAYLOAD_EVERY = 3  # entries 3, 6, 9 of each instance carry a stored payload
 
-SQLITE_TRIGGERS = {
-    "histaudit_entries_no_update", "histaudit_entries_no_delete", "histaudit_heads_forward",
-    "histaudit_heads_no_delete", "histaudit_payloads_no_update",
-}
-APPEND_ONLY_TABLES = ("histaudit_entries", "histaudit_heads", "histaudit_payloads")
 
 
 # --- building a real ledger -------------------------------------------------------------
@@ -73,11 +67,8 @@ def build_ledger(url: str) -> Built:
                 stored = None
                 if rnd % PAYLOAD_EVERY == 0:
                     payload = f"secret input of {instance} #{rnd}".encode() * 4
-                    salt = fmt.new_salt()
-                    commitment = fmt.commit(payload, salt)
-                    data["input"] = {"c": commitment, "len": len(payload)}
-                    stored = {salt: (commitment, payload)}
-                    built.commitments.setdefault(instance, {})[rnd] = commitment
+                    data["input"], stored = committed(payload)
+                    built.commitments.setdefault(instance, {})[rnd] = data["input"]["c"]
                 chain.append(ledger, instance, _kind(rnd, count), data, signer=signer,
                               payloads=stored)
                 head = ledger.head(instance)
@@ -96,8 +87,7 @@ def built(db_url: str) -> Built:
 def verify(url: str, instance: str, trust: TrustStore, *, full: bool = False,
            workers: int = 1) -> Report:
     """Verify from a freshly opened ledger, as an auditor would after the fact."""
-    with Ledger.open(url) as ledger:
-        return verify_instance(ledger, instance, trust=trust, full=full, workers=workers)
+    return verify_url(url, instance, trust, full=full, workers=workers)
 
 
 def pairs(report: Report) -> set[tuple[str, int | None]]:
@@ -116,115 +106,14 @@ def others(*skip: str) -> list[str]:
     return [i for i in INSTANCES if i not in skip]
 
 
-# --- the attacker ------------------------------------------------------------------------
-
-@dataclass
-class Row:
-    leaf: int
-    seq: int
-    hash: str
-    body: bytes
-    sig: bytes
-
-
-class Attacker:
-    """Direct SQL access to the ledger database (file access, or PostgreSQL superuser)."""
-
-    def __init__(self, url: str) -> None:
-        self.engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-        self.dialect = self.engine.dialect.name
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def run(self, stmt: str, **params: Any) -> list[Any]:
-        with self.engine.connect() as conn:
-            result = conn.execute(sa.text(stmt), params)
-            return list(result.all()) if result.returns_rows else []
-
-    def drop_triggers(self) -> None:
-        """Remove the database's append-only enforcement (only verification is left)."""
-        if self.dialect == "sqlite":
-            names = {r[0] for r in self.run(
-                "SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-            assert SQLITE_TRIGGERS <= names, names
-            for name in sorted(names):
-                self.run(f'DROP TRIGGER "{name}"')
-            assert not self.run("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        else:
-            tables = {r[0] for r in self.run(
-                "SELECT tablename FROM pg_tables WHERE tablename LIKE 'histaudit%'")}
-            assert set(APPEND_ONLY_TABLES) <= tables, tables
-            for table in sorted(tables):
-                self.run(f"ALTER TABLE {table} DISABLE TRIGGER ALL")
-            enabled = self.run("SELECT tgname FROM pg_trigger WHERE tgname LIKE 'histaudit%' "
-                               "AND tgenabled <> 'D'")
-            assert enabled == [], enabled
-
-    # entries
-
-    def entry(self, instance: str, seq: int) -> Row:
-        rows = self.run("SELECT leaf, seq, hash, body, sig FROM histaudit_entries "
-                        "WHERE instance = :i AND seq = :s", i=instance, s=seq)
-        assert len(rows) == 1, rows
-        r = rows[0]
-        return Row(r.leaf, r.seq, r.hash, bytes(r.body), bytes(r.sig))
-
-    def set_entry(self, instance: str, seq: int, /, **cols: Any) -> None:
-        """Overwrite columns (hash, body, sig, instance, leaf) of one stored entry."""
-        assert set(cols) <= {"hash", "body", "sig", "instance", "leaf"}
-        assignments = ", ".join(f"{c} = :new_{c}" for c in cols)
-        params = {f"new_{c}": v for c, v in cols.items()}
-        self.run(f"UPDATE histaudit_entries SET {assignments} "
-                 "WHERE instance = :i AND seq = :s", i=instance, s=seq, **params)
-
-    def delete_entries(self, instance: str, *seqs: int) -> None:
-        for seq in seqs:
-            self.run("DELETE FROM histaudit_entries WHERE instance = :i AND seq = :s",
-                     i=instance, s=seq)
-
-    def insert_entry(self, *, leaf: int, instance: str, seq: int, hash: str, body: bytes,
-                     sig: bytes) -> None:
-        self.run("INSERT INTO histaudit_entries (leaf, instance, seq, hash, body, sig) "
-                 "VALUES (:leaf, :instance, :seq, :hash, :body, :sig)", leaf=leaf,
-                 instance=instance, seq=seq, hash=hash, body=body, sig=sig)
-
-    def rebuild_entries_without_constraints(self) -> None:
-        """Copy the entries into a table with no unique constraint and no primary key, so
-        a forged row can share its twin's (instance, seq) and leaf."""
-        blob = "BYTEA" if self.dialect == "postgresql" else "BLOB"
-        self.run(f"""CREATE TABLE histaudit_entries_forged (
-                       leaf BIGINT NOT NULL, instance TEXT NOT NULL, seq BIGINT NOT NULL,
-                       hash VARCHAR(64) NOT NULL, body {blob} NOT NULL, sig {blob} NOT NULL)""")
-        self.run("INSERT INTO histaudit_entries_forged (leaf, instance, seq, hash, body, sig) "
-                 "SELECT leaf, instance, seq, hash, body, sig FROM histaudit_entries")
-        self.run("DROP TABLE histaudit_entries")
-        self.run("ALTER TABLE histaudit_entries_forged RENAME TO histaudit_entries")
-
-    # heads and payloads
-
-    def head(self, instance: str) -> tuple[int, bytes, bytes]:
-        rows = self.run("SELECT seq, body, sig FROM histaudit_heads WHERE instance = :i",
-                        i=instance)
-        assert len(rows) == 1
-        return rows[0].seq, bytes(rows[0].body), bytes(rows[0].sig)
-
-    def set_head(self, instance: str, *, seq: int, body: bytes, sig: bytes) -> None:
-        self.run("UPDATE histaudit_heads SET seq = :s, body = :b, sig = :g "
-                 "WHERE instance = :i", i=instance, s=seq, b=body, g=sig)
-
-    def delete_head(self, instance: str) -> None:
-        self.run("DELETE FROM histaudit_heads WHERE instance = :i", i=instance)
-
+# --- the attacker: direct SQL access (file access, or PostgreSQL superuser) ---------------
 
 @pytest.fixture
-def attacker(built: Built) -> Iterator[Attacker]:
-    atk = Attacker(built.url)
-    atk.drop_triggers()
-    try:
+def attacker(built: Built) -> Iterator[LedgerDb]:
+    """The database with its append-only enforcement removed (only verification is left)."""
+    with LedgerDb(built.url) as atk:
+        atk.lift_guards()
         yield atk
-    finally:
-        atk.close()
 
 
 def flip(data: bytes, pos: int, mask: int = 0x01) -> bytes:
@@ -270,10 +159,11 @@ def test_clean_ledger_has_no_findings(built: Built) -> None:
 def test_erasing_payloads_keeps_the_ledger_verifying(built: Built) -> None:
     with Ledger.open(built.url) as ledger:
         for commitment in built.commitments[VICTIM].values():
-            erase = dict(signer=built.signer, record={"reason": "test"})
+            erase = {"signer": built.signer, "record": {"reason": "test"}}
             assert chain.erase_payload(ledger, VICTIM, commitment, **erase)[0] is True
             assert ledger.payload(commitment) is None
-            assert chain.erase_payload(ledger, VICTIM, commitment, **erase)[0] is False  # already gone
+            # Already gone: recorded again, erased nothing.
+            assert chain.erase_payload(ledger, VICTIM, commitment, **erase)[0] is False
     assert_clean(built, *others(VICTIM))
     erasures = len(built.commitments[VICTIM]) * 2  # one signed payload.erased per call
     for full in (False, True):
@@ -283,7 +173,7 @@ def test_erasing_payloads_keeps_the_ledger_verifying(built: Built) -> None:
 
 # --- entry bodies, hashes and signatures -------------------------------------------------
 
-def test_body_byte_changed_is_body_changed(built: Built, attacker: Attacker) -> None:
+def test_body_byte_changed_is_body_changed(built: Built, attacker: LedgerDb) -> None:
     row = attacker.entry(VICTIM, 5)
     pos = row.body.index(b'"note":"') + len(b'"note":"')
     forged = flip(row.body, pos)  # still valid JSON: one letter of a string changed
@@ -301,7 +191,7 @@ def test_body_byte_changed_is_body_changed(built: Built, attacker: Attacker) -> 
 
 
 def test_body_edited_with_hash_recomputed_breaks_the_next_link(built: Built,
-                                                                attacker: Attacker) -> None:
+                                                                attacker: LedgerDb) -> None:
     row = attacker.entry(VICTIM, 5)
     forged = row.body.replace(b'"round":5', b'"round":6')
     assert forged != row.body
@@ -316,7 +206,7 @@ def test_body_edited_with_hash_recomputed_breaks_the_next_link(built: Built,
 
 
 def test_last_body_edited_with_hash_recomputed_is_head_mismatch(built: Built,
-                                                                attacker: Attacker) -> None:
+                                                                attacker: LedgerDb) -> None:
     last = INSTANCES[VICTIM]
     row = attacker.entry(VICTIM, last)
     forged = row.body.replace(b'"ok":true', b'"ok":false')
@@ -330,7 +220,7 @@ def test_last_body_edited_with_hash_recomputed_is_head_mismatch(built: Built,
 
 
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
-def test_signature_flipped_is_found_only_in_full_mode(built: Built, attacker: Attacker,
+def test_signature_flipped_is_found_only_in_full_mode(built: Built, attacker: LedgerDb,
                                                       where: str) -> None:
     row = attacker.entry(VICTIM, 5)
     pos = {"first": 0, "middle": len(row.sig) // 2, "last": len(row.sig) - 1}[where]
@@ -346,7 +236,7 @@ def test_signature_flipped_is_found_only_in_full_mode(built: Built, attacker: At
 
 
 def test_entries_resigned_by_an_untrusted_key_are_key_untrusted(built: Built,
-                                                                attacker: Attacker) -> None:
+                                                                attacker: LedgerDb) -> None:
     """The attacker rewrites entry 5 and re-chains and re-signs everything after it, and
     the head, with a key of their own: a perfectly consistent chain, except for the key."""
     evil = Signer.generate()
@@ -376,7 +266,7 @@ def test_entries_resigned_by_an_untrusted_key_are_key_untrusted(built: Built,
     assert verify(built.url, VICTIM, fooled, full=True).findings == ()
 
 
-def test_single_entry_resigned_by_an_untrusted_key(built: Built, attacker: Attacker) -> None:
+def test_single_entry_resigned_by_an_untrusted_key(built: Built, attacker: LedgerDb) -> None:
     evil = Signer.generate()
     row = attacker.entry(VICTIM, 5)
     body, digest, sig = forge(row.body, evil)
@@ -408,7 +298,7 @@ def test_key_used_outside_its_window_is_key_outside_window(built: Built,
 
 
 def test_key_retired_mid_chain_flags_only_later_entries(built: Built,
-                                                       attacker: Attacker) -> None:
+                                                       attacker: LedgerDb) -> None:
     """The key was retired at entry 5's time; everything signed after that is suspect."""
     cut = fmt.parse_entry(attacker.entry(VICTIM, 5).body).ts
     report = verify(built.url, VICTIM, _windowed(built.signer, not_after=cut))
@@ -421,7 +311,7 @@ def test_key_retired_mid_chain_flags_only_later_entries(built: Built,
 
 # --- sequence: gaps, duplicates, order, truncation ---------------------------------------
 
-def test_middle_entry_deleted_is_seq_gap(built: Built, attacker: Attacker) -> None:
+def test_middle_entry_deleted_is_seq_gap(built: Built, attacker: LedgerDb) -> None:
     attacker.delete_entries(VICTIM, 5)
     report = verify(built.url, VICTIM, built.trust)
     assert pairs(report) == {("seq-gap", 6)}
@@ -430,10 +320,10 @@ def test_middle_entry_deleted_is_seq_gap(built: Built, attacker: Attacker) -> No
 
 
 @pytest.mark.parametrize("seq", [5, INSTANCES[VICTIM]], ids=["middle", "last"])
-def test_entry_duplicated_is_seq_duplicate(built: Built, attacker: Attacker, seq: int) -> None:
+def test_entry_duplicated_is_seq_duplicate(built: Built, attacker: LedgerDb, seq: int) -> None:
     row = attacker.entry(VICTIM, seq)
     attacker.rebuild_entries_without_constraints()  # no UNIQUE (instance, seq) any more
-    attacker.insert_entry(leaf=row.leaf, instance=VICTIM, seq=seq, hash=row.hash,
+    attacker.insert_entry(leaf=row.leaf, instance=VICTIM, seq=seq, digest=row.hash,
                           body=row.body, sig=row.sig)
     assert len(attacker.run("SELECT leaf FROM histaudit_entries WHERE instance = :i "
                             "AND seq = :s", i=VICTIM, s=seq)) == 2
@@ -449,7 +339,7 @@ def test_entry_duplicated_is_seq_duplicate(built: Built, attacker: Attacker, seq
 
 
 @pytest.mark.parametrize("first", [5, INSTANCES[VICTIM] - 1], ids=["middle", "tail"])
-def test_entries_swapped_is_seq_reordered(built: Built, attacker: Attacker,
+def test_entries_swapped_is_seq_reordered(built: Built, attacker: LedgerDb,
                                           first: int) -> None:
     second = first + 1
     a, b = attacker.entry(VICTIM, first), attacker.entry(VICTIM, second)
@@ -471,7 +361,7 @@ def test_entries_swapped_is_seq_reordered(built: Built, attacker: Attacker,
     assert_clean(built, *others(VICTIM))
 
 
-def test_tail_entries_deleted_is_tail_truncated(built: Built, attacker: Attacker) -> None:
+def test_tail_entries_deleted_is_tail_truncated(built: Built, attacker: LedgerDb) -> None:
     last = INSTANCES[VICTIM]
     attacker.delete_entries(VICTIM, last - 2, last - 1, last)
     report = verify(built.url, VICTIM, built.trust)
@@ -482,7 +372,7 @@ def test_tail_entries_deleted_is_tail_truncated(built: Built, attacker: Attacker
 # --- heads -------------------------------------------------------------------------------
 
 def test_head_replaced_by_an_older_head_is_head_mismatch(built: Built,
-                                                         attacker: Attacker) -> None:
+                                                         attacker: LedgerDb) -> None:
     old = built.heads[VICTIM][6]
     attacker.set_head(VICTIM, seq=old.seq, body=old.body, sig=old.sig)
     assert attacker.head(VICTIM)[0] == 6
@@ -490,7 +380,7 @@ def test_head_replaced_by_an_older_head_is_head_mismatch(built: Built,
     assert pairs(report) == {("head-mismatch", INSTANCES[VICTIM])}
 
 
-def test_head_deleted_is_head_missing(built: Built, attacker: Attacker) -> None:
+def test_head_deleted_is_head_missing(built: Built, attacker: LedgerDb) -> None:
     attacker.delete_head(VICTIM)
     report = verify(built.url, VICTIM, built.trust)
     assert pairs(report) == {("head-missing", INSTANCES[VICTIM])}
@@ -498,7 +388,7 @@ def test_head_deleted_is_head_missing(built: Built, attacker: Attacker) -> None:
 
 
 @pytest.mark.parametrize("how", ["seq-field", "byte-flipped", "not-json", "signature"])
-def test_head_edited_is_head_invalid(built: Built, attacker: Attacker, how: str) -> None:
+def test_head_edited_is_head_invalid(built: Built, attacker: LedgerDb, how: str) -> None:
     seq, body, sig = attacker.head(VICTIM)
     last = INSTANCES[VICTIM]
     if how == "seq-field":
@@ -518,7 +408,7 @@ def test_head_edited_is_head_invalid(built: Built, attacker: Attacker, how: str)
 # --- instances, malformed entries, payloads ----------------------------------------------
 
 def test_entry_moved_to_another_instance_is_instance_mismatch(built: Built,
-                                                              attacker: Attacker) -> None:
+                                                              attacker: LedgerDb) -> None:
     # wf-gamma has 8 entries, so wf-alpha's entry 9 does not collide with one of its seqs.
     attacker.set_entry(VICTIM, 9, instance="wf-gamma")
     gamma = verify(built.url, "wf-gamma", built.trust)
@@ -530,7 +420,7 @@ def test_entry_moved_to_another_instance_is_instance_mismatch(built: Built,
 
 
 def test_entry_moved_to_a_new_instance_is_instance_mismatch(built: Built,
-                                                            attacker: Attacker) -> None:
+                                                            attacker: LedgerDb) -> None:
     attacker.set_entry(VICTIM, 1, instance="wf-forged")
     report = verify(built.url, "wf-forged", built.trust)
     assert ("instance-mismatch", 1) in pairs(report)
@@ -540,7 +430,7 @@ def test_entry_moved_to_a_new_instance_is_instance_mismatch(built: Built,
 @pytest.mark.parametrize("how", ["not-json", "version-2", "not-object", "missing-field",
                                  "wrong-type"])
 @pytest.mark.parametrize("rehash", [True, False], ids=["hash-recomputed", "hash-kept"])
-def test_malformed_body_is_entry_malformed(built: Built, attacker: Attacker, how: str,
+def test_malformed_body_is_entry_malformed(built: Built, attacker: LedgerDb, how: str,
                                            rehash: bool) -> None:
     row = attacker.entry(VICTIM, 5)
     if how == "not-json":
@@ -567,7 +457,7 @@ def test_malformed_body_is_entry_malformed(built: Built, attacker: Attacker, how
 
 
 @pytest.mark.parametrize("column", ["data", "salt"])
-def test_stored_payload_changed_is_payload_mismatch(built: Built, attacker: Attacker,
+def test_stored_payload_changed_is_payload_mismatch(built: Built, attacker: LedgerDb,
                                                     column: str) -> None:
     commitment = built.commitments[VICTIM][3]
     (salt, data), = [(bytes(r.salt), bytes(r.data)) for r in attacker.run(
@@ -582,7 +472,7 @@ def test_stored_payload_changed_is_payload_mismatch(built: Built, attacker: Atta
     assert not full.ok
 
 
-def test_instance_deleted_is_instance_missing(built: Built, attacker: Attacker) -> None:
+def test_instance_deleted_is_instance_missing(built: Built, attacker: LedgerDb) -> None:
     attacker.run("DELETE FROM histaudit_entries WHERE instance = :i", i=VICTIM)
     attacker.delete_head(VICTIM)
     for full in (False, True):

@@ -26,18 +26,19 @@ from typing import Any
 
 import pytest
 
-from histaudit.ledger import records as fmt
 from histaudit.crash import CRASH_EXIT_CODE
 from histaudit.crashtest.engine import EngineProcess
+from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import generate_keypair
-from histaudit.ledger.store import Ledger
+from support.apps import AppProcess, AppRig
+from support.cli import cli
+from support.ledgers import read_entries
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "triage"
 APP = EXAMPLE / "app.py"
 DEMO = EXAMPLE / "demo.py"
-HISTAUDIT = [str(Path(sys.executable).with_name("histaudit"))]
 READY = "worker ready"
 READY_TIMEOUT_S = 30.0
 WORKFLOW_TIMEOUT_S = 60
@@ -59,42 +60,30 @@ def count_lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-class Triage:
+class Triage(AppRig):
     """The example app's worker processes, its data directory, ledger and key."""
 
     def __init__(self, engine: EngineProcess, tmp: Path, db_url: str, *, idempotent: bool) -> None:
-        import dapr.ext.workflow as wf
-
-        self.engine = engine
+        super().__init__(engine)
         self.tmp = tmp
         self.data = tmp / "data"
         self.data.mkdir()
         self.keys = tmp / "keys"
         key, _pub, _signer = generate_keypair(self.keys, name="triage")
         self.db_url = db_url
+        self.app_env = {"DATA_DIR": str(self.data), "HISTAUDIT_DB": db_url,
+                        "HISTAUDIT_KEY": str(key), "PYTHONUNBUFFERED": "1",
+                        "IDEMPOTENT": "1" if idempotent else "0"}
         base = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-        self.env = engine.env({**base, "DATA_DIR": str(self.data), "HISTAUDIT_DB": db_url,
-                               "HISTAUDIT_KEY": str(key), "PYTHONUNBUFFERED": "1",
-                               "IDEMPOTENT": "1" if idempotent else "0"})
-        self.procs: list[subprocess.Popen[bytes]] = []
-        host, port = engine.address.rsplit(":", 1)
-        self.client = wf.DaprWorkflowClient(host=host, port=port)
+        self.env = engine.env({**base, **self.app_env})  # for the app's own commands
 
-    def worker(self, name: str, **extra: str) -> subprocess.Popen[bytes]:
+    def worker(self, name: str, **extra: str) -> AppProcess:
         """Start ``app.py worker`` and wait for its ready line."""
-        log = self.tmp / f"{name}.log"
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen([sys.executable, str(APP), "worker"],
-                                    env={**self.env, **extra}, stdin=subprocess.DEVNULL,
-                                    stdout=fh, stderr=subprocess.STDOUT)
-        self.procs.append(proc)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while READY not in log.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"worker {name} not ready (exit {proc.poll()}):\n"
-                            f"{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.05)
-        return proc
+        worker = AppProcess(self.engine, [APP, "worker"], log=self.tmp / f"{name}.log",
+                            env=self.app_env, ready=READY, ready_timeout=READY_TIMEOUT_S,
+                            exit_timeout=WORKFLOW_TIMEOUT_S)
+        self.add_app(worker).start(**extra)
+        return worker
 
     def log(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text(errors="replace")
@@ -106,29 +95,17 @@ class Triage:
                                           start_at=datetime.now(UTC))
         return instance
 
-    def wait(self, instance: str) -> str:
-        state = self.client.wait_for_workflow_completion(instance,
-                                                         timeout_in_seconds=WORKFLOW_TIMEOUT_S)
-        assert state is not None
-        return str(state.runtime_status.name)
+    def status(self, instance: str) -> str:
+        """Wait for ``instance`` to finish; its runtime status."""
+        return str(self.wait(instance, WORKFLOW_TIMEOUT_S).runtime_status.name)
 
     def verify(self, instance: str, *extra: str) -> subprocess.CompletedProcess[str]:
         """The real CLI, as a user runs it."""
-        return subprocess.run([*HISTAUDIT, "verify", instance, "--db", self.db_url,
-                               "--trust", str(self.keys), "--full", *extra],
-                              env={**os.environ, "COLUMNS": "200"}, capture_output=True,
-                              text=True, timeout=120, check=False)
+        return cli("verify", instance, "--db", self.db_url, "--trust", self.keys, "--full",
+                   *extra, cwd=self.tmp)
 
     def entries(self, instance: str) -> list[fmt.Entry]:
-        with Ledger.open(self.db_url) as ledger:
-            return [fmt.parse_entry(row.body) for row in ledger.entries(instance)]
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        self.client.close()
+        return read_entries(self.db_url, instance)
 
 
 @pytest.fixture
@@ -160,17 +137,14 @@ def test_crash_recovery_and_what_histaudit_reports(case: Case, store: str,
 
     crashing = app.worker("crash", HISTAUDIT_CRASH_AT=case.crash_at)
     instance = app.schedule()
-    try:
-        rc = crashing.wait(timeout=WORKFLOW_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"worker did not crash at {case.crash_at}:\n{app.log('crash')[-3000:]}")
+    rc = crashing.wait_exit()  # fails the test with the log when it does not crash
     assert rc == CRASH_EXIT_CODE, app.log("crash")[-3000:]
     assert f"crash point '{case.crash_at}' reached" in app.log("crash")
     # before_post dies before the comment, after_post after it (and after its done record).
     assert count_lines(comments) == (0 if case.crash_at == "before_post" else 1)
 
     app.worker("resume")  # same environment, no crash switch
-    assert app.wait(instance) == "COMPLETED", app.log("resume")[-3000:]
+    assert app.status(instance) == "COMPLETED", app.log("resume")[-3000:]
 
     # What the seed's test counts: the ticket system and the LLM bill.
     assert count_lines(comments) == case.comments

@@ -1,38 +1,59 @@
-"""Running the real ``histaudit`` console script from tests, and checking how it exits."""
+"""Running the real ``histaudit`` console script from tests, and checking how it exits.
+
+The one way tests run the command: :func:`cli` (a clean environment, so no HISTAUDIT_*
+setting of the test run leaks in), then :func:`exits` for a verdict (0 clean, 1 findings)
+or :func:`one_error_line` for bad input (2, one ``histaudit: error:`` line).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
+__all__ = ["HISTAUDIT", "TIMEOUT", "cli", "exits", "one_error_line"]
+
 _SCRIPT = Path(sys.executable).with_name("histaudit")
+#: argv prefix of the command: the installed console script, else ``python -m``.
 HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
+TIMEOUT = 180
+_ERROR = "histaudit: error: "
 
 
-def cli(*args: str | os.PathLike[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``histaudit ARGS`` with no HISTAUDIT_* settings leaking in from the test run."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-    env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
-    return subprocess.run([*HISTAUDIT, *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          text=True, encoding="utf-8", errors="replace", timeout=180)
+def cli(*args: str | os.PathLike[str], cwd: Path,
+        env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``histaudit ARGS`` in ``cwd``; ``env`` is added to (or overrides) the clean
+    environment: the parent's minus every HISTAUDIT_* variable, plus wide, plain output."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
+    full_env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
+    full_env.update(env or {})
+    return subprocess.run([*HISTAUDIT, *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, encoding="utf-8", errors="replace",
+                          timeout=TIMEOUT)
 
 
-def exits(result: subprocess.CompletedProcess[str], code: int) -> None:
-    """It exited with ``code``, quietly on stderr, and without a traceback."""
-    assert "Traceback" not in result.stdout + result.stderr, result.stderr
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert result.stderr == ""
+def exits(result: subprocess.CompletedProcess[str], code: int = 0) -> None:
+    """It ran to its verdict: exit ``code``, quietly on stderr, and without a traceback."""
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr[-3000:]
+    assert result.returncode == code, (result.returncode, result.stdout[-2000:],
+                                       result.stderr[-2000:])
+    assert result.stderr == "", result.stderr[-2000:]
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """It exited 2 with exactly one ``histaudit: error:`` line naming every needle."""
-    assert "Traceback" not in result.stdout + result.stderr, result.stderr
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    """It exited 2 with nothing on stdout and exactly one ``histaudit: error: ...`` line
+    on stderr, which says something and names every needle; returns that line."""
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr[-3000:]
+    assert result.returncode == 2, (result.returncode, result.stdout[-2000:],
+                                    result.stderr[-2000:])
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("histaudit: error: "), result.stderr
+    assert len(lines) == 1, result.stderr
+    line = lines[0]
+    assert line.startswith(_ERROR), line
+    assert len(line) > len(_ERROR) + 10, line
     for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert result.stdout == ""
-    return lines[0]
+        assert needle in line, f"{needle!r} not in {line!r}"
+    assert result.stdout == "", result.stdout[-2000:]
+    return line

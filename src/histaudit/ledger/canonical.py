@@ -4,7 +4,7 @@ Everything histaudit signs is a JSON object built from strings, integers in the 
 range, booleans, null, arrays and objects. Floats are refused rather than formatted: the
 signed envelope never needs them (payloads are committed to as opaque bytes), and
 refusing them keeps an independent implementation to a page of code. On this domain the
-output is byte-identical to RFC 8785 (JCS); tests/unit/test_canonical.py proves it
+output is byte-identical to RFC 8785 (JCS); tests/unit/ledger/test_canonical.py proves it
 against the ``rfc8785`` package with random documents.
 """
 

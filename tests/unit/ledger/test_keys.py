@@ -340,7 +340,7 @@ def test_trust_store_errors(tmp_path: Path) -> None:
         TrustStore.load(tmp_path / "absent")
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(KeyMaterialError, match="no \\*.pub.json"):
+    with pytest.raises(KeyMaterialError, match=r"no \*\.pub\.json"):
         TrustStore.load(empty)
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(KeyMaterialError, match="not JSON"):
@@ -354,5 +354,5 @@ def test_trust_store_errors(tmp_path: Path) -> None:
     bad_dir = tmp_path / "bad-dir"
     bad_dir.mkdir()
     _write_json(bad_dir / "x.pub.json", {"alg": "ed25519", "public_key": "%%%"})
-    with pytest.raises(KeyMaterialError, match="x.pub.json"):
+    with pytest.raises(KeyMaterialError, match=r"x\.pub\.json"):
         TrustStore.load(bad_dir)

@@ -16,8 +16,8 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from histaudit.ledger.canonical import MAX_SAFE_INTEGER, canonical_bytes
 from histaudit.errors import FormatError
+from histaudit.ledger.canonical import MAX_SAFE_INTEGER, canonical_bytes
 
 EXAMPLES = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

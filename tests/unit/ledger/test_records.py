@@ -31,12 +31,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from jsonschema import Draft202012Validator
 
-ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "golden"
-VECTORS_PATH = GOLDEN / "vectors.json"
+from support.repo import DOCS, GOLDEN, SCHEMAS, VECTORS
+
+VECTORS_PATH = VECTORS
 SCRIPT = GOLDEN / "make_vectors.py"
-SCHEMAS = ROOT / "schemas"
-SPEC = ROOT / "docs" / "format.md"
+SPEC = DOCS / "format.md"
 
 ENTRY_FIELDS = {"v", "type", "instance", "seq", "leaf", "prev", "kind", "ts", "kid", "data"}
 HEAD_FIELDS = {"v", "type", "instance", "seq", "leaf", "hash", "ts", "kid"}
@@ -284,7 +283,7 @@ def test_histaudit_builds_identical_records(vectors: dict[str, Any]) -> None:
                          hash=hdoc["hash"], ts=hdoc["ts"], kid=hdoc["kid"]) == hbody
     head = fmt.parse_head(hbody)
     assert head.hash == vectors["entries"][-1]["sha256"]
-    assert fmt.GENESIS_PREV == vectors["genesis_prev"]
+    assert vectors["genesis_prev"] == fmt.GENESIS_PREV
     assert fmt.COMMIT_DOMAIN.hex() == vectors["commit_domain_hex"]
 
 
@@ -318,8 +317,8 @@ def test_histaudit_commitments(vectors: dict[str, Any]) -> None:
 def test_histaudit_canonicalization(vectors: dict[str, Any]) -> None:
     import rfc8785
 
-    from histaudit.ledger.canonical import canonical_bytes
     from histaudit.errors import FormatError
+    from histaudit.ledger.canonical import canonical_bytes
 
     for case in vectors["canonicalization"]:
         value = json.loads(case["input"])
@@ -452,8 +451,8 @@ def test_broken_entry_refused(vectors: dict[str, Any], name: str) -> None:
     ENTRY_BREAKS[name](doc)
     assert not _validator("entry.schema.json").is_valid(doc)
     if name in PARSER_ALSO_REFUSES:
-        from histaudit.ledger import records as fmt
         from histaudit.errors import FormatError
+        from histaudit.ledger import records as fmt
 
         with pytest.raises(FormatError):
             fmt.parse_entry(json.dumps(doc).encode("utf-8"))
@@ -465,8 +464,8 @@ def test_broken_head_refused(vectors: dict[str, Any], name: str) -> None:
     HEAD_BREAKS[name](doc)
     assert not _validator("head.schema.json").is_valid(doc)
     if name in HEAD_PARSER_ALSO_REFUSES:
-        from histaudit.ledger import records as fmt
         from histaudit.errors import FormatError
+        from histaudit.ledger import records as fmt
 
         with pytest.raises(FormatError):
             fmt.parse_head(json.dumps(doc).encode("utf-8"))
@@ -481,8 +480,8 @@ def test_broken_public_key_refused(vectors: dict[str, Any], name: str) -> None:
 
 def test_version_is_checked_before_anything_else(vectors: dict[str, Any]) -> None:
     """An unknown version is refused as such, even when the rest would not parse."""
-    from histaudit.ledger import records as fmt
     from histaudit.errors import FormatError
+    from histaudit.ledger import records as fmt
 
     with pytest.raises(FormatError, match="version"):
         fmt.parse_entry(b'{"v":2,"type":"entry","whatever":true}')

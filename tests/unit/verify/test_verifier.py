@@ -1,4 +1,4 @@
-"""Properties of the verifier over random ledgers (hypothesis), and of its Report.
+"""Properties of the verifier over random ledgers (hypothesis).
 
 * A ledger written only through :class:`Ledger` always verifies clean, in both modes.
 * Any single-byte change (random position, random XOR) to one stored entry's body, or to
@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,19 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from histaudit.ledger import records as fmt
-from histaudit.errors import HistauditError, VerificationError
-from histaudit.verify.findings import CODES, Finding, Severity
-from histaudit.ledger.keys import Signer, TrustStore
-from histaudit.ledger.store import Ledger
-from histaudit.ledger.records import StoredEntry
-from histaudit.verify.report import Report
-from histaudit.verify.verifier import verify_instance
 from histaudit.ledger import chain
+from histaudit.ledger import records as fmt
+from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.records import StoredEntry
+from histaudit.ledger.store import Ledger
+from histaudit.verify.findings import Severity
+from histaudit.verify.report import Report
+from support.ledgers import LedgerDb, committed, verify_url
 
 SIGNER = Signer.generate()
 TRUST = TrustStore([SIGNER.public])
@@ -88,9 +85,7 @@ def built(spec: tuple[list[str], list[Step]]) -> Iterator[tuple[Path, list[str]]
                     # Salts are random in real use; derive a distinct one per step so two
                     # equal payloads never collide on one commitment.
                     salt = hashlib.sha256(n.to_bytes(4, "big") + step.salt).digest()
-                    c = fmt.commit(step.payload, salt)
-                    data["payload"] = {"c": c, "len": len(step.payload)}
-                    stored = {salt: (c, step.payload)}
+                    data["payload"], stored = committed(step.payload, salt)
                 chain.append(ledger, instance, step.kind, data, signer=SIGNER, payloads=stored)
                 if instance not in used:
                     used.append(instance)
@@ -98,8 +93,7 @@ def built(spec: tuple[list[str], list[Step]]) -> Iterator[tuple[Path, list[str]]
 
 
 def verify_path(path: Path, instance: str, *, full: bool) -> Report:
-    with Ledger.open(f"sqlite:///{path}") as ledger:
-        return verify_instance(ledger, instance, trust=TRUST, full=full, workers=1)
+    return verify_url(f"sqlite:///{path}", instance, TRUST, full=full, workers=1)
 
 
 def stored_rows(path: Path) -> list[StoredEntry]:
@@ -109,17 +103,10 @@ def stored_rows(path: Path) -> list[StoredEntry]:
 
 def tamper(path: Path, leaf: int, column: str, value: Any) -> None:
     """Edit one stored entry like an attacker with file access: triggers first."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"
-                                    ).fetchall():
-            conn.execute(f'DROP TRIGGER "{name}"')
-        assert column in {"body", "hash", "sig"}
-        cur = conn.execute(f"UPDATE histaudit_entries SET {column} = ? WHERE leaf = ?",
-                           (value, leaf))
-        assert cur.rowcount == 1
-    finally:
-        conn.close()
+    assert column in {"body", "hash", "sig"}
+    with LedgerDb(f"sqlite:///{path}") as db:
+        db.lift_guards()
+        db.set_entry_at(leaf, **{column: value})
 
 
 def xor_at(data: bytes, pos: int, mask: int) -> bytes:
@@ -178,73 +165,3 @@ def test_one_corrupted_signature_byte_never_verifies_in_full_mode(
         assert {(f.code, f.seq) for f in full.findings} == {("signature-invalid", row.seq)}
         # Default mode reads no signatures: the same ledger passes there.
         assert verify_path(path, row.instance, full=False).findings == ()
-
-
-# --- Report ------------------------------------------------------------------------------
-
-def _finding(code: str, seq: int | None = 1) -> Finding:
-    return Finding.make(code, "wf-1", seq, f"{code} at {seq}")
-
-
-def _report(*codes: str) -> Report:
-    return Report(instance_id="wf-1", entries=3, mode="default",
-                  findings=tuple(_finding(c, n) for n, c in enumerate(codes, 1)))
-
-
-def _codes_of(severity: Severity) -> list[str]:
-    return sorted(c for c, (s, _) in CODES.items() if s == severity)
-
-
-def test_report_without_findings_is_ok_and_truthy() -> None:
-    report = _report()
-    assert report.ok and bool(report) is True
-    assert report.failing(Severity.INFO) == []
-    assert report.codes() == set()
-    report.raise_for_findings()
-    report.raise_for_findings(Severity.INFO)
-    doc = report.to_json()
-    assert doc == {"instance_id": "wf-1", "scope": "instance", "ok": True, "entries": 3,
-                   "mode": "default", "findings": []}
-
-
-def test_report_with_an_error_is_falsy_and_raises() -> None:
-    error = _codes_of(Severity.ERROR)[0]
-    report = _report(error)
-    assert not report.ok and bool(report) is False
-    assert [f.code for f in report.failing(Severity.ERROR)] == [error]
-    with pytest.raises(VerificationError) as info:
-        report.raise_for_findings()
-    assert isinstance(info.value, HistauditError)
-    assert info.value.report is report
-    assert error in str(info.value) and "wf-1" in str(info.value)
-    assert report.to_json()["ok"] is False
-    assert report.to_json()["findings"][0]["severity"] == "error"
-
-
-def test_failing_applies_the_threshold() -> None:
-    error, warning, info = (_codes_of(s)[0] for s in
-                            (Severity.ERROR, Severity.WARNING, Severity.INFO))
-    report = _report(info, warning, error)
-    assert [f.code for f in report.failing(Severity.ERROR)] == [error]
-    assert [f.code for f in report.failing(Severity.WARNING)] == [warning, error]
-    assert [f.code for f in report.failing(Severity.INFO)] == [info, warning, error]
-    assert report.codes() == {info, warning, error}
-
-
-def test_warnings_and_infos_keep_a_report_ok_unless_the_threshold_is_lowered() -> None:
-    warning, info = _codes_of(Severity.WARNING)[0], _codes_of(Severity.INFO)[0]
-    report = _report(warning, info)
-    assert report.ok and bool(report)
-    report.raise_for_findings()  # default threshold: errors only
-    with pytest.raises(VerificationError, match=warning):
-        report.raise_for_findings(Severity.WARNING)
-    info_only = _report(info)
-    info_only.raise_for_findings(Severity.WARNING)
-    with pytest.raises(VerificationError):
-        info_only.raise_for_findings(Severity.INFO)
-
-
-def test_every_code_has_a_severity_and_a_description() -> None:
-    for code, (severity, text) in CODES.items():
-        assert isinstance(severity, Severity) and text, code
-        assert Finding.make(code, "i", None, "m").severity == severity

@@ -1,0 +1,71 @@
+"""verify.report.Report: truthiness, thresholds, raising, and its JSON document."""
+
+from __future__ import annotations
+
+import pytest
+
+from histaudit.errors import HistauditError, VerificationError
+from histaudit.verify.findings import CODES, Finding, Severity
+from histaudit.verify.report import Report
+
+
+def _finding(code: str, seq: int | None = 1) -> Finding:
+    return Finding.make(code, "wf-1", seq, f"{code} at {seq}")
+
+
+def _report(*codes: str) -> Report:
+    return Report(instance_id="wf-1", entries=3, mode="default",
+                  findings=tuple(_finding(c, n) for n, c in enumerate(codes, 1)))
+
+
+def _codes_of(severity: Severity) -> list[str]:
+    return sorted(c for c, (s, _) in CODES.items() if s == severity)
+
+
+def test_report_without_findings_is_ok_and_truthy() -> None:
+    report = _report()
+    assert report.ok and bool(report) is True
+    assert report.failing(Severity.INFO) == []
+    assert report.codes() == set()
+    report.raise_for_findings()
+    report.raise_for_findings(Severity.INFO)
+    doc = report.to_json()
+    assert doc == {"instance_id": "wf-1", "scope": "instance", "ok": True, "entries": 3,
+                   "mode": "default", "findings": []}
+
+
+def test_report_with_an_error_is_falsy_and_raises() -> None:
+    error = _codes_of(Severity.ERROR)[0]
+    report = _report(error)
+    assert not report.ok and bool(report) is False
+    assert [f.code for f in report.failing(Severity.ERROR)] == [error]
+    with pytest.raises(VerificationError) as info:
+        report.raise_for_findings()
+    assert isinstance(info.value, HistauditError)
+    assert info.value.report is report
+    assert error in str(info.value) and "wf-1" in str(info.value)
+    assert report.to_json()["ok"] is False
+    assert report.to_json()["findings"][0]["severity"] == "error"
+
+
+def test_failing_applies_the_threshold() -> None:
+    error, warning, info = (_codes_of(s)[0] for s in
+                            (Severity.ERROR, Severity.WARNING, Severity.INFO))
+    report = _report(info, warning, error)
+    assert [f.code for f in report.failing(Severity.ERROR)] == [error]
+    assert [f.code for f in report.failing(Severity.WARNING)] == [warning, error]
+    assert [f.code for f in report.failing(Severity.INFO)] == [info, warning, error]
+    assert report.codes() == {info, warning, error}
+
+
+def test_warnings_and_infos_keep_a_report_ok_unless_the_threshold_is_lowered() -> None:
+    warning, info = _codes_of(Severity.WARNING)[0], _codes_of(Severity.INFO)[0]
+    report = _report(warning, info)
+    assert report.ok and bool(report)
+    report.raise_for_findings()  # default threshold: errors only
+    with pytest.raises(VerificationError, match=warning):
+        report.raise_for_findings(Severity.WARNING)
+    info_only = _report(info)
+    info_only.raise_for_findings(Severity.WARNING)
+    with pytest.raises(VerificationError):
+        info_only.raise_for_findings(Severity.INFO)
