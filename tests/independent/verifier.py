@@ -363,6 +363,8 @@ def verify_chain(instance: str, lines: list[Line], head: tuple[bytes, bytes] | N
         out.append(Problem(code, instance, seq, message))
 
     last_seq, last_hash, last_leaf, tip_leaf = 0, ZERO64, -1, -1
+    kept_absent: dict[str, int] = {}  # format.md §8.3: kept, no payload line -> first seq
+    erasures: set[str] = set()        # commitments named by payload.erased entries
     for line in lines:
         digest = h_hex(line.body)
         try:
@@ -396,16 +398,24 @@ def verify_chain(instance: str, lines: list[Line], head: tuple[bytes, bytes] | N
                 report("key-outside-window", seq, f"key {key.kid} not valid at {e['ts']}")
             if not ed25519_ok(key.raw, line.sig, line.body):              # check 8
                 report("signature-invalid", seq, "Ed25519 signature does not verify")
-        if payloads:                                                      # check 9
+        if e["kind"] == "payload.erased" and isinstance(e["data"].get("commitment"), str):
+            erasures.add(e["data"]["commitment"])
+        if payloads is not None:                                          # check 9
             for name, ref in e["data"].items():
-                if isinstance(ref, dict) and isinstance(ref.get("c"), str) \
-                        and ref["c"] in payloads:
+                if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
+                    continue
+                if ref["c"] in payloads:
                     salt, data = payloads[ref["c"]]
                     if len(salt) != 32 or h_hex(COMMIT_DOMAIN + salt + data) != ref["c"]:
                         report("payload-mismatch", seq, f"payload {name} does not match")
+                elif ref.get("k") is True and ref["c"] not in kept_absent:
+                    kept_absent[ref["c"]] = seq
         if seq >= last_seq:
             last_seq, last_hash, tip_leaf = seq, digest, e["leaf"]
         last_leaf = e["leaf"]
+    for commitment, seq in kept_absent.items():                           # check 9, §8.3
+        if commitment not in erasures:
+            report("payload-missing", seq, f"kept payload {commitment[:12]} gone, not erased")
 
     if head is None:                                                      # check 10
         if lines:
@@ -637,7 +647,7 @@ def _verify(root: Path, trust: dict[str, Key]) -> list[Problem]:
 
     for name in names:                                                         # step 12
         found.extend(verify_chain(str(name), chains.get(name, []), heads.get(name), trust,
-                                  payloads or None))
+                                  payloads if "payloads.jsonl" in content else None))
     return found
 
 

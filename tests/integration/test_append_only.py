@@ -10,9 +10,12 @@ cannot drop or disable the triggers itself.
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,15 +24,17 @@ import sqlalchemy as sa
 
 from histaudit.errors import StoreError
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.records import StoredHead
-from histaudit.ledger.store import Ledger, writer_role_sql
+from histaudit.ledger.store import HEAD_MISMATCH, Ledger, writer_role_sql
 from histaudit.verify.verifier import verify_instance
+from support.cli import cli, exits
 from support.ledgers import LedgerDb, committed
+from support.repo import REPO
 
 INSTANCES = ("wf-one", "wf-two")
 ENTRIES = 6
-REFUSED = r"append-only|may only move forward|erased, not changed"
+REFUSED = r"append-only|may only move forward|erased, not changed|must match its signed body"
 FORGED = b'{"forged":true}'
 
 
@@ -335,3 +340,229 @@ def test_writer_role_cannot_rewrite_even_without_triggers(writer: Writer, how: s
         assert _denied(exc), (stmt, exc)
     assert snapshot(writer.owner_url) == before
     assert_verifies(writer.owner_url, writer.setup.trust)
+
+
+# --- heads: the trigger checks the signed body, not only the seq column ------------------
+
+HEAD_REFUSED = REFUSED + r"|invalid byte sequence|invalid input syntax for type json"
+_MOVE = "UPDATE histaudit_heads SET seq = :s, body = :b, sig = :g WHERE instance = 'wf-one'"
+_NEW_HEAD = "INSERT INTO histaudit_heads (instance, seq, body, sig) VALUES (:i, :s, :b, :g)"
+
+
+def _renumbered(head: StoredHead, seq: int) -> bytes:
+    body = head.body.replace(f'"seq":{head.seq}'.encode(), f'"seq":{seq}'.encode())
+    assert body != head.body
+    return body
+
+
+# name -> (statement, parameters from the setup): each rewrites or plants a head in a way
+# the append rule never does, and the head triggers must refuse every one of them.
+HEAD_REWRITES: dict[str, tuple[str, Callable[[Setup], dict[str, Any]]]] = {
+    "older-genuine-body-with-bumped-seq": (
+        _MOVE, lambda s: {"s": ENTRIES + 1, "b": s.old_head.body, "g": s.old_head.sig}),
+    "seq-column-bumped-by-a-million": (
+        "UPDATE histaudit_heads SET seq = seq + 1000000 WHERE instance = 'wf-one'",
+        lambda s: {}),
+    "seq-column-bumped-by-one": (
+        "UPDATE histaudit_heads SET seq = seq + 1 WHERE instance = 'wf-one'", lambda s: {}),
+    "body-and-column-name-a-missing-entry": (
+        _MOVE, lambda s: {"s": ENTRIES + 1, "b": _renumbered(s.old_head, ENTRIES + 1),
+                          "g": s.old_head.sig}),
+    "body-not-json": (_MOVE, lambda s: {"s": ENTRIES + 1, "b": b"\x00\xff", "g": b"\x00"}),
+    "body-json-array": (_MOVE, lambda s: {"s": ENTRIES + 1, "b": b"[7]", "g": b"\x00"}),
+    "upsert-older-head": (
+        _NEW_HEAD + " ON CONFLICT (instance) DO UPDATE SET seq = excluded.seq, "
+                    "body = excluded.body, sig = excluded.sig",
+        lambda s: {"i": "wf-one", "s": ENTRIES + 1, "b": s.old_head.body, "g": s.old_head.sig}),
+    # A head planted for an instance that has no entries yet would make its first append
+    # (an INSERT of the head) fail for ever.
+    "plant-head-for-new-instance": (
+        _NEW_HEAD, lambda s: {"i": "wf-new", "s": 1000000, "b": FORGED, "g": b"\x00" * 64}),
+    "plant-copy-of-another-instances-head": (
+        _NEW_HEAD, lambda s: {"i": "wf-new", "s": s.old_head.seq, "b": s.old_head.body,
+                              "g": s.old_head.sig}),
+}
+
+
+def _appends_still_work(url: str, s: Setup) -> None:
+    """A normal append moves the head (and creates a new instance's) afterwards."""
+    with Ledger.open(url) as ledger:
+        chain.append(ledger, "wf-one", "step.done", {"n": ENTRIES + 1}, signer=s.signer)
+        chain.append(ledger, "wf-new", "step.done", {"n": 1}, signer=s.signer)
+        one, new = ledger.head("wf-one"), ledger.head("wf-new")
+        assert one is not None and one.seq == ENTRIES + 1
+        assert new is not None and new.seq == 1
+        for instance, count in (("wf-one", ENTRIES + 1), ("wf-new", 1)):
+            report = verify_instance(ledger, instance, trust=s.trust, full=True, workers=1)
+            assert report.findings == () and report.entries == count, report.findings
+
+
+@pytest.mark.parametrize("attack", sorted(HEAD_REWRITES))
+def test_head_triggers_check_the_signed_body(setup: Setup, attack: str) -> None:
+    """As the SQLite file's owner or the PostgreSQL table owner, triggers in place."""
+    stmt, params = HEAD_REWRITES[attack]
+    before = snapshot(setup.url)
+    with pytest.raises(sa.exc.DBAPIError, match=HEAD_REFUSED):
+        run_sql(setup.url, stmt, params(setup))
+    assert snapshot(setup.url) == before
+    assert_verifies(setup.url, setup.trust)
+    _appends_still_work(setup.url, setup)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("attack", sorted(HEAD_REWRITES))
+def test_writer_role_cannot_rewrite_heads(writer: Writer, attack: str) -> None:
+    """The writer's UPDATE and INSERT rights on heads meet the trigger, not a missing
+    privilege: each rewrite is refused by what the signed body says."""
+    stmt, params = HEAD_REWRITES[attack]
+    before = snapshot(writer.owner_url)
+    exc = _as_writer(writer, stmt, params(writer.setup))
+    assert not _denied(exc) and re.search(HEAD_REFUSED, str(exc)), exc
+    assert snapshot(writer.owner_url) == before
+    _appends_still_work(writer.url, writer.setup)
+
+
+@pytest.mark.postgres
+def test_writer_temp_table_cannot_vouch_for_a_forged_head(writer: Writer) -> None:
+    """A writer's own TEMP TABLE histaudit_entries shadows the real one in its session
+    (pg_temp comes first in the search path); the head trigger must not look there."""
+    before = snapshot(writer.owner_url)
+    with LedgerDb(writer.url) as db, pytest.raises(sa.exc.DBAPIError, match=HEAD_MISMATCH):
+        db.script(
+            "CREATE TEMP TABLE histaudit_entries (leaf BIGINT, instance TEXT, seq BIGINT, "
+            "hash TEXT, body BYTEA, sig BYTEA)",
+            "INSERT INTO histaudit_entries VALUES (999, 'wf-one', 1000000, 'x', '', '')",
+            "UPDATE histaudit_heads SET seq = 1000000, body = convert_to("
+            "'{\"hash\":\"x\",\"instance\":\"wf-one\",\"leaf\":999,\"seq\":1000000}', "
+            "'UTF8') WHERE instance = 'wf-one'")
+    assert snapshot(writer.owner_url) == before
+    _appends_still_work(writer.url, writer.setup)
+
+
+# --- ledgers made with the old head triggers are upgraded by their first write ----------
+
+# The head triggers histaudit installed before they checked the signed body (verbatim).
+_OLD_SQLITE_HEAD_TRIGGER = """CREATE TRIGGER histaudit_heads_forward BEFORE UPDATE
+       ON histaudit_heads WHEN NEW.seq <= OLD.seq OR NEW.instance <> OLD.instance
+       BEGIN SELECT RAISE(ABORT, 'histaudit head may only move forward'); END"""
+_OLD_PG_HEAD_FUNCTION = """CREATE OR REPLACE FUNCTION histaudit_head_forward() RETURNS trigger
+       LANGUAGE plpgsql AS $$
+       BEGIN
+         IF NEW.seq <= OLD.seq OR NEW.instance <> OLD.instance THEN
+           RAISE EXCEPTION 'histaudit head may only move forward';
+         END IF;
+         RETURN NEW;
+       END $$"""
+
+
+def _downgrade_head_triggers(url: str) -> None:
+    """Make the ledger look like one an older histaudit created."""
+    with LedgerDb(url) as db:
+        if db.dialect == "sqlite":
+            db.run("DROP TRIGGER histaudit_heads_checked_insert")
+            db.run("DROP TRIGGER histaudit_heads_forward")
+            db.run(_OLD_SQLITE_HEAD_TRIGGER)
+        else:
+            db.run("DROP TRIGGER histaudit_heads_checked_insert ON histaudit_heads")
+            db.run(_OLD_PG_HEAD_FUNCTION)
+    assert not _head_triggers_current(url)
+
+
+def _head_triggers_current(url: str) -> bool:
+    with LedgerDb(url) as db:
+        if db.dialect == "sqlite":
+            found = dict(db.rows(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+                "AND name IN ('histaudit_heads_forward', 'histaudit_heads_checked_insert')"))
+            return len(found) == 2 and all(HEAD_MISMATCH in sql for sql in found.values())
+        (src,), = db.run("SELECT prosrc FROM pg_proc WHERE proname = 'histaudit_head_forward'")
+        inserts = db.run("SELECT 1 FROM pg_trigger WHERE tgname = 'histaudit_heads_checked_insert'")
+        return HEAD_MISMATCH in src and len(inserts) == 1
+
+
+def test_old_ledger_gets_the_new_head_triggers_on_its_first_write(setup: Setup) -> None:
+    _downgrade_head_triggers(setup.url)
+    assert_verifies(setup.url, setup.trust)  # reading never changes the schema
+    assert not _head_triggers_current(setup.url)
+    with Ledger.open(setup.url) as ledger:
+        chain.append(ledger, "wf-two", "step.done", {"n": ENTRIES + 1}, signer=setup.signer)
+    assert _head_triggers_current(setup.url)
+    for attack in ("seq-column-bumped-by-a-million", "older-genuine-body-with-bumped-seq",
+                   "plant-head-for-new-instance"):
+        stmt, params = HEAD_REWRITES[attack]
+        with pytest.raises(sa.exc.DBAPIError, match=HEAD_REFUSED):
+            run_sql(setup.url, stmt, params(setup))
+    # Idempotent: a second writer finds them current and changes nothing.
+    with LedgerDb(setup.url) as db:
+        schema = db.rows("SELECT name, sql FROM sqlite_master ORDER BY name"
+                         if db.dialect == "sqlite" else
+                         "SELECT tgname, tgenabled FROM pg_trigger ORDER BY tgname")
+    _appends_still_work(setup.url, setup)
+    with LedgerDb(setup.url) as db:
+        assert schema == db.rows("SELECT name, sql FROM sqlite_master ORDER BY name"
+                                 if db.dialect == "sqlite" else
+                                 "SELECT tgname, tgenabled FROM pg_trigger ORDER BY tgname")
+
+
+def test_a_dropped_head_trigger_is_not_put_back(sqlite_url: str) -> None:
+    """A trigger missing altogether was dropped on purpose by the file's owner: the store
+    upgrades old triggers, it does not re-arm what its owner removed."""
+    s = build(sqlite_url)
+    with LedgerDb(sqlite_url) as db:
+        db.run("DROP TRIGGER histaudit_heads_forward")
+    _appends_still_work(sqlite_url, s)
+    with LedgerDb(sqlite_url) as db:
+        assert db.run("SELECT name FROM sqlite_master WHERE name = 'histaudit_heads_forward'") \
+            == []
+
+
+@pytest.mark.postgres
+def test_writer_role_keeps_appending_to_an_old_ledger(writer: Writer,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """The writer may not replace the owner's triggers: it appends under the old ones and
+    says so; the owner's next write upgrades them."""
+    s = writer.setup
+    _downgrade_head_triggers(writer.owner_url)
+    with caplog.at_level("WARNING", logger="histaudit.ledger"), Ledger.open(writer.url) as led:
+        chain.append(led, "wf-one", "step.done", {"n": ENTRIES + 1}, signer=s.signer)
+    assert "open it for writing once as its owner" in caplog.text
+    assert not _head_triggers_current(writer.owner_url)
+    with Ledger.open(writer.owner_url) as ledger:
+        chain.append(ledger, "wf-two", "step.done", {"n": ENTRIES + 1}, signer=s.signer)
+    assert _head_triggers_current(writer.owner_url)
+    exc = _as_writer(writer, *HEAD_REWRITES["seq-column-bumped-by-a-million"][0:1])
+    assert HEAD_MISMATCH in str(exc)
+    assert_verifies(writer.owner_url, s.trust, ENTRIES + 1)
+
+
+# --- the README's role SQL is writer_role_sql(), and the role can checkpoint --------------
+
+def _readme_role_sql() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## PostgreSQL\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sql\n", 1)[1].split("```", 1)[0]
+    stmts = [" ".join(line.split()) for line in block.strip().splitlines()]
+    assert stmts[0].startswith("CREATE ROLE histaudit_writer LOGIN"), stmts
+    assert all(s.endswith(";") for s in stmts), stmts
+    return [s[:-1] for s in stmts[1:]]
+
+
+def test_readme_role_sql_is_writer_role_sql() -> None:
+    assert _readme_role_sql() == writer_role_sql()
+
+
+@pytest.mark.postgres
+def test_writer_role_made_from_the_readme_can_checkpoint(writer: Writer, tmp_path: Path) -> None:
+    """`histaudit checkpoint` (and `export`, which stores one) run as the writer role."""
+    key, _, ops = generate_keypair(tmp_path / "keys", name="ops")
+    trust = tmp_path / "trust.json"
+    trust.write_text(json.dumps({"keys": [ops.public.to_json(),
+                                          writer.setup.signer.public.to_json()]}))
+    r = cli("checkpoint", "--db", writer.url, "--key", key, cwd=tmp_path)
+    exits(r, 0)
+    assert f"\n{2 * ENTRIES}\n" in r.stdout
+    with LedgerDb(writer.owner_url) as db:
+        assert db.run("SELECT size FROM histaudit_checkpoints") == [(2 * ENTRIES,)]
+    r = cli("export", "--db", writer.url, "--key", key, "--trust", trust, "--out",
+            tmp_path / "bundle", cwd=tmp_path)
+    exits(r, 0)

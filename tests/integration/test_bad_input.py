@@ -13,6 +13,7 @@ Everything runs the installed console script in a subprocess, like a user would.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -21,20 +22,22 @@ import shutil
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from histaudit.ledger import chain
+from histaudit.errors import FormatError
+from histaudit.ledger import chain, store
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, generate_keypair
-from histaudit.ledger.store import Ledger
+from histaudit.ledger.store import _PG_APPEND_LOCK, Ledger
 from support.cli import cli, exits, one_error_line
 from support.ledgers import LedgerDb, append_order
 
@@ -574,6 +577,12 @@ BAD_REDACTS: dict[str, tuple[list[str], tuple[str, ...]]] = {
                      ("no committed payload 'output'",)),
     "seq zero": (["order-1", "--seq", "0", "--field", "input"], ("--seq",)),
     "seq not a number": (["order-1", "--seq", "first", "--field", "input"], ("--seq",)),
+    "seq beyond 64 bits": (["order-1", "--seq", str(2**70), "--field", "input"], ("--seq",)),
+    "seq 2**63": (["order-1", "--seq", str(2**63), "--field", "input"], ("--seq",)),
+    "10 kB instance id": (["x" * 10240, "--seq", "1", "--field", "input"],
+                          ("has no entry 1", "(10240 chars)")),
+    "instance id with a newline": (["order-1\nfake: OK", "--seq", "1", "--field", "input"],
+                                   ("'order-1\\nfake: OK'",)),
     "no field": (["order-1", "--seq", "1"], ("--field",)),
 }
 
@@ -841,3 +850,593 @@ def test_huge_committed_payload_verifies_and_redacts(ledger_ctx: Ctx) -> None:
              "--key", str(ctx.key)], cwd=ctx.tmp)
     exits(r, 0)
     exits(run([*DB_COMMANDS["verify"](ctx), "--full"], cwd=ctx.tmp), 0)
+
+
+# --- 11. read-only ledgers: reads work, a write is refused naming why -----------------------
+
+READ_COMMANDS = ("verify", "verify --all", "list", "list --trust", "show")
+
+
+def _sqlite_ctx(tmp: Path) -> tuple[Ctx, Path]:
+    """A good SQLite ledger in its own directory ``tmp/db`` (closed: no -wal left)."""
+    key, trust, signer = _keys(tmp)
+    (tmp / "db").mkdir()
+    path = tmp / "db" / "ledger.db"
+    with Ledger.open(f"sqlite:///{path}", create=True) as ledger:
+        append_order(ledger, signer, "order-1")
+    return Ctx(tmp=tmp, url=f"sqlite:///{path}", key=key, trust=trust, files=tmp / "db"), path
+
+
+@pytest.mark.parametrize("query", ["?mode=ro&uri=true", "?mode=ro", "?immutable=1&uri=true"])
+def test_read_only_sqlite_url(query: str, tmp_path: Path) -> None:
+    ctx, path = _sqlite_ctx(tmp_path)
+    ctx.url += query
+    data = path.read_bytes()
+    for command in READ_COMMANDS:
+        exits(run(DB_COMMANDS[command](ctx), cwd=tmp_path), 0)
+    one_error_line(run(DB_COMMANDS["redact"](ctx), cwd=tmp_path), "cannot be written",
+                   "mode=ro" if "mode" in query else "immutable=1")
+    assert path.read_bytes() == data
+    # SQLite's own -wal/-shm index files may remain; no stray "ledger.db?mode=ro" file.
+    assert {p.name for p in path.parent.iterdir()} <= {
+        "ledger.db", "ledger.db-wal", "ledger.db-shm"}, list(path.parent.iterdir())
+
+
+@contextlib.contextmanager
+def _immutable(path: Path) -> Iterator[None]:
+    """``chattr +i``: not even root may write (file modes do not stop root)."""
+    made = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+    if made.returncode:
+        pytest.fail(f"cannot make {path} immutable: {made.stderr.strip()}", pytrace=False)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@pytest.mark.parametrize("what", ["directory", "file"])
+def test_ledger_in_read_only_directory_or_file(what: str, tmp_path: Path) -> None:
+    ctx, path = _sqlite_ctx(tmp_path)
+    before = ctx.state()
+    with _immutable(path.parent if what == "directory" else path):
+        for command in READ_COMMANDS:
+            exits(run(DB_COMMANDS[command](ctx), cwd=tmp_path), 0)
+        r = run([*DB_COMMANDS["verify"](ctx), "--full", "--json"], cwd=tmp_path)
+        exits(r, 0)
+        assert json.loads(r.stdout)["entries"] == 4
+        needles = (str(path.parent), "directory") if what == "directory" else (
+            str(path), "read-only")
+        one_error_line(run(DB_COMMANDS["redact"](ctx), cwd=tmp_path), *needles)
+    assert ctx.state()[0]["ledger.db"] == before[0]["ledger.db"]
+    if what == "directory":
+        assert ctx.state() == before
+
+
+# --- 12. the write lock is held by another process ------------------------------------------
+
+WRITE_COMMANDS: dict[str, Callable[[Ctx], list[str]]] = {
+    "redact": DB_COMMANDS["redact"],
+    "checkpoint": lambda c: ["checkpoint", "--db", c.url, "--key", str(c.key)],
+    "export": lambda c: ["export", "--out", str(c.tmp / "bundle"), "--db", c.url,
+                         "--key", str(c.key), "--trust", str(c.trust)],
+}
+
+
+@contextlib.contextmanager
+def _write_lock_held(url: str) -> Iterator[None]:
+    """Another process's open write transaction (SQLite) or append lock (PostgreSQL)."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    with LedgerDb(url) as db, db.engine.connect() as conn:
+        conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _PG_APPEND_LOCK})
+        try:
+            yield
+        finally:
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_APPEND_LOCK})
+
+
+def _ledger_state(ctx: Ctx) -> tuple[Any, ...]:
+    files, *rest = ctx.state()
+    return ({k: v for k, v in files.items() if not k.startswith("bundle")}, *rest)
+
+
+@pytest.mark.parametrize("command", WRITE_COMMANDS)
+def test_write_lock_held_by_another_process(command: str, ledger_ctx: Ctx) -> None:
+    ctx = ledger_ctx
+    before = _ledger_state(ctx)
+    with _write_lock_held(ctx.url):
+        started = time.monotonic()
+        r = run(WRITE_COMMANDS[command](ctx), cwd=ctx.tmp, env={"HISTAUDIT_LOCK_WAIT": "2"})
+        elapsed = time.monotonic() - started
+    assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("histaudit: waiting for the write lock held by another process")
+    assert lines[1].startswith("histaudit: error: ") and "gave up after 2 s" in lines[1], lines
+    assert "HISTAUDIT_LOCK_WAIT" in lines[1]
+    assert 2 <= elapsed < 60, elapsed
+    assert _ledger_state(ctx) == before
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "1e9"])
+def test_bad_lock_wait_setting(value: str, ledger_ctx: Ctx) -> None:
+    before = ledger_ctx.state()
+    r = run(DB_COMMANDS["redact"](ledger_ctx), cwd=ledger_ctx.tmp,
+            env={"HISTAUDIT_LOCK_WAIT": value})
+    one_error_line(r, "HISTAUDIT_LOCK_WAIT", "seconds")
+    assert ledger_ctx.state() == before
+
+
+# --- 13. hostile instance ids ----------------------------------------------------------------
+
+HOSTILE_IDS = {
+    "newline": "order-2\ninstance order-1: 4 entries, default check — OK",
+    "carriage return": "order-2\rOK", "NUL": "order\x00-2", "tab": "order\t2",
+    "ANSI escape": "order-2\x1b[2J\x1b[32mOK", "DEL": "order-2\x7f", "C1 CSI": "order\x9b2J",
+    "bidi override RLO": "order-\u202e2", "bidi embedding LRE": "\u202aorder-2",
+    "bidi isolate FSI": "order-\u20682", "pop isolate": "order-2\u2069",
+    "line separator": "order-2\u2028OK",
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_IDS)
+def test_hostile_instance_id_is_refused_at_append(case: str, db_url: str, tmp_path: Path
+                                                   ) -> None:
+    _, _, signer = _keys(tmp_path)
+    with Ledger.open(db_url, create=True) as ledger:
+        append_order(ledger, signer, "order-1")
+        with pytest.raises(FormatError, match="control or bidi character U\\+") as caught:
+            chain.append(ledger, HOSTILE_IDS[case], "workflow.started", {}, signer=signer)
+        assert ledger.instance_ids() == ["order-1"]
+    assert "\n" not in str(caught.value) and "\x1b" not in str(caught.value)
+
+
+def test_long_instance_id_is_clipped_in_the_refusal(tmp_path: Path, sqlite_url: str) -> None:
+    _, _, signer = _keys(tmp_path)
+    with Ledger.open(sqlite_url, create=True) as ledger, \
+            pytest.raises(FormatError) as caught:
+        chain.append(ledger, "y" * 10240, "workflow.started", {}, signer=signer)
+    assert "(10240 chars)" in str(caught.value) and len(str(caught.value)) < 400
+
+
+def _printable(text: str) -> bool:
+    return all(c == "\n" or c.isprintable() for c in text)
+
+
+def test_stored_control_characters_never_reach_the_terminal(ledger_ctx: Ctx) -> None:
+    """Rows an attacker stored with hostile ids are printed escaped, never raw."""
+    ctx = ledger_ctx
+    evil = HOSTILE_IDS["newline"] + "\x1b[2J\u202e\x9b"
+    with LedgerDb(ctx.url) as db:
+        db.insert_entry(leaf=4, instance=evil, seq=1, digest="ab" * 32,
+                        body=b'{"kind":"\x1b[31m\\n"}', sig=b"")
+    before = ctx.state()
+    for args in (DB_COMMANDS["verify --all"](ctx), DB_COMMANDS["list"](ctx),
+                 DB_COMMANDS["list --trust"](ctx), ["show", evil, "--db", ctx.url]):
+        r = run(args, cwd=ctx.tmp)
+        assert "Traceback" not in r.stderr and r.returncode in (0, 1), r.stderr
+        assert _printable(r.stdout), repr(r.stdout)
+        assert sum(line.startswith("instance order-1: 4 entries") and line.endswith("OK")
+                   for line in r.stdout.splitlines()) <= 1, r.stdout
+    assert ctx.state() == before
+
+
+# --- 14. every column x every storage class: findings, never a crash ------------------------
+
+#: table -> (columns, WHERE clause naming the row to tamper with)
+TAMPERED_ROWS = {
+    "histaudit_entries": (("leaf", "instance", "seq", "hash", "body", "sig"), "leaf = 2"),
+    "histaudit_heads": (("instance", "seq", "body", "sig"), "instance = 'order-1'"),
+    "histaudit_payloads": (("commitment", "salt", "data"), "commitment = :c"),
+    "histaudit_checkpoints": (("size", "root", "note"), "1 = 1"),
+}
+SQLITE_CLASSES = {"text": "'tampered'", "integer": "7", "real": "1.5", "null": "NULL",
+                  "blob": "X'00ff'", "text by replace()": "replace({col}, 'c', 'C')"}
+#: tampering that no check can see: erasing a payload row's key (issue 10 item 3, another
+#: part of the work) and the checkpoints table (verify does not read it)
+MAY_STAY_CLEAN = ("histaudit_payloads.commitment", "histaudit_checkpoints.")
+STORAGE_CASES = [(t, c, k) for t, (cols, _) in TAMPERED_ROWS.items() for c in cols
+                 for k in SQLITE_CLASSES]
+
+
+def _matrix_ledger(url: str, tmp: Path) -> tuple[Ctx, str]:
+    key, trust, signer = _keys(tmp)
+    with Ledger.open(url, create=True) as ledger:
+        append_order(ledger, signer, "order-1")
+        append_order(ledger, signer, "order-2")
+        chain.make_checkpoint(ledger, signer)
+        row = ledger.entry_at("order-1", 3)
+        assert row is not None
+        output = fmt.parse_entry(row.body).data["output"]["c"]
+    return Ctx(tmp=tmp, url=url, key=key, trust=trust, files=tmp), output
+
+
+def _no_crash_verdicts(ctx: Ctx, column: str, *, changed: bool = True,
+                       others_intact: bool = True) -> None:
+    """verify --all --full, list --trust and checkpoint run to a verdict; a changed value
+    is a finding (exit 1) and the untouched instance's report is still there."""
+    r = run([*DB_COMMANDS["verify --all"](ctx), "--full", "--json"], cwd=ctx.tmp)
+    assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
+    assert r.returncode in (0, 1) and r.stderr == "", (r.returncode, r.stderr)
+    reports = {d["instance_id"]: d for d in json.loads(r.stdout)}
+    assert "order-2" in reports  # the other instances' findings survive
+    if others_intact:
+        assert reports["order-2"]["ok"], reports["order-2"]
+    if changed and not column.startswith(MAY_STAY_CLEAN):
+        assert r.returncode == 1, (column, reports)
+    r = run([*DB_COMMANDS["list --trust"](ctx), "--json"], cwd=ctx.tmp)
+    exits(r, 0)
+    r = run(["checkpoint", "--db", ctx.url, "--key", str(ctx.key)], cwd=ctx.tmp)
+    assert "Traceback" not in r.stderr and r.returncode in (0, 2), r.stderr
+    if r.returncode == 2:
+        one_error_line(r)
+
+
+@pytest.mark.parametrize(("table", "column", "kind"), STORAGE_CASES)
+def test_any_storage_class_in_any_column(table: str, column: str, kind: str, tmp_path: Path,
+                                         sqlite_url: str) -> None:
+    ctx, output = _matrix_ledger(sqlite_url, tmp_path)
+    _, where = TAMPERED_ROWS[table]
+    with LedgerDb(sqlite_url) as db:
+        db.lift_guards()
+        # Without constraints (NOT NULL, keys) but with the same column affinities.
+        db.run(f"CREATE TABLE loose AS SELECT * FROM {table}")
+        db.run(f"DROP TABLE {table}")
+        db.run(f"ALTER TABLE loose RENAME TO {table}")
+        value = SQLITE_CLASSES[kind].format(col=column)
+        rowid = db.run(f"SELECT rowid FROM {table} WHERE {where}", c=output)[0][0]
+        read = f"SELECT typeof({column}), hex({column}) FROM {table} WHERE rowid = :r"
+        (_, was), = db.run(read, r=rowid)
+        assert db.count(f"UPDATE {table} SET {column} = {value} WHERE rowid = :r", r=rowid) == 1
+        (stored, now), = db.run(read, r=rowid)
+    # The column's affinity may convert (7 in a TEXT column is '7'); otherwise it sticks.
+    assert stored == kind or kind.startswith("text") or stored == "text", (kind, stored)
+    # Bytes unchanged (replace() found nothing; only the storage class moved): no finding.
+    _no_crash_verdicts(ctx, f"{table}.{column}", changed=now != was)
+
+
+#: PostgreSQL keeps column types: the hostile values each type allows, and a column whose
+#: type an owner changed (the driver then returns str where bytes were expected).
+PG_VALUES = {"BigInteger": ("-1", "9223372036854775807"),
+             "Text": ("''", "E'zz\\n\\x1b[31m'"),
+             "LargeBinary": ("'\\x'::bytea", "'\\x00ff'::bytea")}
+PG_CASES = [(t, c, v) for t, (cols, _) in TAMPERED_ROWS.items() for c in cols
+            for v in range(2)]
+
+
+def _pg_type(table: str, column: str) -> str:
+    kind = type(store.metadata.tables[table].c[column].type).__name__
+    return kind if kind in PG_VALUES else "Text"  # String(64) is text too
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("table", "column", "which"), PG_CASES)
+def test_any_value_in_any_postgres_column(table: str, column: str, which: int, tmp_path: Path,
+                                          pg_url: str) -> None:
+    ctx, output = _matrix_ledger(pg_url, tmp_path)
+    _, where = TAMPERED_ROWS[table]
+    value = PG_VALUES[_pg_type(table, column)][which]
+    with LedgerDb(pg_url) as db:
+        db.lift_guards()
+        assert db.count(f"UPDATE {table} SET {column} = {value} WHERE {where}", c=output) >= 1
+        db.restore_guards()
+    _no_crash_verdicts(ctx, f"{table}.{column}")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("column", ["body", "sig", "hash"])
+def test_postgres_column_of_another_type(column: str, tmp_path: Path, pg_url: str) -> None:
+    ctx, _ = _matrix_ledger(pg_url, tmp_path)
+    using = f"encode({column}, 'escape')" if column in ("body", "sig") else f"{column}::text"
+    with LedgerDb(pg_url) as db:
+        db.lift_guards()
+        db.run(f"ALTER TABLE histaudit_entries ALTER COLUMN {column} TYPE text USING {using}")
+        db.run(f"UPDATE histaudit_entries SET {column} = {column} || 'x' WHERE leaf = 2")
+        db.restore_guards()
+    # encode(sig, 'escape') turns every signature into other bytes, not only leaf 2's.
+    _no_crash_verdicts(ctx, f"histaudit_entries.{column}", others_intact=column != "sig")
+
+
+# --- checkpoint --out and export whose output cannot be written: the ledger unchanged ------
+# Before the fix each of these stored a new checkpoint row first, then failed. Now the
+# output is checked, written beside its target and moved into place inside the transaction
+# that stores the checkpoint (histaudit.bundle.staging); ``Ctx.files`` is the whole tmp
+# dir, so "byte-identical" also means: no partial file or directory left behind.
+
+def _checkpoint_to(where: Callable[[Path], Path]) -> Callable[[Ctx], list[str]]:
+    return lambda c: ["checkpoint", "--db", c.url, "--key", str(c.key), "--out",
+                      str(where(c.tmp))]
+
+
+def _export_to(where: Callable[[Path], Path], *ids: str) -> Callable[[Ctx], list[str]]:
+    return lambda c: ["export", *ids, "--out", str(where(c.tmp)), "--db", c.url, "--key",
+                      str(c.key), "--trust", str(c.trust)]
+
+
+def _a_file(tmp: Path) -> Path:
+    (tmp / "afile").write_bytes(b"not a directory")
+    return tmp / "afile"
+
+
+def _full(tmp: Path) -> Path:
+    (tmp / "full").mkdir()
+    (tmp / "full" / "old.txt").write_bytes(b"here before")
+    return tmp / "full"
+
+
+#: name -> (argv, what the error line must say)
+UNWRITABLE_OUTPUT: dict[str, tuple[Callable[[Ctx], list[str]], tuple[str, ...]]] = {
+    "checkpoint --out in a missing directory": (
+        _checkpoint_to(lambda t: t / "nodir" / "cp.note"), ("nodir", "does not exist")),
+    "checkpoint --out under a file": (
+        _checkpoint_to(lambda t: _a_file(t) / "cp.note"), ("afile", "not a directory")),
+    "checkpoint --out a directory": (
+        _checkpoint_to(lambda t: _full(t)), ("full", "not a regular file")),
+    "checkpoint --out a device": (  # not replaced by a file, even when run as root
+        _checkpoint_to(lambda t: Path("/dev/full")), ("/dev/full", "not a regular file")),
+    "export of a missing instance": (_export_to(lambda t: t / "b", "ghost"), ("'ghost'",)),
+    "export of a good and a missing instance": (
+        _export_to(lambda t: t / "b", "order-1", "ghost"), ("'ghost'",)),
+    "export into a missing directory": (
+        _export_to(lambda t: t / "nodir" / "b"), ("nodir", "does not exist")),
+    "export into a path under a file": (
+        _export_to(lambda t: _a_file(t) / "b"), ("afile", "not a directory")),
+    "export onto a file": (_export_to(_a_file), ("afile", "not a directory")),
+    "export onto a non-empty directory": (_export_to(_full), ("full", "not empty")),
+    "export of an instance outside the window": (
+        lambda c: [*_export_to(lambda t: t / "b")(c), "--since", "2999-01-01T00:00:00Z"],
+        ("no instance",)),
+}
+
+
+@pytest.mark.parametrize("case", UNWRITABLE_OUTPUT)
+def test_unwritable_output_leaves_the_ledger_unchanged(case: str, ledger_ctx: Ctx) -> None:
+    argv, needles = UNWRITABLE_OUTPUT[case]
+    args = argv(ledger_ctx)
+    before = ledger_ctx.state()
+    one_error_line(run(args, cwd=ledger_ctx.tmp), *needles)
+    assert ledger_ctx.state() == before, "a failed command changed the ledger or left files"
+
+
+@pytest.mark.parametrize("command", ["checkpoint", "export"])
+def test_output_in_a_read_only_directory_leaves_the_ledger_unchanged(command: str,
+                                                                     ledger_ctx: Ctx) -> None:
+    ro = ledger_ctx.tmp / "ro"
+    ro.mkdir()
+    args = (_checkpoint_to if command == "checkpoint" else _export_to)(lambda t: ro / "out")(
+        ledger_ctx)
+    before = ledger_ctx.state()
+    with _immutable(ro):
+        one_error_line(run(args, cwd=ledger_ctx.tmp), "cannot write", str(ro / "out"))
+    assert ledger_ctx.state() == before
+    # And it works once the directory is writable: the failure left nothing in the way.
+    exits(run(args, cwd=ledger_ctx.tmp), 0)
+    assert (ro / "out").exists() and ledger_ctx.state() != before
+
+
+def test_export_onto_a_full_disk_leaves_the_ledger_unchanged(ledger_ctx: Ctx) -> None:
+    """A real write failure (EFBIG from RLIMIT_FSIZE, what a full disk gives as ENOSPC)
+    in the middle of the bundle: payloads.jsonl (a 400 kB payload) passes the limit,
+    the smaller files before it were written already."""
+    ctx = ledger_ctx
+    payload = b"p" * 400_000
+    salt = fmt.new_salt()
+    c = fmt.commit(payload, salt)
+    with Ledger.open(ctx.url) as ledger:
+        chain.append(ledger, "order-1", "activity.completed",
+                     {"task_id": 2, "output": {"c": c, "n": len(payload)}},
+                     signer=Signer.load(ctx.key), payloads={salt: (c, payload)})
+    args = [*_export_to(lambda t: t / "b")(ctx), "--with-payloads"]
+    before = ctx.state()
+    r = cli(*args, cwd=ctx.tmp, file_size_limit=256 << 10)
+    one_error_line(r, "cannot write bundle", "File too large")
+    assert ctx.state() == before
+    exits(run(args, cwd=ctx.tmp), 0)  # with room, the same export works
+
+
+@pytest.mark.postgres
+def test_checkpoint_note_onto_a_full_disk_leaves_the_ledger_unchanged(pg_url: str,
+                                                                      tmp_path: Path) -> None:
+    """PostgreSQL only: a note is ~240 bytes, and a SQLite ledger cannot even be opened
+    under a file-size limit that small (its 32 kB -shm index); the read-only directory
+    case above covers the same failure on SQLite."""
+    key, trust, signer = _keys(tmp_path)
+    with Ledger.open(pg_url, create=True) as ledger:
+        append_order(ledger, signer, "order-1")
+    ctx = Ctx(tmp=tmp_path, url=pg_url, key=key, trust=trust, files=tmp_path)
+    args = _checkpoint_to(lambda t: t / "cp.note")(ctx)
+    before = ctx.state()
+    one_error_line(cli(*args, cwd=tmp_path, file_size_limit=100), "cp.note",
+                   "File too large")
+    assert ctx.state() == before
+
+
+# --- key text where a key path belongs: refused, never shown ----------------------------
+
+def _secret_lines(key: Path) -> list[str]:
+    """The lines of a PEM that are secret (every base64 line), at least one."""
+    lines = [ln for ln in key.read_text().splitlines() if ln and not ln.startswith("-----")]
+    assert lines
+    return lines
+
+
+def _assert_not_shown(text: str, key: Path) -> None:
+    pem = key.read_text()
+    assert pem.strip() not in text
+    for line in _secret_lines(key):
+        assert line not in text, "a line of the private key was printed"
+        assert line[:24] not in text, "part of the private key was printed"
+
+
+#: what a user may hand over instead of the key file's path
+KEY_TEXT_FORMS: dict[str, Callable[[str], str]] = {
+    "the PEM": lambda pem: pem,
+    "the PEM on one line": lambda pem: " ".join(pem.split()),
+    "the PEM with \\n escapes": lambda pem: pem.strip().replace("\n", "\\n"),
+    "its base64 line": lambda pem: pem.splitlines()[1],
+}
+KEY_COMMANDS: dict[str, Callable[[Ctx], list[str]]] = {
+    "checkpoint": lambda c: ["checkpoint", "--db", c.url],
+    "export": lambda c: ["export", "order-1", "--out", str(c.tmp / "bundle"), "--db", c.url,
+                         "--trust", str(c.trust)],
+    "redact": lambda c: ["redact", "order-1", "--seq", "1", "--field", "input", "--db", c.url],
+}
+KEY_TEXT_SAYS = "HISTAUDIT_KEY/--key holds key material, not a path: pass the path of the key"
+
+
+@pytest.mark.parametrize("form", KEY_TEXT_FORMS)
+@pytest.mark.parametrize("command", KEY_COMMANDS)
+def test_key_text_instead_of_a_path_is_never_printed(ledger_ctx: Ctx, command: str,
+                                                     form: str) -> None:
+    ctx = ledger_ctx
+    text = KEY_TEXT_FORMS[form](ctx.key.read_text())
+    before = ctx.state()
+    r = run([*KEY_COMMANDS[command](ctx), "--key", text], cwd=ctx.tmp)
+    one_error_line(r, KEY_TEXT_SAYS)
+    _assert_not_shown(r.stdout + r.stderr, ctx.key)
+    assert ctx.state() == before
+    assert not (ctx.tmp / "bundle").exists()
+
+
+@pytest.mark.parametrize("command", KEY_COMMANDS)
+def test_key_text_in_the_environment_is_never_printed(ledger_ctx: Ctx, command: str) -> None:
+    ctx = ledger_ctx
+    before = ctx.state()
+    r = run(KEY_COMMANDS[command](ctx), cwd=ctx.tmp, env={"HISTAUDIT_KEY": ctx.key.read_text()})
+    one_error_line(r, KEY_TEXT_SAYS)
+    _assert_not_shown(r.stdout + r.stderr, ctx.key)
+    assert ctx.state() == before
+
+
+@pytest.mark.parametrize("how", ["key=", "HISTAUDIT_KEY"])
+def test_runtime_given_key_text_never_shows_it(tmp_path: Path, how: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the app: neither the exception text nor its formatted traceback (the one a
+    crashing app prints, with its chain) holds the key; the ledger is not even opened."""
+    import traceback
+
+    from histaudit.dapr import AuditedWorkflowRuntime
+    from histaudit.errors import KeyMaterialError
+
+    key, _, _ = _keys(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HISTAUDIT_DB", raising=False)
+    kwargs: dict[str, Any] = {}
+    if how == "key=":
+        kwargs["key"] = key.read_text()
+    else:
+        monkeypatch.setenv("HISTAUDIT_KEY", key.read_text())
+    with pytest.raises(KeyMaterialError, match="holds key material, not a path") as info:
+        AuditedWorkflowRuntime(**kwargs)
+    shown = "".join(traceback.format_exception(info.value))
+    assert "AuditedWorkflowRuntime" in shown
+    _assert_not_shown(shown, key)
+    assert not (tmp_path / "histaudit.db").exists()
+
+
+def test_app_started_with_key_text_prints_no_key(tmp_path: Path) -> None:
+    """The same app as a process: its (uncaught) traceback on stderr holds no key line."""
+    import sys
+
+    key, _, _ = _keys(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
+    env["HISTAUDIT_KEY"] = key.read_text()
+    r = subprocess.run([sys.executable, "-c", "from histaudit.dapr import "
+                        "AuditedWorkflowRuntime\nAuditedWorkflowRuntime()"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "holds key material, not a path" in r.stderr, r.stderr
+    _assert_not_shown(r.stdout + r.stderr, key)
+
+
+# --- trust keys with an empty validity window ---------------------------------------------
+
+@pytest.mark.parametrize("command", TRUST_COMMANDS)
+def test_trust_key_with_an_empty_window_is_refused(ledger_ctx: Ctx, command: str) -> None:
+    ctx = ledger_ctx
+    doc = json.loads(ctx.trust.read_text())
+    doc.update(not_before="2030-01-01T00:00:00Z", not_after="2020-01-01T00:00:00Z")
+    ctx.trust = ctx.tmp / "backwards.pub.json"
+    ctx.trust.write_text(json.dumps(doc))
+    before = ctx.state()
+    one_error_line(run(DB_COMMANDS[command](ctx), cwd=ctx.tmp), "backwards.pub.json",
+                   "not_before 2030-01-01T00:00:00Z", "not_after 2020-01-01T00:00:00Z")
+    assert ctx.state() == before
+
+
+# --- keys generate onto a full disk leaves nothing behind ---------------------------------
+
+@pytest.mark.parametrize("fails", ["private key", "public key"])
+def test_keys_generate_on_a_full_disk_leaves_no_file(tmp_path: Path, fails: str) -> None:
+    """RLIMIT_FSIZE makes the write fail with EFBIG for real, as a full disk would: once
+    inside the private key, once inside the public key (the private one already written)."""
+    _, probe_pub, _ = generate_keypair(tmp_path / "probe", name="ops")
+    priv_size = (tmp_path / "probe" / "ops.key").stat().st_size
+    pub_size = probe_pub.stat().st_size
+    assert priv_size + 4 < pub_size, (priv_size, pub_size)
+    limit = priv_size // 2 if fails == "private key" else priv_size + 2
+    out = tmp_path / "keys"
+    out.mkdir()
+    args = ["keys", "generate", "--out", out, "--name", "ops"]
+    one_error_line(cli(*args, cwd=tmp_path, file_size_limit=limit),
+                   "cannot write key pair ops", "File too large", "nothing was written")
+    assert sorted(p.name for p in out.iterdir()) == []
+    r = cli(*args, cwd=tmp_path)  # with room, the next try is not blocked
+    exits(r, 0)
+    assert sorted(p.name for p in out.iterdir()) == ["ops.key", "ops.pub.json"]
+    assert (out / "ops.key").stat().st_mode & 0o777 == 0o600
+    Signer.load(out / "ops.key")
+
+
+def test_an_unparseable_url_never_shows_its_password(tmp_path: Path) -> None:
+    """A URL SQLAlchemy cannot parse is echoed with its user:password part cut."""
+    for url in ("postgresql://u:s3cretpw@host:notaport/db", "sqlite://u:s3cretpw@/x:y:z"):
+        r = cli("list", "--db", url, cwd=tmp_path)
+        line = one_error_line(r, "***@")
+        assert "s3cretpw" not in line and "s3cretpw" not in r.stdout
+
+
+# --- a corrupt database under the writing and proving commands ----------------------------
+
+# "corrupt pages" is left out: its holes lie in pages these commands do not read, and they
+# rightly succeed (checkpoint) or report findings (since-checkpoint) on what they can read.
+CORRUPT = ("truncated to 1000 bytes", "truncated to half")
+WRITING_COMMANDS: dict[str, Callable[[Ctx, Path], list[str]]] = {
+    "checkpoint": lambda c, note: ["checkpoint", "--db", c.url, "--key", str(c.key)],
+    "export": lambda c, note: ["export", "--out", str(c.tmp / "bundle"), "--db", c.url,
+                               "--key", str(c.key), "--trust", str(c.trust)],
+    "verify --since-checkpoint": lambda c, note: ["verify", "--since-checkpoint", str(note),
+                                                  "--db", c.url, "--trust", str(c.trust)],
+}
+
+
+@pytest.mark.parametrize("command", WRITING_COMMANDS)
+@pytest.mark.parametrize("case", CORRUPT)
+def test_corrupt_database_under_checkpoint_export_and_since_checkpoint(
+        case: str, command: str, tmp_path: Path, big_ledger: Path) -> None:
+    """A cut or corrupted SQLite file: one line naming it, exit 2, no file changed, no
+    bundle written."""
+    make, to_url, needles = BAD_SQLITE[case]
+    key, trust, signer = _keys(tmp_path)
+    db_dir = tmp_path / "db"
+    db_dir.mkdir()
+    path = db_dir / "ledger.db"
+    make(path, big_ledger)
+    good = tmp_path / "good.db"
+    with Ledger.open(f"sqlite:///{good}", create=True) as ledger:  # a real note to compare
+        append_order(ledger, signer, "order-1")
+        note = tmp_path / "kept.note"
+        note.write_bytes(chain.make_checkpoint(ledger, signer).note)
+    ctx = Ctx(tmp=tmp_path, url=to_url(path), key=key, trust=trust, files=db_dir)
+    before = ctx.state()
+    line = one_error_line(run(WRITING_COMMANDS[command](ctx, note), cwd=tmp_path), *needles)
+    assert str(path) in line, line
+    assert ctx.state() == before, "the command changed the database files"
+    assert not (tmp_path / "bundle").exists()

@@ -4,7 +4,8 @@ A checkpoint (docs/bundle.md §4) is a C2SP signed note over the ledger-wide Mer
 Whoever keeps one can later prove that the ledger only grew (§5). These tests keep one,
 then play the ways a ledger stops being an extension of it — the database restored from
 an older copy, an old entry rewritten, a whole instance deleted — each with its finding;
-notes that do not authenticate, or belong to another ledger, are input errors. Writers in
+notes that do not authenticate are input errors, and one whose origin is not the ledger's
+(unsigned) id is checked against the content anyway and reported. Writers in
 four processes must leave contiguous leaves that every checkpoint taken meanwhile is
 consistent with. Finally the same is driven through the real ``histaudit`` command.
 """
@@ -284,15 +285,20 @@ def _signed(text: str, origin: str, signer: Signer) -> bytes:
     return raw + b"\n" + f"\u2014 {origin} {base64.b64encode(blob).decode()}\n".encode()
 
 
-def test_note_from_another_ledger_is_an_input_error(world: World) -> None:
+def test_note_from_another_ledger_is_a_finding_not_a_pass(world: World) -> None:
+    """The ledger id is unsigned, so a differing origin cannot end the check with "not
+    mine": the content is checked, and the id and the content are both reported."""
     other_url = f"sqlite:///{world.tmp / 'other.db'}"
     append_rounds(other_url, world.signer, rounds=2)
     other = checkpoint(other_url, world.signer)  # same trusted key, other ledger
     assert parse_note(other.note, world.trust).origin == other.origin
     with Ledger.open(world.url) as ledger:
         assert origin_of(ledger) != other.origin
-        with pytest.raises(InputError, match="another ledger"):
-            check_consistency(ledger, other)
+        result = check_consistency(ledger, other)
+    assert [f.code for f in result.findings] == ["ledger-id-mismatch",
+                                                 "checkpoint-inconsistent"]
+    assert other.origin in result.findings[0].message
+    assert "another ledger" in result.findings[0].message and not result.ok
 
 
 def test_altered_or_untrusted_notes_are_input_errors(world: World) -> None:
@@ -483,8 +489,94 @@ def test_cli_bad_checkpoint_files_exit_2_with_one_line(world: World) -> None:
                    cwd=world.tmp)
 
     one_error_line(verify(garbage), "not UTF-8")
-    one_error_line(verify(foreign), "another ledger")
+    r = verify(foreign)  # a readable, trusted note: a finding about this ledger (exit 1)
+    exits(r, 1)
+    assert "ledger-id-mismatch" in r.stdout and "checkpoint-inconsistent" in r.stdout
     one_error_line(verify(altered), "no valid signature by a trusted key")
     one_error_line(verify(own, stranger_keys), "no valid signature by a trusted key")
     one_error_line(verify(world.tmp / "missing.note"), "missing.note")
     exits(verify(own), 0)
+
+
+# --- the ledger id is unsigned: the content decides (docs/format.md §11.1) ---------------
+
+def _set_ledger_id(url: str, new_id: str | None = None) -> str:
+    """Edit histaudit_meta.ledger_id as the database owner; return the new origin."""
+    import uuid
+
+    new_id = new_id or str(uuid.uuid4())
+    with LedgerDb(url) as db:
+        assert db.count("UPDATE histaudit_meta SET value = :v WHERE key = 'ledger_id'",
+                        v=new_id) == 1
+    return f"histaudit/{new_id}"
+
+
+def _json_codes(r: subprocess.CompletedProcess[str]) -> list[str]:
+    return [f["code"] for f in json.loads(r.stdout)["findings"]]
+
+
+def test_rollback_then_edited_ledger_id_is_still_caught(world: World) -> None:
+    backup = Backup(world.url, world.tmp / "backup").take()
+    append_rounds(world.url, world.signer, rounds=2, start=ROUNDS + 1)
+    note = world.tmp / "kept.note"
+    note.write_bytes(checkpoint(world.url, world.signer).note)
+    backup.restore()
+    renamed = _set_ledger_id(world.url)
+    kept = parse_note(note.read_bytes(), world.trust)
+    with Ledger.open(world.url) as ledger:
+        assert origin_of(ledger) == renamed != kept.origin
+        result = check_consistency(ledger, kept)
+    assert [f.code for f in result.findings] == ["ledger-id-mismatch", "checkpoint-rollback"]
+    assert not result.ok
+    r = cli("verify", "--since-checkpoint", note, "--trust", world.pub, "--db", world.url,
+            "--json", cwd=world.tmp)
+    exits(r, 1)
+    assert _json_codes(r) == ["ledger-id-mismatch", "checkpoint-rollback"]
+
+
+def test_rewritten_entry_then_edited_ledger_id_is_inconsistent(world: World) -> None:
+    kept = checkpoint(world.url, world.signer)
+    with LedgerDb(world.url) as db:
+        db.lift_guards()
+        row = db.entry("wf-b", 2)
+        db.rewrite_body(row.leaf, b'"round":2', b'"round":9')
+        db.restore_guards()
+    _set_ledger_id(world.url)
+    assert codes(world.url, kept) == {"ledger-id-mismatch", "checkpoint-inconsistent"}
+
+
+def test_edited_ledger_id_alone_is_a_finding(world: World) -> None:
+    note = world.tmp / "kept.note"
+    note.write_bytes(checkpoint(world.url, world.signer).note)
+    append_rounds(world.url, world.signer, rounds=1, start=ROUNDS + 1)  # it only grew
+    old_origin = parse_note(note.read_bytes(), world.trust).origin
+    renamed = _set_ledger_id(world.url)
+    with Ledger.open(world.url) as ledger:
+        result = check_consistency(ledger, parse_note(note.read_bytes(), world.trust))
+    (finding,) = result.findings
+    assert finding.code == "ledger-id-mismatch" and finding.severity.name == "ERROR"
+    assert old_origin in finding.message and renamed in finding.message
+    assert "unsigned id was changed" in finding.message
+    assert result.size == size_of(world.url) and result.proof  # the proof itself holds
+    verify = ("verify", "--since-checkpoint", note, "--trust", world.pub, "--db", world.url)
+    r = cli(*verify, "--json", cwd=world.tmp)
+    exits(r, 1)
+    assert _json_codes(r) == ["ledger-id-mismatch"]
+    # Putting the id back makes the same ledger and note clean again.
+    _set_ledger_id(world.url, old_origin.removeprefix("histaudit/"))
+    exits(cli(*verify, cwd=world.tmp), 0)
+
+
+def test_checkpoint_of_a_genuinely_other_ledger_exits_1_naming_both(world: World) -> None:
+    """A larger and a smaller other ledger: the outcome is a finding either way, with the
+    id mismatch first, so someone who passed the wrong note sees why at once."""
+    for rounds, content in ((ROUNDS + 2, "checkpoint-rollback"),
+                            (2, "checkpoint-inconsistent")):
+        other_url = f"sqlite:///{world.tmp / f'other-{rounds}.db'}"
+        append_rounds(other_url, world.signer, rounds=rounds)
+        note = world.tmp / f"other-{rounds}.note"
+        note.write_bytes(checkpoint(other_url, world.signer).note)
+        r = cli("verify", "--since-checkpoint", note, "--trust", world.pub, "--db",
+                world.url, "--json", cwd=world.tmp)
+        exits(r, 1)
+        assert _json_codes(r) == ["ledger-id-mismatch", content]

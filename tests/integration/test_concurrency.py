@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import orjson
 import pytest
 
 from histaudit.errors import KeyMaterialError
@@ -23,7 +24,8 @@ from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
-from histaudit.verify.verifier import verify_instance
+from histaudit.verify.verifier import verify_all, verify_instance
+from support.cli import cli
 from support.ledgers import committed
 
 # Thousands of fsynced appends from many processes: minutes on a loaded shared machine.
@@ -32,6 +34,7 @@ pytestmark = pytest.mark.timeout(1200)
 PROCS, PER_PROC = 8, 500
 THREADS, PER_THREAD = 8, 200
 MIX_PROCS, MIX_INSTANCES, MIX_ROUNDS = 4, 4, 100
+LIVE_WRITERS, LIVE_VERIFIERS, LIVE_ROUNDS, LIVE_CLI = 2, 2, 300, 6
 JOIN_TIMEOUT = 600.0  # correctness, not speed: a loaded shared machine fsyncs slowly
 
 
@@ -49,6 +52,39 @@ def _append_worker(url: str, key_path: str, instances: list[str], rounds: int, w
                 if i % 50 == 0:
                     data["arg"], stored = committed(f"w{worker} i{i}".encode())
                 chain.append(ledger, instance, "step.done", data, signer=signer, payloads=stored)
+
+
+def _write_until(url: str, key_path: str, instances: list[str], worker: int,
+                 stop: threading.Event, started: threading.Event) -> None:
+    signer = Signer.load(key_path)
+    with Ledger.open(url) as ledger:
+        i = 0
+        while not stop.is_set():
+            for instance in instances:
+                chain.append(ledger, instance, "step.done", {"worker": worker, "i": i},
+                             signer=signer)
+            i += 1
+            started.set()
+            time.sleep(0.01)  # a steady stream, so the chains stay small enough to re-verify
+
+
+def _verify_loop(url: str, trust_path: str, rounds: int, worker: int,
+                 results: mp.Queue) -> None:  # type: ignore[type-arg]
+    """Verify while the writers append: one instance, the whole ledger, and list --trust's
+    way, alternately; report how many verifies ran and every finding they made."""
+    trust = TrustStore.load(trust_path)
+    findings: list[str] = []
+    verifies = 0
+    with Ledger.open(url) as ledger:
+        for n in range(rounds):
+            if n % 3 == 2:
+                reports = list(verify_all(ledger, trust=trust))
+            else:
+                reports = [verify_instance(ledger, f"wf-live-{(n + worker) % 2}", trust=trust,
+                                           full=n % 6 == 1, workers=1)]
+            verifies += len(reports)
+            findings += [f"{f.code}: {f.message}" for r in reports for f in r.findings]
+    results.put((worker, verifies, findings[:20], len(findings)))
 
 
 # --- helpers -----------------------------------------------------------------------------
@@ -194,3 +230,71 @@ def test_worker_refuses_a_key_file_others_can_read(tmp_path: Path) -> None:
     os.chmod(key, 0o644)
     with pytest.raises(KeyMaterialError, match="readable by others"):
         Signer.load(key)
+
+
+def test_verifiers_beside_writers_see_no_false_findings(db_url: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """Issue 10: a verify run while writers append read the head before an append and the
+    entries after it, and reported a false head-mismatch (7% of mid-write verifies). Each
+    verify now reads one snapshot: hundreds of verifies beside live writers, 0 findings."""
+    priv, pub, _ = generate_keypair(tmp_path / "keys", name="writer")
+    Ledger.open(db_url, create=True).close()
+    ctx = mp.get_context("spawn")
+    stop, results = ctx.Event(), ctx.Queue()
+    started = [ctx.Event() for _ in range(LIVE_WRITERS)]
+    writers = [ctx.Process(target=_write_until, daemon=True,
+                           args=(db_url, str(priv), ["wf-live-0", "wf-live-1"], n, stop,
+                                 started[n]))
+               for n in range(LIVE_WRITERS)]
+    # Not daemonic: verify --full checks signatures in a process pool of its own.
+    verifiers = [ctx.Process(target=_verify_loop, daemon=False,
+                             args=(db_url, str(pub), LIVE_ROUNDS, n, results))
+                 for n in range(LIVE_VERIFIERS)]
+    try:
+        for p in writers:
+            p.start()
+        for e in started:
+            assert e.wait(timeout=120), "a writer never appended"
+        for p in verifiers:
+            p.start()
+        cli_findings, cli_runs = [], 0
+        while any(p.is_alive() for p in verifiers) or cli_runs < LIVE_CLI:
+            args = (["verify", "--all", "--json"] if cli_runs % 2 else
+                    ["list", "--trust", str(pub), "--json"])
+            if args[0] == "verify":
+                args += ["--trust", str(pub)]
+            r = cli(*args, "--db", db_url, cwd=tmp_path)
+            assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr[-2000:]
+            doc = orjson.loads(r.stdout)
+            if args[0] == "verify":
+                cli_findings += [f for d in doc for f in d["findings"]]
+            else:
+                cli_findings += [d for d in doc if d["status"] != "ok"]
+            cli_runs += 1
+        outcome = [results.get(timeout=JOIN_TIMEOUT) for _ in verifiers]
+        for p in verifiers:
+            p.join(timeout=60)
+        assert [p.exitcode for p in verifiers] == [0] * LIVE_VERIFIERS
+        assert all(p.is_alive() for p in writers), "a writer died while verifiers ran"
+    finally:
+        stop.set()
+        for p in writers + verifiers:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    verifies = sum(v for _, v, _, _ in outcome)
+    false = sum(n for _, _, _, n in outcome)
+    examples = [f for _, _, fs, _ in outcome for f in fs]
+    assert false == 0, examples
+    assert cli_findings == [], cli_findings[:5]
+    assert verifies >= LIVE_VERIFIERS * LIVE_ROUNDS
+    trust = TrustStore.load(pub)
+    with Ledger.open(db_url) as ledger:
+        appended = sum(1 for _ in ledger.all_entries())
+        reports = list(verify_all(ledger, trust=trust, full=True))
+    assert [r.findings for r in reports] == [(), ()]
+    with capsys.disabled():
+        print(f"\n[concurrency] {db_url.split(':')[0]}: {verifies} library verifies and "
+              f"{cli_runs} CLI verify/list runs beside {LIVE_WRITERS} writers "
+              f"({appended} entries appended meanwhile): {false} false findings")

@@ -571,3 +571,83 @@ def test_export_while_another_process_appends_verifies(db_url: str, tmp_path: Pa
             proc.join()
     assert proc.exitcode == 0
     assert sizes == sorted(sizes) and sizes[-1] > sizes[0], sizes  # it really was appending
+
+
+# --- kept payloads in bundles (docs/format.md §8.3, docs/bundle.md §9 step 12) ----------
+
+def _kept_ledger(url: str, signer: Signer) -> dict[int, str]:
+    """One instance written by the interceptor's recorder (payloads signed as kept), its
+    input at entry 1 erased with a signed record; returns seq -> commitment."""
+    from histaudit.interceptor.recorder import AuditRecorder
+
+    refs = {}
+    with Ledger.open(url, create=True) as ledger:
+        recorder = AuditRecorder(ledger, signer)
+        for n in range(1, 4):
+            p = recorder.commit("kept-1", f'{{"card":"4111","n":{n}}}')
+            assert p.ref is not None and p.ref["k"] is True
+            refs[recorder.append("kept-1", "activity.completed", {"output": p.ref}, p).seq] = \
+                p.ref["c"]
+        chain.erase_payload(ledger, "kept-1", refs[1], signer=signer, record={"entry": 1})
+    return refs
+
+
+@pytest.mark.parametrize("case", ["clean", "row deleted before export",
+                                  "payload line deleted", "exported without payloads"])
+def test_kept_payloads_in_a_bundle(db_url: str, tmp_path: Path, case: str) -> None:
+    _key, pub, signer = generate_keypair(tmp_path / "keys", name="exporter")
+    trust = TrustStore([signer.public])
+    refs = _kept_ledger(db_url, signer)
+    if case == "row deleted before export":
+        with LedgerDb(db_url) as db:
+            db.run("DELETE FROM histaudit_payloads WHERE commitment = :c", c=refs[2])
+    bundle = tmp_path / "bundle"
+    with Ledger.open(db_url) as ledger:
+        export(ledger, ["kept-1"], bundle, signer=signer, trust=trust,
+               with_payloads=case != "exported without payloads")
+    if case == "payload line deleted":
+        edit_lines(bundle / "payloads.jsonl",
+                   lambda docs: docs.remove(next(d for d in docs if d["commitment"] == refs[3])))
+    expected = {
+        "clean": {"(bundle)": set(), "kept-1": set()},
+        "row deleted before export": {"(bundle)": set(), "kept-1": {("payload-missing", 2)}},
+        "payload line deleted": {"(bundle)": {("bundle-file-changed", None)},
+                                 "kept-1": {("payload-missing", 3)}},
+        # No payloads.jsonl in the signed manifest: the bundle claims no payloads, so
+        # kept references are not reported missing (and the erased one is not either).
+        "exported without payloads": {"(bundle)": set(), "kept-1": set()},
+    }[case]
+    assert errors_by_instance(bundle, trust) == expected
+    lines = read_lines(bundle / "payloads.jsonl") if (bundle / "payloads.jsonl").exists() else []
+    assert refs[1] not in {d["commitment"] for d in lines}  # the erased one is never exported
+    r = cli("verify", "--bundle", bundle, "--trust", pub, cwd=tmp_path)
+    exits(r, 0 if expected["kept-1"] == set() else 1)
+    if expected["kept-1"]:
+        assert "payload-missing" in r.stdout
+
+
+# --- output and checkpoint commit together (docs/bundle.md §8.8) ------------------------
+
+def test_checkpoint_is_stored_only_with_its_bundle(db_url: str, tmp_path: Path) -> None:
+    """A failure while the bundle is moved into place, inside the storing transaction (the
+    target filled up after it was checked), rolls the checkpoint back; a success stores
+    exactly the checkpoint the bundle holds."""
+    from histaudit.bundle.staging import StagedOutput
+
+    signer = Signer.generate()
+    build_orders(db_url, signer, EXPORTED)
+    out = tmp_path / "b"
+    with Ledger.open(db_url) as ledger:
+        staged = StagedOutput(out, lambda cp: {"checkpoint.note": cp.note}, what="bundle",
+                              directory=True)
+        out.mkdir()
+        (out / "intruder").write_bytes(b"arrived after the check")
+        with pytest.raises(InputError, match="cannot write bundle"):
+            chain.make_checkpoint(ledger, signer, output=staged)
+        assert ledger.checkpoint_notes() == []
+        assert not [p for p in tmp_path.iterdir() if "partial" in p.name]
+        assert [p.name for p in out.iterdir()] == ["intruder"]
+        (out / "intruder").unlink()
+        export(ledger, [], out, signer=signer, trust=TrustStore([signer.public]))
+        notes = ledger.checkpoint_notes()
+    assert [n for _, n in notes] == [(out / "checkpoint.note").read_bytes()]

@@ -398,3 +398,45 @@ def test_independent_canonical_form_matches_the_golden_vectors() -> None:
     for bad in vectors["canonicalization_rejected"]:
         with pytest.raises(iv.NotCanonical):
             iv.strict_json(bad["input"].encode("utf-8", "surrogatepass"))
+
+
+# --- kept payloads (format.md §8.3): the independent reading agrees -----------------------
+
+@pytest.mark.parametrize("case", ["clean", "row deleted before export", "payload line deleted",
+                                  "exported without payloads"])
+def test_kept_payload_rule_matches_histaudit(db_url: str, tmp_path: Path, case: str) -> None:
+    from histaudit.interceptor.recorder import AuditRecorder
+
+    _, pub, signer = generate_keypair(tmp_path / "keys", name="exporter")
+    trust = TrustStore.load(pub)
+    refs: dict[int, str] = {}
+    with Ledger.open(db_url, create=True) as ledger:
+        recorder = AuditRecorder(ledger, signer)  # every payload signed as kept
+        for n in range(1, 4):
+            p = recorder.commit("kept-1", f'"value {n}"')
+            assert p.ref is not None
+            refs[recorder.append("kept-1", "activity.completed", {"output": p.ref}, p).seq] = \
+                p.ref["c"]
+        chain.erase_payload(ledger, "kept-1", refs[1], signer=signer, record={})
+    if case == "row deleted before export":
+        from support.ledgers import LedgerDb
+
+        with LedgerDb(db_url) as db:
+            db.run("DELETE FROM histaudit_payloads WHERE commitment = :c", c=refs[2])
+    bundle = tmp_path / "bundle"
+    with Ledger.open(db_url) as ledger:
+        export(ledger, ["kept-1"], bundle, signer=signer, trust=trust,
+               with_payloads=case != "exported without payloads")
+    if case == "payload line deleted":
+        edit_lines(bundle / "payloads.jsonl",
+                   lambda docs: docs.remove(next(d for d in docs if d["commitment"] == refs[3])))
+    mine = {(p.code, p.instance, p.seq) for p in iv.verify_bundle(bundle, iv.load_trust(pub))}
+    expected = {
+        "clean": set(),
+        "row deleted before export": {("payload-missing", "kept-1", 2)},
+        "payload line deleted": {("bundle-file-changed", "(bundle)", None),
+                                 ("payload-missing", "kept-1", 3)},
+        "exported without payloads": set(),
+    }[case]
+    assert mine == expected
+    assert histaudit_errors(bundle, trust) == expected

@@ -20,7 +20,7 @@ import pytest
 from histaudit.crash import CRASH_EXIT_CODE, read_trace
 from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer, generate_keypair
+from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
 from support.apps import AppProcess, AppRig
 from support.ledgers import LedgerDb, only, read_entries, stored_payload, verify_url
@@ -396,3 +396,105 @@ def test_side_effect_outside_an_audited_activity_is_refused() -> None:
             side_effect(None, "post-comment", key="ticket-7"):
         pass
 
+
+
+# --- payload size: record what the engine was actually given -------------------------------
+
+BIG_APP = Path(__file__).resolve().parent / "apps" / "big_output_app.py"
+MIB = 1024 * 1024
+
+
+def _big_app(audit: Audit, tmp_path: Path, **env: str) -> AppProcess:
+    return audit.add_app(AppProcess(audit.engine, [BIG_APP], log=tmp_path / "big.log",
+                                    env={**audit.env, **env}, ready=APP_READY,
+                                    ready_timeout=APP_READY_TIMEOUT_S,
+                                    exit_timeout=WORKFLOW_TIMEOUT_S))
+
+
+def _engine_codes(audit: Audit, instance: str) -> set[str]:
+    from histaudit.verify.verifier import verify_instance
+
+    with Ledger.open(audit.url) as ledger:
+        report = verify_instance(ledger, instance, trust=TrustStore([audit.signer.public]),
+                                 full=True, engine_history=audit.history(instance))
+    return report.codes()
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("size", "env"), [(6 * MIB, {}),
+                                           (3000, {"HISTAUDIT_MAX_PAYLOAD_BYTES": "2000"})],
+                         ids=["over-the-engine-limit", "over-a-configured-limit"])
+def test_output_over_the_payload_limit_is_signed_as_the_failure_the_engine_got(
+        audit: Audit, tmp_path: Path, size: int, env: dict[str, str]) -> None:
+    _big_app(audit, tmp_path, **env).start()
+    instance = audit.schedule("big", size)
+    state = audit.wait(instance, timeout=WORKFLOW_TIMEOUT_S)
+    assert state.runtime_status.name == "FAILED"
+    assert "over histaudit's payload limit" in state.failure_details.message
+    entries = audit.entries(instance)
+    assert kinds(entries, "produce") == ["workflow.scheduled_activity", "activity.started",
+                                         "activity.failed"]
+    assert kinds(entries)[-1] == "workflow.failed"
+    (failed,) = only(entries, "activity.failed")
+    assert failed.data["error_type"] == "PayloadTooLargeError"
+    assert f"returned {size + 2} bytes" in str(audit.payload(failed.data["error"]))  # JSON ""
+    history = audit.history(instance)
+    assert not any(e.HasField("taskCompleted") for e in history)
+    assert any(e.HasField("taskFailed") for e in history)
+    assert audit.verify(instance) == set()
+    assert _engine_codes(audit, instance) == set()  # the ledger's story is the engine's
+
+
+@pytest.mark.engine
+def test_output_under_the_payload_limit_completes(audit: Audit, tmp_path: Path) -> None:
+    size = 2 * MIB
+    _big_app(audit, tmp_path).start()
+    instance = audit.schedule("big", size)
+    state = audit.wait(instance, timeout=WORKFLOW_TIMEOUT_S)
+    assert state.runtime_status.name == "COMPLETED" and state.serialized_output == str(size)
+    (done,) = only(audit.entries(instance), "activity.completed")
+    assert done.data["output"]["n"] == size + 2 and done.data["output"]["k"] is True
+    assert audit.verify(instance) == set()
+    assert _engine_codes(audit, instance) == set()
+
+
+@pytest.mark.engine
+def test_lifting_the_limit_past_the_engine_shows_why_it_exists(audit: Audit,
+                                                               tmp_path: Path) -> None:
+    """Limit set above the engine's 4 MiB: the SDK fails the activity after the ledger
+    signed its completion. Only the engine cross-check can tell; the default prevents it."""
+    _big_app(audit, tmp_path, HISTAUDIT_MAX_PAYLOAD_BYTES=str(64 * MIB)).start()
+    instance = audit.schedule("big", 6 * MIB)
+    state = audit.wait(instance, timeout=WORKFLOW_TIMEOUT_S)
+    assert state.runtime_status.name == "FAILED"
+    assert "exceeds gRPC max message size" in state.failure_details.message
+    assert "activity.completed" in kinds(audit.entries(instance), "produce")
+    assert "engine-missing-completion" in _engine_codes(audit, instance)
+
+
+def test_payload_limit_setting_is_checked() -> None:
+    from histaudit.errors import UsageError
+    from histaudit.interceptor.recorder import (
+        DEFAULT_MAX_PAYLOAD_BYTES,
+        ENGINE_GRPC_LIMIT,
+        max_payload_bytes,
+    )
+
+    assert DEFAULT_MAX_PAYLOAD_BYTES < ENGINE_GRPC_LIMIT == 4 * MIB
+    assert max_payload_bytes({}) == DEFAULT_MAX_PAYLOAD_BYTES
+    assert max_payload_bytes({"HISTAUDIT_MAX_PAYLOAD_BYTES": " 1234 "}) == 1234
+    for bad in ("0", "-5", "1e6", "lots", "\u0661\u0662"):
+        with pytest.raises(UsageError, match="HISTAUDIT_MAX_PAYLOAD_BYTES"):
+            max_payload_bytes({"HISTAUDIT_MAX_PAYLOAD_BYTES": bad})
+
+
+def test_kept_flag_is_signed_only_when_the_payload_is_stored(tmp_path: Path) -> None:
+    from histaudit.dapr import AuditRecorder
+
+    signer = Signer.generate()
+    with Ledger.open(f"sqlite:///{tmp_path / 'l.db'}", create=True) as ledger:
+        kept = AuditRecorder(ledger, signer).commit("inst", '"x"')
+        bare = AuditRecorder(ledger, signer, keep_payloads=False).commit("inst", '"x"')
+    assert kept.ref is not None and bare.ref is not None
+    assert kept.ref["k"] is True and list(kept.rows.values()) == [(kept.ref["c"], b'"x"')]
+    assert "k" not in bare.ref and bare.rows == {}

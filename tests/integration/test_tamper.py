@@ -482,3 +482,99 @@ def test_instance_deleted_is_instance_missing(built: Built, attacker: LedgerDb) 
     with Ledger.open(built.url) as ledger:
         assert VICTIM not in ledger.instance_ids()
     assert_clean(built, *others(VICTIM))
+
+
+# --- kept payloads: deleted is not erased (docs/format.md §8.3) ---------------------------
+
+KEPT = ("wf-kept", "wf-other")
+
+
+@dataclass
+class KeptLedger:
+    url: str
+    signer: Signer
+    trust: TrustStore
+    #: instance -> seq -> commitment of the kept payload that entry carries
+    refs: dict[str, dict[int, str]]
+
+
+def build_kept(url: str) -> KeptLedger:
+    """Two instances written by the interceptor's recorder: every payload signed as kept."""
+    from histaudit.interceptor.recorder import AuditRecorder
+
+    signer = Signer.generate()
+    refs: dict[str, dict[int, str]] = {}
+    with Ledger.open(url, create=True) as ledger:
+        recorder = AuditRecorder(ledger, signer)
+        for rnd in range(1, 4):
+            for instance in KEPT:
+                p = recorder.commit(instance, f'{{"secret":"{instance} {rnd}"}}')
+                entry = recorder.append(instance, "event.raised", {"round": rnd,
+                                                                   "input": p.ref}, p)
+                assert p.ref is not None and p.ref["k"] is True
+                assert ledger.payload(p.ref["c"]) is not None
+                refs.setdefault(instance, {})[entry.seq] = p.ref["c"]
+    return KeptLedger(url, signer, TrustStore([signer.public]), refs)
+
+
+@pytest.fixture
+def kept(db_url: str) -> KeptLedger:
+    return build_kept(db_url)
+
+
+def _delete_payload(url: str, commitment: str) -> None:
+    """Deleting a payload row needs no lifted guard: erasure is allowed by the store."""
+    with LedgerDb(url) as db:
+        assert db.count("DELETE FROM histaudit_payloads WHERE commitment = :c",
+                        c=commitment) == 1
+
+
+def test_kept_payload_deleted_without_erasure_is_payload_missing(kept: KeptLedger) -> None:
+    _delete_payload(kept.url, kept.refs["wf-kept"][2])
+    assert verify(kept.url, "wf-kept", kept.trust).findings == ()  # rows not read by default
+    full = verify(kept.url, "wf-kept", kept.trust, full=True)
+    assert pairs(full) == {("payload-missing", 2)} and not full.ok
+    assert CODES["payload-missing"][0].name == "ERROR"
+    assert verify(kept.url, "wf-other", kept.trust, full=True).findings == ()
+
+
+def test_kept_payload_erased_with_a_signed_record_is_clean(kept: KeptLedger) -> None:
+    with Ledger.open(kept.url) as ledger:
+        for commitment in kept.refs["wf-kept"].values():
+            gone, entry = chain.erase_payload(ledger, "wf-kept", commitment,
+                                              signer=kept.signer, record={"reason": "test"})
+            assert gone and entry.data["commitment"] == commitment
+    report = verify(kept.url, "wf-kept", kept.trust, full=True)
+    assert report.findings == () and report.entries == 3 + 3
+
+
+def test_erasure_signed_into_another_instance_does_not_cover_the_payload(
+        kept: KeptLedger) -> None:
+    """Only the chain that references the payload can say it was erased."""
+    victim = kept.refs["wf-kept"][3]
+    with Ledger.open(kept.url) as ledger:
+        chain.erase_payload(ledger, "wf-other", victim, signer=kept.signer, record={})
+    assert pairs(verify(kept.url, "wf-kept", kept.trust, full=True)) == {("payload-missing", 3)}
+    assert verify(kept.url, "wf-other", kept.trust, full=True).findings == ()
+
+
+@pytest.mark.parametrize("flag", [True, 1, "true", False, None],
+                         ids=["true", "one", "string", "false", "absent"])
+def test_only_a_json_true_kept_flag_claims_the_payload(db_url: str, flag: Any) -> None:
+    signer = Signer.generate()
+    ref, rows = committed(b'"a short secret"')
+    if flag is not None:
+        ref["k"] = flag
+    with Ledger.open(db_url, create=True) as ledger:
+        chain.append(ledger, "wf-flag", "event.raised", {"input": ref}, signer=signer,
+                     payloads=rows)
+    _delete_payload(db_url, ref["c"])
+    report = verify(db_url, "wf-flag", TrustStore([signer.public]), full=True)
+    assert pairs(report) == ({("payload-missing", 1)} if flag is True else set())
+
+
+def test_unflagged_payload_deleted_still_verifies_as_before(built: Built) -> None:
+    """A ledger written before the kept flag: an absent row is an erasure, as it was."""
+    for commitment in built.commitments[VICTIM].values():
+        _delete_payload(built.url, commitment)
+    assert_clean(built, *INSTANCES)

@@ -5,14 +5,22 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from histaudit.bundle.envelope import MANIFEST_TYPE, pae
+from histaudit.bundle.export import export
+from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.records import StoredHead
+from histaudit.ledger.store import Ledger
 
-__all__ = ["edit_lines", "put_head", "read_lines", "write_lines"]
+from .ledgers import append_order
+
+__all__ = ["Built", "build_bundle", "edit_lines", "manifest_of", "put_head", "read_lines",
+           "resign_manifest", "write_lines"]
 
 Doc = dict[str, Any]
 
@@ -41,3 +49,43 @@ def put_head(bundle: Path, instance: str, head: StoredHead) -> None:
                 h["body"] = base64.b64encode(head.body).decode()
                 h["sig"] = base64.b64encode(head.sig).decode()
     edit_lines(bundle / "heads.jsonl", change)
+
+
+@dataclass(frozen=True)
+class Built:
+    bundle: Path
+    pub: Path          # the exporter's public key file (a --trust for the command)
+    signer: Signer
+    trust: TrustStore
+
+
+def build_bundle(root: Path, instances: tuple[str, ...] = ("order-1", "order-2")) -> Built:
+    """A real SQLite ledger of order workflows under ``root``, exported with payloads to
+    ``root / "bundle"`` through the library (what ``histaudit export`` calls)."""
+    _, pub, signer = generate_keypair(root / "keys", name="exporter")
+    trust = TrustStore([signer.public])
+    url = f"sqlite:///{root / 'ledger.db'}"
+    with Ledger.open(url, create=True) as ledger:
+        for instance in instances:
+            append_order(ledger, signer, instance)
+        export(ledger, [], root / "bundle", signer=signer, trust=trust, with_payloads=True)
+    return Built(root / "bundle", pub, signer, trust)
+
+
+def manifest_of(bundle: Path) -> dict[str, Any]:
+    """The manifest inside the bundle's DSSE envelope, parsed."""
+    env = json.loads((bundle / "manifest.dsse.json").read_bytes())
+    return dict(json.loads(base64.b64decode(env["payload"])))
+
+
+def resign_manifest(bundle: Path, signer: Signer, change: Callable[[Doc], object]) -> None:
+    """Let ``change`` edit the manifest, then sign it again properly with ``signer``: what
+    a hostile exporter holding a trusted key can hand an auditor."""
+    manifest = manifest_of(bundle)
+    change(manifest)
+    # json, not orjson: a hostile manifest may hold integers past 64 bits.
+    payload = json.dumps(manifest, sort_keys=True, indent=2).encode()
+    env = {"payloadType": MANIFEST_TYPE, "payload": base64.b64encode(payload).decode(),
+           "signatures": [{"keyid": signer.kid, "sig": base64.b64encode(
+               signer.sign(pae(MANIFEST_TYPE, payload))).decode()}]}
+    (bundle / "manifest.dsse.json").write_bytes(orjson.dumps(env))

@@ -23,15 +23,25 @@ _ERROR = "histaudit: error: "
 
 
 def cli(*args: str | os.PathLike[str], cwd: Path,
-        env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        env: Mapping[str, str] | None = None, file_size_limit: int | None = None,
+        timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
     """Run ``histaudit ARGS`` in ``cwd``; ``env`` is added to (or overrides) the clean
-    environment: the parent's minus every HISTAUDIT_* variable, plus wide, plain output."""
+    environment: the parent's minus every HISTAUDIT_* variable, plus wide, plain output.
+    ``file_size_limit`` sets RLIMIT_FSIZE in the child: a write past that many bytes of any
+    file fails with EFBIG, as a full disk would (Python ignores SIGXFSZ)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
     full_env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
     full_env.update(env or {})
+    def limit() -> None:
+        import resource
+
+        assert file_size_limit is not None
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
     return subprocess.run([*HISTAUDIT, *map(str, args)], cwd=cwd, env=full_env,
                           capture_output=True, text=True, encoding="utf-8", errors="replace",
-                          timeout=TIMEOUT)
+                          timeout=timeout,
+                          preexec_fn=None if file_size_limit is None else limit)
 
 
 def exits(result: subprocess.CompletedProcess[str], code: int = 0) -> None:

@@ -15,6 +15,15 @@ from histaudit.errors import FormatError
 BUNDLE_VERSION = 1
 MANIFEST_TYPE = "application/vnd.histaudit.bundle-manifest+json"
 MANIFEST_MAX_BYTES = 64 << 20
+FILE_MAX_BYTES = {
+    "checkpoint.note": 1 << 20, "keys.json": 16 << 20, "heads.jsonl": 256 << 20,
+    "entries.jsonl": 1 << 30, "payloads.jsonl": 1 << 30, "report.html": 256 << 20,
+}
+"""Absolute caps on what a verifier reads of each bundle file (docs/bundle.md §9 step 5)."""
+OTHER_FILE_MAX_BYTES = 64 << 20
+"""The cap for any other file the manifest lists."""
+SLACK_BYTES = 1 << 20
+"""A listed file is read up to twice its signed byte count plus this (then capped)."""
 FILES = ("checkpoint.note", "entries.jsonl", "heads.jsonl", "keys.json")
 """Files every bundle has (payloads.jsonl and report.html are optional)."""
 

@@ -30,12 +30,14 @@ from histaudit.errors import FormatError, InputError, UsageError
 from histaudit.ledger import merkle
 from histaudit.ledger import records as rec
 from histaudit.ledger.chain import make_checkpoint
+from histaudit.ledger.checkpoint import Checkpoint
 from histaudit.ledger.keys import Signer, TrustStore, parse_time
 from histaudit.ledger.store import Ledger
 from histaudit.verify.report import Report
 from histaudit.verify.verifier import verify_chain
 
 from .envelope import BUNDLE_VERSION, MANIFEST_TYPE, b64, pae
+from .staging import StagedOutput
 
 __all__ = ["ExportResult", "export"]
 
@@ -54,10 +56,13 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
            signer: Signer, trust: TrustStore, since: str | None = None,
            until: str | None = None, with_payloads: bool = False,
            html: bool = True) -> ExportResult:
-    """Write a bundle of ``instances`` (all instances when empty) to directory ``out``."""
-    out_dir = Path(out)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise UsageError(f"{out_dir} exists and is not empty; refusing to overwrite")
+    """Write a bundle of ``instances`` (all instances when empty) to directory ``out``.
+
+    Nothing is stored unless the bundle is written: the output directory is checked
+    first, the files are written beside it and moved into place inside the transaction
+    that stores the export's checkpoint (:class:`StagedOutput`); on any failure there is
+    no new checkpoint row and no partial bundle.
+    """
     wanted = list(instances) or ledger.instance_ids()
     chosen = [i for i in wanted if _in_window(ledger, i, since, until)]
     if not chosen:
@@ -67,9 +72,25 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
     # meanwhile stay out of this bundle; a head read later could name one of them, and
     # the bundle would then look cut (tail-truncated) without anything being wrong.
     heads = {instance: ledger.head(instance) for instance in chosen}
-    cp = make_checkpoint(ledger, signer)
+    for instance, head in heads.items():
+        if head is None:
+            raise InputError(f"instance {rec.shown_id(instance)} has no signed head or no "
+                             f"entries")
+    counts: dict[str, int] = {}
+    staged = StagedOutput(out, lambda cp: _bundle_files(ledger, chosen, heads, cp, signer,
+                                                        trust, since, until, with_payloads,
+                                                        html, counts),
+                          what="bundle", directory=True)
+    make_checkpoint(ledger, signer, output=staged)
+    return ExportResult(Path(out), len(chosen), counts["entries"], staged.written)
+
+
+def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.StoredHead | None],
+                  cp: Checkpoint, signer: Signer, trust: TrustStore, since: str | None,
+                  until: str | None, with_payloads: bool, html: bool,
+                  counts: dict[str, int]) -> dict[str, bytes]:
+    """Every file of the bundle, the manifest last, for the signed checkpoint ``cp``."""
     tree = merkle.Tree([merkle.leaf_hash(body) for _, body in ledger.leaves(below=cp.size)])
-    out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, bytes] = {"checkpoint.note": cp.note}
     entry_lines, head_lines, payload_lines = [], [], []
     summaries, kids = [], {signer.kid}
@@ -80,7 +101,8 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
         upto = rec.parse_head(head.body).leaf if head is not None else -1
         rows = [r for r in ledger.entries(instance) if r.leaf < cp.size and r.leaf <= upto]
         if head is None or not rows:
-            raise InputError(f"instance {instance!r} has no signed head or no entries")
+            raise InputError(f"instance {rec.shown_id(instance)} has no signed head or no "
+                             f"entries")
         for r in rows:
             proof = tree.inclusion_proof(r.leaf, cp.size)
             entry_lines.append(orjson.dumps({
@@ -125,11 +147,8 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
                 "signatures": [{"keyid": signer.kid,
                                 "sig": b64(signer.sign(pae(MANIFEST_TYPE, payload)))}]}
     files["manifest.dsse.json"] = orjson.dumps(envelope, option=orjson.OPT_INDENT_2)
-    total = 0
-    for name, data in files.items():
-        (out_dir / name).write_bytes(data)
-        total += len(data)
-    return ExportResult(out_dir, len(chosen), len(entry_lines), total)
+    counts["entries"] = len(entry_lines)
+    return files
 
 
 def _detail(data: Mapping[str, Any]) -> str:

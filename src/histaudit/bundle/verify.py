@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,7 +28,18 @@ from histaudit.verify.findings import Finding
 from histaudit.verify.report import Report, Scope
 from histaudit.verify.verifier import verify_chain
 
-from .envelope import BUNDLE_VERSION, FILES, MANIFEST_MAX_BYTES, MANIFEST_TYPE, b64, pae, unb64
+from .envelope import (
+    BUNDLE_VERSION,
+    FILE_MAX_BYTES,
+    FILES,
+    MANIFEST_MAX_BYTES,
+    MANIFEST_TYPE,
+    OTHER_FILE_MAX_BYTES,
+    SLACK_BYTES,
+    b64,
+    pae,
+    unb64,
+)
 
 __all__ = ["BundleResult", "load_manifest", "verify_bundle"]
 
@@ -50,17 +62,65 @@ class BundleResult:
         return [bundle, *self.reports]
 
 
-def _read(path: Path, limit: int | None = None) -> bytes:
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _read(root: Path, name: str, limit: int, *, listed: int | None = None) -> bytes:
+    """The bytes of bundle file ``name``: a regular file inside ``root``, at most ``limit``
+    bytes (docs/bundle.md §9 step 5). FIFOs, devices, sockets, directories and symlinks
+    that leave the bundle are refused before a byte is read, so nothing blocks or
+    streams forever; ``listed`` is the manifest's byte count, named in the error."""
+    if "\x00" in name:
+        raise InputError(f"bundle manifest names an unsafe path {name!r}")
+    path = root / name
+    real, inside = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([real, inside]) != inside or real == inside:
+        raise InputError(f"bundle file {name} is a symlink that leaves the bundle directory")
     try:
-        with path.open("rb") as fh:
-            data = fh.read() if limit is None else fh.read(limit + 1)
+        _regular(name, os.stat(real).st_mode)  # names a socket, which open() cannot
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise InputError(f"bundle file {path.name} is missing") from None
+        raise InputError(f"bundle file {name} is missing") from None
     except OSError as exc:
-        raise InputError(f"bundle file {path.name}: {exc.strerror}") from None
-    if limit is not None and len(data) > limit:
-        raise InputError(f"bundle file {path.name} is larger than {limit} bytes")
+        raise InputError(f"bundle file {name}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        _regular(name, st.st_mode)  # what was opened, should it have been swapped
+        if st.st_size > limit:
+            said = f", the signed manifest says {listed}" if listed is not None else ""
+            raise InputError(f"bundle file {name} is {st.st_size} bytes{said}: larger than "
+                             f"the {limit} bytes this verifier reads")
+        chunks, got = [], 0
+        while got <= limit and (chunk := os.read(fd, min(1 << 20, limit + 1 - got))):
+            chunks.append(chunk)
+            got += len(chunk)
+    except OSError as exc:
+        raise InputError(f"bundle file {name}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:  # it grew while being read
+        raise InputError(f"bundle file {name} is larger than {limit} bytes")
     return data
+
+
+def _regular(name: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        what = next((w for test, w in _KINDS if test(mode)), "not a regular file")
+        raise InputError(f"bundle file {name} is {what}, not a regular file")
+
+
+def _limit(name: str, meta: object) -> tuple[int, int | None]:
+    """How many bytes of ``name`` are read: its absolute cap, and no more than twice the
+    signed byte count plus 1 MiB (room for the tampering a finding should describe)."""
+    cap = FILE_MAX_BYTES.get(name, OTHER_FILE_MAX_BYTES)
+    listed = meta.get("bytes") if isinstance(meta, dict) else None
+    if type(listed) is not int or listed < 0:
+        return cap, None
+    return min(cap, 2 * listed + SLACK_BYTES), listed
 
 
 def _json(data: bytes, what: str) -> Any:
@@ -86,7 +146,7 @@ def load_manifest(root: Path, trust: TrustStore) -> tuple[dict[str, Any], str]:
     """Read and authenticate the DSSE-wrapped manifest; return (manifest, signer kid)."""
     if not root.is_dir():
         raise InputError(f"bundle {root} is not a directory")
-    env = _json(_read(root / "manifest.dsse.json", MANIFEST_MAX_BYTES), "bundle manifest")
+    env = _json(_read(root, "manifest.dsse.json", MANIFEST_MAX_BYTES), "bundle manifest")
     if not isinstance(env, dict) or env.get("payloadType") != MANIFEST_TYPE:
         raise InputError("bundle manifest is not a histaudit DSSE envelope")
     try:
@@ -133,10 +193,11 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     for name in sorted(set(declared) | set(FILES)):
         if name not in declared:
             raise InputError(f"bundle manifest does not list {name}")
-        if "/" in name or name.startswith("."):
+        if "/" in name or name.startswith(".") or not name or "\x00" in name:
             raise InputError(f"bundle manifest names an unsafe path {name!r}")
-        data = _read(root / name)
         meta = declared[name]
+        limit, listed = _limit(name, meta)
+        data = _read(root, name, limit, listed=listed)
         if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
             findings.append(Finding.make(
                 "bundle-file-changed", "(bundle)", None,
@@ -178,7 +239,7 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
             findings.append(Finding.make(
                 "inclusion-invalid", row.instance, row.seq,
                 f"entry {row.seq} (leaf {row.leaf}) is not in the signed checkpoint's tree"))
-        elif (claimed := _body_leaf(row.body)) is not None and claimed != row.leaf:
+        elif (claimed := _body_int(row.body, "leaf")) is not None and claimed != row.leaf:
             findings.append(Finding.make(
                 "inclusion-invalid", row.instance, row.seq,
                 f"entry {row.seq} says it is leaf {claimed}, but its proof puts it at leaf "
@@ -187,9 +248,11 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     heads = {}
     for n, h in enumerate(_jsonl(contents["heads.jsonl"], "heads.jsonl"), 1):
         try:
-            heads[str(h["instance"])] = rec.StoredHead(str(h["instance"]), 0,
-                                                   unb64(h.get("body"), "head body"),
-                                                   unb64(h.get("sig"), "head signature"))
+            body = unb64(h.get("body"), "head body")
+            # A bundle has no seq column: the head's own (signed) seq stands in for it.
+            heads[str(h["instance"])] = rec.StoredHead(str(h["instance"]),
+                                                       _body_int(body, "seq") or 0, body,
+                                                       unb64(h.get("sig"), "head signature"))
         except (KeyError, FormatError) as exc:
             raise InputError(f"bundle heads.jsonl line {n}: {exc}") from None
     listed = manifest.get("instances")
@@ -201,10 +264,13 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
                                      f"entries for instance {extra!r}, which the manifest "
                                      f"does not list"))
     reports = []
+    # Payloads are checked (also that a kept one is present or signed erased) only when the
+    # signed manifest lists payloads.jsonl: a bundle exported without them claims none.
     for name in names:
         reports.append(verify_chain(name, iter(rows.get(name, [])), heads.get(name),
                                     trust=trust, full=full, workers=1,
-                                    payload_lookup=payloads.get if payloads else None))
+                                    payload_lookup=(payloads.get if "payloads.jsonl" in
+                                                    contents else None)))
     return BundleResult(checkpoint=cp, findings=tuple(findings), reports=tuple(reports))
 
 
@@ -221,14 +287,15 @@ def _entry_row(e: Mapping[str, Any], n: int) -> rec.StoredEntry:
     return rec.StoredEntry(leaf, instance, seq, rec.sha256_hex(body), body, sig)
 
 
-def _body_leaf(body: bytes) -> int | None:
-    """The ``leaf`` a body claims, or None when it has none (verify_chain reports that)."""
+def _body_int(body: bytes, member: str) -> int | None:
+    """The integer ``member`` (``leaf``, ``seq``) a body claims, or None when it has none
+    (verify_chain reports that)."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
-    leaf = doc.get("leaf") if isinstance(doc, dict) else None
-    return leaf if type(leaf) is int else None
+    value = doc.get(member) if isinstance(doc, dict) else None
+    return value if type(value) is int else None
 
 
 def _bundle_keys(data: bytes) -> dict[str, PublicKey]:

@@ -16,7 +16,7 @@ from histaudit.verify.findings import Severity
 from . import render
 
 if TYPE_CHECKING:
-    from histaudit.ledger.store import Ledger
+    from histaudit.ledger.store import Ledger, Snapshot
 
 from .options import (
     EXIT_CLEAN,
@@ -25,15 +25,25 @@ from .options import (
     key_option,
     trust_option,
     trust_store,
-    write_file,
 )
 
 
-def _open(db: str | None) -> Ledger:
+def _open(db: str | None, *, reading: bool = False) -> Ledger:
+    """The ledger at ``db``; for a command that writes (not ``reading``), a write lock
+    held by another process is said at once on stderr and waited for only as long as
+    $HISTAUDIT_LOCK_WAIT says (README, CLI reference)."""
     # Imported here: only commands that open a database load SQLAlchemy.
-    from histaudit.ledger.store import Ledger
+    from histaudit.ledger.store import LOCK_WAIT_ENV, Ledger, lock_wait_from_env
 
-    return Ledger.open(db)
+    if reading:
+        return Ledger.open(db)
+    wait = lock_wait_from_env()
+
+    def waiting() -> None:
+        click.echo(f"histaudit: waiting for the write lock held by another process (up to "
+                   f"{wait:g} s, {LOCK_WAIT_ENV})", err=True)
+
+    return Ledger.open(db, lock_wait=wait, on_lock_wait=waiting)
 
 
 @click.command("list")
@@ -46,9 +56,9 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
 
     keys = TrustStore.load(trust) if trust else None
     rows: list[dict[str, Any]] = []
-    with _open(db) as ledger:
-        for summary in ledger.instances():
-            last = _last_entry(ledger, summary.instance)
+    with _open(db, reading=True) as ledger, ledger.snapshot() as snap:
+        for summary in snap.instances():
+            last = _last_entry(snap, summary.instance)
             status = "not checked (no --trust)"
             if keys is not None:
                 report = verify_instance(ledger, summary.instance, trust=keys)
@@ -72,13 +82,25 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
     return EXIT_CLEAN
 
 
-def _last_entry(ledger: Ledger, instance: str) -> rec.Entry | None:
-    """The entry the instance's signed head names, if it is stored and parses."""
-    head = ledger.head(instance)
+def _last_entry(snap: Snapshot, instance: str) -> rec.Entry | None:
+    """The entry the instance's signed head names, if it is stored and parses.
+
+    Found by what is signed — the head's entry hash — not by the unsigned seq or hash
+    columns: the row at the head's leaf is taken only if its bytes hash to it, else the
+    instance's rows are searched for bytes that do.
+    """
+    head = snap.head(instance)
     if head is None:
         return None
     try:
-        row = ledger.entry_at(instance, rec.parse_head(head.body).seq)
+        signed = rec.parse_head(head.body)
+    except HistauditError:
+        return None
+    row = snap.entry_at_leaf(signed.leaf)
+    if row is None or rec.sha256_hex(row.body) != signed.hash:
+        row = next((r for r in snap.entries(instance)
+                    if rec.sha256_hex(r.body) == signed.hash), None)
+    try:
         return None if row is None else rec.parse_entry(row.body)
     except HistauditError:
         return None
@@ -90,10 +112,10 @@ def _last_entry(ledger: Ledger, instance: str) -> rec.Entry | None:
 @click.option("--json", "as_json", is_flag=True)
 def show(instance_id: str, db: str | None, as_json: bool) -> int:
     """INSTANCE_ID's entries as a readable timeline."""
-    with _open(db) as ledger:
+    with _open(db, reading=True) as ledger:
         rows = list(ledger.entries(instance_id))
     if not rows:
-        raise InputError(f"instance {instance_id!r} has no entries in this ledger")
+        raise InputError(f"instance {rec.shown_id(instance_id)} has no entries in this ledger")
     items: list[dict[str, Any]] = []
     for row in rows:
         try:
@@ -119,7 +141,8 @@ def show(instance_id: str, db: str | None, as_json: bool) -> int:
 
 @click.command()
 @click.argument("instance_id")
-@click.option("--seq", type=click.IntRange(1), required=True, help="Entry holding the payload.")
+@click.option("--seq", type=click.IntRange(1, 2**63 - 1), required=True,
+              help="Entry holding the payload.")
 @click.option("--field", "field_", required=True, help="Payload field, e.g. input or output.")
 @click.option("--reason", default="privacy request", show_default=True)
 @db_option
@@ -131,22 +154,44 @@ def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
 
     signer = signer_from_env(key)
     with _open(db) as ledger:
-        row = ledger.entry_at(instance_id, seq)
-        if row is None:
-            raise InputError(f"instance {instance_id!r} has no entry {seq}")
-        try:
-            entry = rec.parse_entry(row.body)
-        except FormatError as exc:
-            raise InputError(f"entry {seq} of {instance_id!r} is malformed: {exc}") from None
+        entry = _signed_entry(ledger, instance_id, seq)
         ref = entry.data.get(field_)
         if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
-            raise InputError(f"entry {seq} of {instance_id!r} has no committed payload "
-                             f"{field_!r}")
+            raise InputError(f"entry {seq} of {rec.shown_id(instance_id)} has no committed "
+                             f"payload {rec.shown_id(field_)}")
         erased, _ = erase_payload(ledger, instance_id, ref["c"], signer=signer,
                                   record={"entry": seq, "field": field_, "reason": reason})
     click.echo(f"erased {field_} of entry {seq}" if erased
                else f"{field_} of entry {seq} was already erased; erasure recorded")
     return EXIT_CLEAN
+
+
+def _signed_entry(ledger: Ledger, instance: str, seq: int) -> rec.Entry:
+    """The entry whose signed body says it is ``instance``'s entry ``seq``.
+
+    The unsigned ``seq`` column only names the row to blame when none parses; two rows
+    whose bodies both claim the position (a forked chain) are refused.
+    """
+    found: list[rec.Entry] = []
+    broken: FormatError | None = None
+    for row in ledger.entries(instance):
+        try:
+            entry = rec.parse_entry(row.body)
+        except FormatError as exc:
+            if row.seq == seq:
+                broken = exc
+            continue
+        if entry.seq == seq and entry.instance == instance:
+            found.append(entry)
+    who = rec.shown_id(instance)
+    if len(found) > 1:
+        raise InputError(f"entry {seq} of {who} is stored {len(found)} times (a forked "
+                         f"chain): run `histaudit verify` first")
+    if found:
+        return found[0]
+    if broken is not None:
+        raise InputError(f"entry {seq} of {who} is malformed: {broken}")
+    raise InputError(f"instance {who} has no entry {seq}")
 
 
 @click.command("checkpoint")
@@ -155,13 +200,16 @@ def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
 @click.option("--out", "out_file", metavar="FILE", help="Also write the note to FILE.")
 def checkpoint(db: str | None, key: str | None, out_file: str | None) -> int:
     """Sign and store a checkpoint of the whole ledger; print it (C2SP signed note)."""
+    from histaudit.bundle.staging import StagedOutput
     from histaudit.ledger.chain import make_checkpoint
 
     signer = signer_from_env(key)
+    # --out is checked, and the note written beside it, before the checkpoint is stored:
+    # a bad path or a full disk leaves the ledger unchanged (docs/bundle.md §4).
+    output = (StagedOutput(out_file, lambda cp: cp.note, what="checkpoint note",
+                           directory=False) if out_file else None)
     with _open(db) as ledger:
-        cp = make_checkpoint(ledger, signer)
-    if out_file:
-        write_file(out_file, cp.note)
+        cp = make_checkpoint(ledger, signer, output=output)
     sys.stdout.write(cp.note.decode())
     return EXIT_CLEAN
 

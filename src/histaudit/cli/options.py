@@ -16,8 +16,10 @@ db_option = click.option("--db", "db", metavar="URL", envvar="HISTAUDIT_DB",
 trust_option = click.option("--trust", metavar="PATH", envvar="HISTAUDIT_TRUST",
                             help="Trust store: directory of *.pub.json or one JSON file "
                                  "(default $HISTAUDIT_TRUST).")
+# The value is a path; key text given instead is refused unshown (Signer.load).
 key_option = click.option("--key", metavar="PATH", envvar="HISTAUDIT_KEY",
-                          help="Private signing key (default $HISTAUDIT_KEY).")
+                          help="Path of the private signing key file (default "
+                               "$HISTAUDIT_KEY; a path, never the key itself).")
 
 
 def trust_store(path: str | None) -> TrustStore:

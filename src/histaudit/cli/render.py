@@ -22,13 +22,30 @@ _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow",
 
 
 def console() -> Console:
-    return Console(highlight=False, soft_wrap=True, markup=False)
+    return Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
+
+
+def escape(text: str) -> str:
+    """``text`` with every character that is not printable (newline, NUL, ESC of ANSI
+    escapes, C1 controls, bidi overrides, surrogates) written as a ``\\x``/``\\u``
+    escape: a value stored in a ledger or bundle never reaches the terminal raw."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def clip(text: object, limit: int = CELL_CHARS) -> str:
-    """``text`` for a table cell, cut to ``limit`` characters with the full length noted."""
+    """``text`` for human output: cut to ``limit`` characters with the full length noted,
+    and escaped (:func:`escape`). Everything printed from a ledger goes through here."""
     text = str(text)
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
+    return escape(text) if len(text) <= limit else f"{escape(text[:limit])}… ({len(text)} chars)"
 
 
 def emit_json(doc: Any) -> None:
@@ -53,7 +70,7 @@ def reports(items: Iterable[Report]) -> None:
         for f in report.findings:
             table.add_row("-" if f.seq is None else str(f.seq),
                           Text(str(f.severity), style=_SEVERITY_STYLE[f.severity]),
-                          f.code, clip(f.message))
+                          clip(f.code), clip(f.message))
         out.print(table)
 
 

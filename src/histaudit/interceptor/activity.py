@@ -6,8 +6,10 @@ Each registered activity is wrapped (same signature, so the SDK binds inputs as 
   ledger itself, because a crash loses whatever the process remembered;
 * ``activity.completed`` (or ``activity.failed``) after it, appended *before* the result
   goes back to the engine, so a crash after a side effect shows up later as a second
-  ``activity.started`` of the same task. A ledger that refuses the write fails the
-  activity: the engine never hears of a success the ledger does not hold.
+  ``activity.started`` of the same task. An output over the payload limit, which the
+  engine could not receive, is recorded and raised as ``activity.failed``. A ledger that
+  refuses the write fails the activity: the engine never hears of a success the ledger
+  does not hold.
 
 Automatic crash points (see :mod:`histaudit.crash`): ``before:<activity>`` after the
 start is signed and before the body runs; ``after:<activity>`` after the body returned
@@ -33,9 +35,9 @@ from histaudit.crash import crash_point
 from histaudit.errors import StoreError, UsageError
 from histaudit.ledger.kinds import Kind
 
-from .recorder import AuditRecorder, sdk_json, worker_id
+from .recorder import ENGINE_GRPC_LIMIT, AuditRecorder, sdk_json, worker_id
 
-__all__ = ["ActivityRun", "audit_activity", "current_activity"]
+__all__ = ["ActivityRun", "PayloadTooLargeError", "audit_activity", "current_activity"]
 
 log = logging.getLogger("histaudit.interceptor")
 
@@ -111,13 +113,31 @@ def _failed(run: ActivityRun, exc: Exception) -> None:
                     "%s): %s", run.activity, run.task_id, run.instance, problem)
 
 
+class PayloadTooLargeError(UsageError):
+    """An activity returned more than the engine can receive: it fails instead."""
+
+
 def _completed(run: ActivityRun, result: Any) -> None:
-    """Record ``activity.completed``; raise (failing the activity) if that is impossible."""
+    """Record ``activity.completed``; raise (failing the activity) if that is impossible.
+
+    An output over the recorder's payload limit (below the engine's gRPC message limit)
+    could never reach the engine as a success, so it is recorded and raised as a failure:
+    the ledger says what the engine was given.
+    """
     try:
         text = sdk_json(result)
     except (TypeError, ValueError) as exc:  # the SDK could not send it either
         _failed(run, exc)
         raise
+    size = 0 if text is None else len(text.encode("utf-8"))
+    if size > run.recorder.max_payload:
+        too_large = PayloadTooLargeError(
+            f"activity {run.activity!r} (task {run.task_id} of {run.instance!r}) returned "
+            f"{size} bytes, over histaudit's payload limit of {run.recorder.max_payload} "
+            f"bytes (HISTAUDIT_MAX_PAYLOAD_BYTES; the engine takes at most "
+            f"{ENGINE_GRPC_LIMIT} per message): failing it, the engine could not receive it")
+        _failed(run, too_large)
+        raise too_large
     out = run.recorder.commit(run.instance, text)
     try:
         run.recorder.append(run.instance, Kind.ACTIVITY_COMPLETED, {

@@ -1,12 +1,15 @@
 """The recorder: signs events of one app into one ledger with one key.
 
 Payloads (inputs, outputs, error messages) never enter a signed entry. An entry holds a
-reference ``{"c": salted commitment, "n": size}`` and the payload sits beside the chain,
-erasable. A random salt makes equal payloads commit differently, so each reference comes
-with a ``*_digest``: HMAC-SHA256 under a per-instance secret derived from the signing
-key. Equal payloads in one instance have equal digests (that is how re-executions that
-returned different results are found), yet nobody without the private key can test a
-guess of an erased value against either the commitment or the digest.
+reference ``{"c": salted commitment, "k": true, "n": size}`` and the payload sits beside
+the chain, erasable; ``"k": true`` signs that it is kept (stored in the same transaction),
+so a payload row that disappears without a signed ``payload.erased`` is a finding. With
+``keep_payloads=False`` nothing is stored and the reference has no ``k``. A random salt
+makes equal payloads commit differently, so each reference comes with a ``*_digest``:
+HMAC-SHA256 under a per-instance secret derived from the signing key. Equal payloads in
+one instance have equal digests (that is how re-executions that returned different
+results are found), yet nobody without the private key can test a guess of an erased
+value against either the commitment or the digest.
 
 Commitments cover the exact JSON text the SDK exchanges with the engine: activity inputs
 are taken off the wire, everything else is encoded with the SDK's own serializer, which
@@ -27,16 +30,36 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from histaudit import sdk
-from histaudit.errors import HistauditError, StoreError
+from histaudit.errors import HistauditError, StoreError, UsageError
 from histaudit.ledger import chain
 from histaudit.ledger import records as rec
 from histaudit.ledger.keys import Signer
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 
-__all__ = ["AuditRecorder", "Payload", "payload_digest", "sdk_decode", "sdk_json", "worker_id"]
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "AuditRecorder", "Payload", "max_payload_bytes",
+           "payload_digest", "sdk_decode", "sdk_json", "worker_id"]
 
 _DIGEST_DOMAIN = b"histaudit.digest-key.v1\x00"
+
+ENGINE_GRPC_LIMIT = 4 * 1024 * 1024
+"""What the engine accepts in one gRPC message: grpc-go's default server receive limit,
+which durabletask-go and daprd keep (the SDK worker's own send side is unlimited)."""
+DEFAULT_MAX_PAYLOAD_BYTES = ENGINE_GRPC_LIMIT - 64 * 1024
+"""Largest activity output histaudit signs as a completion: below the engine's limit,
+leaving 64 KiB for the rest of the message (ids, token). Override with
+``HISTAUDIT_MAX_PAYLOAD_BYTES`` when the engine is configured for larger messages."""
+
+
+def max_payload_bytes(environ: Mapping[str, str] = os.environ) -> int:
+    """The payload size limit: ``$HISTAUDIT_MAX_PAYLOAD_BYTES`` or the default."""
+    text = environ.get("HISTAUDIT_MAX_PAYLOAD_BYTES", "").strip()
+    if not text:
+        return DEFAULT_MAX_PAYLOAD_BYTES
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise UsageError(f"HISTAUDIT_MAX_PAYLOAD_BYTES must be a positive number of bytes, "
+                         f"got {text[:40]!r}")
+    return int(text)
 
 
 def sdk_json(value: Any) -> str | None:
@@ -114,10 +137,13 @@ class _StartCounts(Counter[tuple[str, Any]]):
 class AuditRecorder:
     """Signs events into one ledger with one key; shared by a runtime's threads."""
 
-    def __init__(self, ledger: Ledger, signer: Signer, *, keep_payloads: bool = True) -> None:
+    def __init__(self, ledger: Ledger, signer: Signer, *, keep_payloads: bool = True,
+                 max_payload: int | None = None) -> None:
         self.ledger = ledger
         self.signer = signer
         self.keep_payloads = keep_payloads
+        self.max_payload = max_payload_bytes() if max_payload is None else max_payload
+        """Activity outputs larger than this (bytes) fail instead of completing."""
         self._secret = functools.lru_cache(maxsize=4096)(self._derive_secret)
         self._folds: OrderedDict[tuple[str, str], _Fold] = OrderedDict()
         self._folds_lock = threading.Lock()
@@ -136,8 +162,12 @@ class AuditRecorder:
         raw = text.encode("utf-8")
         salt = rec.new_salt()
         commitment = rec.commit(raw, salt)
-        rows = {salt: (commitment, raw)} if self.keep_payloads else {}
-        return Payload({"c": commitment, "n": len(raw)}, self.digest(instance, raw), rows)
+        if not self.keep_payloads:
+            return Payload({"c": commitment, "n": len(raw)}, self.digest(instance, raw), {})
+        # "k": true signs that the row is stored with the entry (docs/format.md §8.3), so
+        # a row deleted without a signed payload.erased is a finding, not an erasure.
+        return Payload({"c": commitment, "k": True, "n": len(raw)},
+                       self.digest(instance, raw), {salt: (commitment, raw)})
 
     def append(self, instance: str, kind: str, data: Mapping[str, Any],
                *payloads: Payload) -> rec.Entry:

@@ -128,7 +128,10 @@ def _load_signer(key: str | None) -> Signer:
     try:
         return signer_from_env(key)
     except KeyMaterialError as exc:
-        raise KeyMaterialError(f"AuditedWorkflowRuntime: {exc}") from None
+        # The message never holds key text (see Signer.load); `from None` keeps the
+        # original exception, and with it the caller's arguments, out of the traceback.
+        text = str(exc).replace("HISTAUDIT_KEY/--key", "key=/HISTAUDIT_KEY")
+        raise KeyMaterialError(f"AuditedWorkflowRuntime: {text}") from None
 
 
 def _open_ledger(url: str | None) -> Ledger:

@@ -9,7 +9,8 @@ The bottom layer of histaudit: it imports nothing from the rest of the package e
 ``keys``        Ed25519 keys, trust stores, batch verification (the only signing code)
 ``merkle``      the RFC 9162 tree over every entry, proofs
 ``checkpoint``  signed checkpoint notes (C2SP tlog-checkpoint, signed-note)
-``store``       SQL only: schema, triggers, locks, rows in and out (SQLite, PostgreSQL)
+``store``       SQL only (a package): schema and triggers, SQLite files, consistent read
+                snapshots, locks, rows in and out (SQLite, PostgreSQL)
 ``chain``       the append rule, erasure and checkpoint making, inside a store transaction
 
 ``store`` and ``chain`` import SQLAlchemy; nothing else here does, so a verifier that

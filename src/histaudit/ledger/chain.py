@@ -17,7 +17,7 @@ batch inside a transaction the storage layer hands it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from histaudit.errors import InputError
 
@@ -28,7 +28,8 @@ from .keys import Signer
 from .kinds import Kind
 from .store import Ledger, WriteTx
 
-__all__ = ["PayloadRows", "append", "append_in", "erase_payload", "make_checkpoint"]
+__all__ = ["CheckpointOutput", "PayloadRows", "append", "append_in", "erase_payload",
+           "make_checkpoint"]
 
 PayloadRows = Mapping[bytes, tuple[str, bytes]]
 """Payloads an entry commits to: salt -> (commitment, payload bytes)."""
@@ -69,7 +70,9 @@ def erase_payload(ledger: Ledger, instance: str, commitment: str, *, signer: Sig
     """Erase one payload (privacy request) and sign ``payload.erased`` into ``instance``.
 
     Both happen in one transaction: a payload never disappears without the signed record
-    that says why. The chain still verifies: it holds only the commitment. Returns
+    that says why. The chain still verifies: it holds only the commitment. ``instance``
+    must be the instance whose entry references the payload: only an erasure in that
+    chain covers a payload signed as kept (docs/format.md §8.3). Returns
     (whether a stored payload was deleted, the erasure entry).
     """
     with ledger.write(f"erasing payload {commitment[:12]}…") as tx:
@@ -79,8 +82,29 @@ def erase_payload(ledger: Ledger, instance: str, commitment: str, *, signer: Sig
         return gone, entry
 
 
-def make_checkpoint(ledger: Ledger, signer: Signer) -> Checkpoint:
-    """Sign and store a checkpoint over every leaf the ledger holds now."""
+class CheckpointOutput(Protocol):
+    """Output that goes with a checkpoint (a note file, a bundle), written so that when it
+    fails the ledger is unchanged and no partial output is left: see :func:`make_checkpoint`."""
+
+    def prepare(self, cp: Checkpoint) -> None:
+        """Do every fallible step where it can be thrown away (files in a temporary place)."""
+
+    def place(self) -> None:
+        """Put the prepared output in place; runs inside the transaction storing ``cp``."""
+
+    def finish(self, stored: bool) -> None:
+        """Always called last. ``stored`` False: undo ``prepare`` and ``place``, leaving the
+        file system as it was; True: drop leftovers. Never raises."""
+
+
+def make_checkpoint(ledger: Ledger, signer: Signer, *,
+                    output: CheckpointOutput | None = None) -> Checkpoint:
+    """Sign and store a checkpoint over every leaf the ledger holds now.
+
+    With ``output``, the output is prepared before anything is stored and placed inside
+    the transaction that stores the checkpoint, before it commits: if preparing, placing
+    or the commit fails, the checkpoint is not stored and the output is undone.
+    """
     size = ledger.leaf_count()
     got, root = merkle.root_of(merkle.leaf_hash(body) for _, body in ledger.leaves(below=size))
     if got != size:
@@ -88,6 +112,17 @@ def make_checkpoint(ledger: Ledger, signer: Signer) -> Checkpoint:
                          f"run `histaudit verify --all` before checkpointing")
     origin = origin_of(ledger)
     note = sign_note(origin, size, root, signer)
-    with ledger.write("storing a checkpoint") as tx:
-        tx.add_checkpoint(size, root.hex(), note)
-    return Checkpoint(origin=origin, size=size, root=root, note=note, kid=signer.kid)
+    cp = Checkpoint(origin=origin, size=size, root=root, note=note, kid=signer.kid)
+    stored = False
+    try:
+        if output is not None:
+            output.prepare(cp)
+        with ledger.write("storing a checkpoint") as tx:
+            tx.add_checkpoint(size, root.hex(), note)
+            if output is not None:
+                output.place()
+        stored = True
+    finally:
+        if output is not None:
+            output.finish(stored)
+    return cp

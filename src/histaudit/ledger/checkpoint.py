@@ -87,7 +87,12 @@ def parse_note(note: bytes, trust: TrustStore, *, source: str = "checkpoint") ->
     origin, size_s, root_b64 = lines[:3]
     # isdigit() alone admits non-ASCII digits ("١٢", "²"); C2SP requires ASCII decimal.
     if not (size_s.isascii() and size_s.isdigit()) or (size_s != "0" and size_s.startswith("0")):
-        raise InputError(f"{source}: tree size {size_s!r} is not a decimal number")
+        raise InputError(f"{source}: tree size {size_s[:40]!r} is not a decimal number")
+    # A tree size is a 64-bit count (C2SP tlog-checkpoint); thousands of digits would
+    # also make int() raise ValueError (Python's integer string conversion limit).
+    if len(size_s) > 19 or int(size_s) >= 1 << 63:
+        raise InputError(f"{source}: tree size of {len(size_s)} digits is larger than "
+                         f"2^63 - 1")
     try:
         root = base64.b64decode(root_b64, validate=True)
     except binascii.Error:

@@ -10,9 +10,12 @@ checks many signatures at once, on every core.
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import hashlib
 import os
 import re
+import secrets
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -112,12 +115,17 @@ class PublicKey:
         if doc.get("kid", kid) != kid:
             raise KeyMaterialError(f"{source}: kid {doc.get('kid')!r} does not match the key "
                                    f"({kid})")
+        window: dict[str, datetime] = {}
         for bound in ("not_before", "not_after"):
             if doc.get(bound) is not None:
                 try:
-                    parse_time(doc[bound])
+                    window[bound] = parse_time(doc[bound])
                 except FormatError as exc:
                     raise KeyMaterialError(f"{source}: {bound}: {exc}") from None
+        if len(window) == 2 and window["not_before"] > window["not_after"]:
+            # Every entry would then fail as key-outside-window: refused, not loaded.
+            raise KeyMaterialError(f"{source}: validity window is empty: not_before "
+                                   f"{doc['not_before']} is after not_after {doc['not_after']}")
         return cls(kid=kid, raw=raw, not_before=doc.get("not_before"),
                    not_after=doc.get("not_after"), name=doc.get("name"))
 
@@ -147,7 +155,13 @@ class Signer:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Signer:
-        """Load a private key file, refusing one that group or others can read."""
+        """Load a private key file, refusing one that group or others can read.
+
+        A ``path`` that holds key material instead (the PEM text, its base64 line, a hex
+        seed) is refused without being echoed: no message ever shows a secret.
+        """
+        if is_key_material(os.fspath(path)):
+            raise KeyMaterialError(KEY_TEXT_NOT_PATH)
         p = Path(path)
         try:
             mode = p.stat().st_mode
@@ -179,6 +193,37 @@ class Signer:
             serialization.NoEncryption())
 
 
+KEY_TEXT_NOT_PATH = ("HISTAUDIT_KEY/--key holds key material, not a path: pass the path of "
+                     "the key file")
+MAX_KEY_PATH_CHARS = 1024
+_HEX_SEED = re.compile(r"[0-9A-Fa-f]{64}")
+_KEY_TEXT_MARKS = ("\n", "\r", "\x00", "-----", "PRIVATE KEY")
+
+
+def is_key_material(text: str) -> bool:
+    """True when ``text``, given as a key file's path, is no plausible path and may be the
+    key itself: it has a newline, NUL or PEM armour, is over 1024 chars, or names no file
+    and is (or holds a word that is) a base64 DER key or a 64-digit hex seed. Such text
+    is never shown in a message."""
+    if len(text) > MAX_KEY_PATH_CHARS or any(mark in text for mark in _KEY_TEXT_MARKS):
+        return True
+    try:
+        if Path(text).exists():
+            return False
+    except (OSError, ValueError):
+        return True
+    for word in text.split():
+        if _HEX_SEED.fullmatch(word):
+            return True
+        try:
+            der = base64.b64decode(word, validate=True)
+        except ValueError:
+            continue
+        if len(der) >= 32 and der[0] == 0x30:  # a DER SEQUENCE: PKCS#8, SEC1, PKCS#1
+            return True
+    return False
+
+
 def signer_from_env(path: str | os.PathLike[str] | None = None) -> Signer:
     """The signing key from ``path``, else ``$HISTAUDIT_KEY``; a clear error if neither."""
     chosen = path or os.environ.get("HISTAUDIT_KEY")
@@ -204,20 +249,91 @@ def generate_keypair(out_dir: str | os.PathLike[str], *, name: str = "histaudit"
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise KeyMaterialError(f"key directory {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KeyMaterialError(f"cannot create key directory {out}: {exc.strerror}") from None
     signer = Signer.generate()
     priv_path, pub_path = out / f"{name}{PRIVATE_SUFFIX}", out / f"{name}{PUBLIC_SUFFIX}"
     for existing in (priv_path, pub_path):
         if existing.exists():
             raise KeyMaterialError(f"{existing} already exists; refusing to overwrite a key")
-    # O_EXCL + mode 0600 at creation: the private key is never briefly world-readable.
-    fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(signer.private_pem())
     public = PublicKey(kid=signer.kid, raw=signer.public.raw, name=name,
                        not_before=not_before, not_after=not_after)
-    pub_path.write_bytes(orjson.dumps(public.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    try:
+        _write_new_files(out, [
+            (priv_path, signer.private_pem(), 0o600),
+            (pub_path, orjson.dumps(public.to_json(), option=orjson.OPT_INDENT_2) + b"\n",
+             0o644)])
+    except OSError as exc:
+        raise KeyMaterialError(f"cannot write key pair {name} in {out}: "
+                               f"{exc.strerror or exc}; nothing was written") from None
     return priv_path, pub_path, signer
+
+
+def _write_new_files(directory: Path, files: list[tuple[Path, bytes, int]]) -> None:
+    """Create every file of ``files`` (path, bytes, mode) in ``directory``, or none.
+
+    Each is written to a temporary file beside it first — ``O_EXCL`` with its final mode
+    from creation, so a private key is never briefly readable by others — and flushed to
+    disk; only when all are complete are they linked into place (a link, unlike a rename,
+    never replaces a file someone created meanwhile). On any failure (a full disk, a
+    file size limit, a directory turned read-only) whatever this call created is removed,
+    so a failed ``keys generate`` leaves nothing that blocks the next one.
+    """
+    temps: list[Path] = []
+    placed: list[Path] = []
+    try:
+        for final, data, mode in files:
+            tmp = directory / f".{final.name}.{secrets.token_hex(6)}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            temps.append(tmp)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for (final, _, _), tmp in zip(files, temps, strict=True):
+            _link_new(tmp, final)
+            placed.append(final)
+        _fsync_dir(directory)
+    except BaseException:
+        for path in placed:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+    finally:
+        for tmp in temps:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def _link_new(tmp: Path, final: Path) -> None:
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        raise KeyMaterialError(f"{final} already exists; refusing to overwrite a key") from None
+    except OSError as exc:
+        # A file system without hard links: rename, after checking (not atomically).
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        if final.exists():
+            raise KeyMaterialError(f"{final} already exists; refusing to overwrite a "
+                                   f"key") from None
+        os.rename(tmp, final)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the new names durable too (best effort: not every file system allows it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class TrustStore:

@@ -159,9 +159,36 @@ def head_body(*, instance: str, seq: int, leaf: int, hash: str,  # noqa: A002 - 
                             "seq": seq, "leaf": leaf, "hash": hash, "ts": ts, "kid": kid})
 
 
+# C0 and C1 controls (newline, NUL, ESC of ANSI escapes, DEL), bidi embeddings, overrides
+# and isolates, line/paragraph separators: an id holding one could forge or hide output
+# lines wherever it is printed ("...OK" lines in `verify --all`), so none is accepted.
+_HOSTILE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                      "\u202a-\u202e\u2066-\u2069\ufeff]")
+SHOWN_ID_CHARS = 80
+
+
+def shown_id(value: object, limit: int = SHOWN_ID_CHARS) -> str:
+    """``value`` for an error message: repr-escaped, and clipped (saying its length)."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text)} chars)"
+
+
+def check_instance_id(value: str) -> None:
+    """Refuse an instance id that is empty, too long, or holds a control or bidi character."""
+    _check_id(value, "instance")
+
+
 def _check_id(value: str, what: str) -> None:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
-        raise FormatError(f"{what} must be a non-empty string of at most {MAX_ID_CHARS} chars")
+        shown = f" (got {shown_id(value)})" if isinstance(value, str) and value else ""
+        raise FormatError(f"{what} must be a non-empty string of at most {MAX_ID_CHARS} "
+                          f"chars{shown}")
+    bad = _HOSTILE.search(value)
+    if bad:
+        raise FormatError(f"{what} {shown_id(value)} holds control or bidi character "
+                          f"U+{ord(bad.group()):04X} at position {bad.start()}: refused")
 
 
 def _load(body: bytes, what: str) -> dict[str, Any]:

@@ -9,11 +9,11 @@ findings about the ledger, not about any one instance.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from histaudit.errors import InputError
 from histaudit.ledger import merkle
 from histaudit.ledger.checkpoint import Checkpoint, origin_of
 from histaudit.ledger.records import StoredEntry
@@ -48,23 +48,70 @@ class ConsistencyResult:
                       findings=self.findings, scope=Scope.LEDGER)
 
 
+class LeafIndexCheck:
+    """Fed every row in leaf order: the leaf index must be exactly 0, 1, … N−1.
+
+    A gap (a deleted entry or instance) is ``leaves-missing``; a leaf stored twice, a
+    negative leaf or one that is not an integer (the store hands those over as -1) is
+    ``leaf-mismatch``. ``placed`` tells a caller whether the row took the next position.
+    """
+
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+        self.size = 0
+        """One past the highest well-placed leaf seen."""
+        self.placed = False
+
+    def observe(self, row: StoredEntry, parsed: Parsed) -> None:
+        leaf, self.placed = row.leaf, False
+        if leaf < 0:
+            self.findings.append(Finding.make(
+                "leaf-mismatch", LEDGER, None,
+                f"a stored row has ledger leaf {leaf} (negative or not an integer)"))
+        elif leaf < self.size:
+            self.findings.append(Finding.make(
+                "leaf-mismatch", LEDGER, None, f"ledger leaf {leaf} is stored twice"))
+        else:
+            if leaf > self.size:
+                self.findings.append(Finding.make(
+                    "leaves-missing", LEDGER, None,
+                    f"ledger leaves {self.size}..{leaf - 1} are gone (a deleted instance or "
+                    f"entries)"))
+            self.size, self.placed = leaf + 1, True
+
+    def finish(self) -> Iterable[Finding]:
+        return self.findings
+
+
+def _leaf_rows_of(leaves: Iterable[tuple[int, bytes]]) -> Iterator[StoredEntry]:
+    for leaf, body in leaves:
+        yield StoredEntry(leaf, "", 0, "", body, b"")
+
+
+def leaf_index_report(leaves: Iterable[tuple[int, bytes]]) -> Report:
+    """The ledger-wide leaf-index check over (leaf, body) in leaf order, as a report."""
+    check = LeafIndexCheck()
+    count, findings = run_checks(_leaf_rows_of(leaves), [check], parse=False)
+    return Report(instance_id=f"({LEDGER})", entries=count, mode="leaf index",
+                  findings=tuple(findings), scope=Scope.LEDGER)
+
+
 class ConsistencyCheck:
     """Fed the ledger's leaves in order; ``result`` holds the proof once finished."""
 
     def __init__(self, old: Checkpoint) -> None:
         self.old = old
-        self.findings: list[Finding] = []
+        self._index = LeafIndexCheck()
+        self.findings = self._index.findings
         self._hashes: list[bytes] = []
         self.result: ConsistencyResult | None = None
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
+        self._index.observe(row, parsed)
+        if not self._index.placed:
+            return  # reported; it has no position of its own in the tree
         hashes = self._hashes
-        if row.leaf != len(hashes):
-            self.findings.append(Finding.make(
-                "leaves-missing", LEDGER, None,
-                f"ledger leaves {len(hashes)}..{row.leaf - 1} are gone (a deleted instance or "
-                f"entries)"))
-            hashes.extend([b""] * (row.leaf - len(hashes)))  # keep positions; roots differ
+        hashes.extend([b""] * (row.leaf - len(hashes)))  # keep positions; roots differ
         hashes.append(merkle.leaf_hash(row.body))
 
     def finish(self) -> Iterable[Finding]:
@@ -88,17 +135,25 @@ class ConsistencyCheck:
         return self.findings
 
 
-def _leaf_rows(ledger: Ledger) -> Iterator[StoredEntry]:
-    for leaf, body in ledger.leaves():
-        yield StoredEntry(leaf, "", 0, "", body, b"")
-
-
 def check_consistency(ledger: Ledger, old: Checkpoint) -> ConsistencyResult:
-    """Prove (RFC 9162 consistency proof) that ``ledger`` extends the checkpoint ``old``."""
-    if old.origin != origin_of(ledger):
-        raise InputError(f"checkpoint is from another ledger ({old.origin}, this is "
-                         f"{origin_of(ledger)})")
+    """Prove (RFC 9162 consistency proof) that ``ledger`` extends the checkpoint ``old``.
+
+    The ledger id (``histaudit_meta``) is not signed, so it never decides the outcome: the
+    kept checkpoint is checked against the content whatever the id says, and an id other
+    than the checkpoint's origin is itself a finding (docs/format.md §11.1). A ledger
+    rolled back and renamed still gives ``checkpoint-rollback``.
+    """
     check = ConsistencyCheck(old)
-    run_checks(_leaf_rows(ledger), [check], parse=False)
-    assert check.result is not None
-    return check.result
+    run_checks(_leaf_rows_of(ledger.leaves()), [check], parse=False)
+    result = check.result
+    assert result is not None
+    origin = origin_of(ledger)
+    if old.origin == origin:
+        return result
+    why = ("the content extends that checkpoint, so this ledger's unsigned id was changed"
+           if result.ok else "the checkpoint is of another ledger, or this ledger was "
+           "changed (the findings below) and its unsigned id edited")
+    renamed = Finding.make("ledger-id-mismatch", LEDGER, None,
+                           f"the checkpoint names {old.origin}, histaudit_meta says {origin}: "
+                           f"{why}")
+    return dataclasses.replace(result, findings=(renamed, *result.findings))

@@ -56,6 +56,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "instance-mismatch": (E, "entry names another instance than the chain it is stored in"),
     "entry-malformed": (E, "entry bytes are not a valid record (JSON, fields or version)"),
     "payload-mismatch": (E, "stored payload does not match its signed commitment"),
+    "payload-missing": (E, "payload signed as kept is gone without a signed payload.erased"),
     "tail-truncated": (E, "signed head names entries that are no longer stored"),
     "head-missing": (E, "instance has entries but no signed head"),
     "head-invalid": (E, "signed head is malformed or its signature does not verify"),
@@ -66,6 +67,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "leaves-missing": (E, "ledger-wide leaf indices have a gap: entries or instances deleted"),
     "checkpoint-rollback": (E, "ledger is smaller than an earlier signed checkpoint"),
     "checkpoint-inconsistent": (E, "ledger is not an append-only extension of a checkpoint"),
+    "ledger-id-mismatch": (E, "ledger's unsigned id differs from the origin of a checkpoint"),
     "inclusion-invalid": (E, "entry's inclusion proof does not lead to the checkpoint root"),
     "bundle-file-changed": (E, "a bundle file differs from what the signed manifest lists"),
     # behaviour across crashes

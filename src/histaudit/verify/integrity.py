@@ -17,6 +17,7 @@ from histaudit.errors import FormatError
 from histaudit.ledger import records as rec
 from histaudit.ledger.canonical import canonical_bytes
 from histaudit.ledger.keys import TrustStore
+from histaudit.ledger.records import shown_id
 
 from .check import Parsed
 from .findings import Finding
@@ -54,7 +55,11 @@ class IntegrityCheck:
                                                     f"§Canonical JSON)")
         if entry.instance != self.instance:
             self._add("instance-mismatch", entry.seq,
-                      f"entry {entry.seq} names instance {entry.instance!r}")
+                      f"entry {entry.seq} names instance {shown_id(entry.instance)}")
+        if row.seq != entry.seq:
+            # The seq column is an unsigned index; what counts is the signed body's seq.
+            self._add("entry-malformed", entry.seq,
+                      f"entry {entry.seq} is stored with seq column {row.seq}")
         expected = self.tip_seq + 1
         if entry.seq == expected:
             if entry.prev != self.tip_hash:
@@ -114,7 +119,7 @@ class HeadCheck:
         instance, head = self.instance, self.head
         if self._rows == 0 and head is None:
             return [Finding.make("instance-missing", instance, None,
-                                 f"no entries and no head stored for {instance!r}")]
+                                 f"no entries and no head stored for {shown_id(instance)}")]
         last_seq, last_hash, last_leaf = (self.chain.tip_seq, self.chain.tip_hash,
                                           self.chain.tip_leaf)
         if head is None:
@@ -133,9 +138,16 @@ class HeadCheck:
                                  "signed head: Ed25519 signature does not verify")]
         out = key_findings(parsed.kid, parsed.ts, parsed.seq, instance, self.trust,
                            "head at entry")
+        if head.seq != parsed.seq:
+            # The seq column is unsigned: what counts is the body, but a column that
+            # disagrees with it was edited (and would misdirect a reader that trusted it).
+            out.append(Finding.make("head-mismatch", instance, parsed.seq,
+                                    f"signed head is at entry {parsed.seq}, stored with seq "
+                                    f"column {head.seq}"))
         if parsed.instance != instance:
             out.append(Finding.make("head-mismatch", instance, parsed.seq,
-                                    f"signed head belongs to instance {parsed.instance!r}"))
+                                    f"signed head belongs to instance "
+                                    f"{shown_id(parsed.instance)}"))
         elif parsed.seq > last_seq:
             out.append(Finding.make(
                 "tail-truncated", instance, parsed.seq,

@@ -1,13 +1,20 @@
-"""Stored payloads against their signed commitments (full mode).
+"""Stored payloads against their signed commitments, and kept payloads that went missing.
 
-A payload row that is gone is not a finding here: it was erased (``payload.erased``)
-or never kept, and the commitment alone still verifies.
+Full mode only (the rows are looked up). A stored payload must match its salted
+commitment (``payload-mismatch``). A payload row that is gone is an erasure when the
+reference does not say the payload was kept (``{"c", "n"}``: never kept, or a ledger
+written before the kept flag), or when the same chain holds a signed ``payload.erased``
+entry naming the commitment. A reference that signs ``"k": true`` (docs/format.md §8.3)
+whose row is gone without such an entry is ``payload-missing``: deleted, not erased.
+Erasures are appended after the entry they erase, so missing kept payloads are held until
+the chain ends and reported then.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from histaudit.ledger.kinds import Kind
 from histaudit.ledger.records import Entry, StoredEntry, commitment_matches
 
 from .check import Parsed
@@ -17,21 +24,34 @@ PayloadLookup = Callable[[str], "tuple[bytes, bytes] | None"]
 """commitment -> (salt, payload bytes), or None when no payload is stored for it."""
 
 
+def is_kept(ref: object) -> bool:
+    """Whether a payload reference signs that its payload was stored (``"k": true``)."""
+    return isinstance(ref, dict) and ref.get("k") is True
+
+
 class PayloadCheck:
-    """Each stored payload an entry commits to matches its salted commitment."""
+    """Each stored payload matches its commitment; each kept one is stored or erased."""
 
     def __init__(self, lookup: PayloadLookup) -> None:
         self.lookup = lookup
         self.findings: list[Finding] = []
+        self._missing: dict[str, tuple[str, int, str]] = {}  # commitment -> (inst, seq, name)
+        self._erased: set[str] = set()
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
         if not isinstance(parsed, Entry):
             return
+        if parsed.kind == Kind.PAYLOAD_ERASED:
+            commitment = parsed.data.get("commitment")
+            if isinstance(commitment, str):
+                self._erased.add(commitment)
         for name, ref in parsed.data.items():
             if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
                 continue
             stored = self.lookup(ref["c"])
             if stored is None:
+                if is_kept(ref):
+                    self._missing.setdefault(ref["c"], (parsed.instance, parsed.seq, name))
                 continue
             salt, data = stored
             if not commitment_matches(ref["c"], data, salt):
@@ -41,4 +61,10 @@ class PayloadCheck:
                     f"commitment"))
 
     def finish(self) -> Iterable[Finding]:
+        for commitment, (instance, seq, name) in self._missing.items():
+            if commitment not in self._erased:
+                self.findings.append(Finding.make(
+                    "payload-missing", instance, seq,
+                    f"entry {seq}: {name} payload was kept but is gone, and no signed "
+                    f"payload.erased names {commitment[:12]}… (deleted, not erased)"))
         return self.findings

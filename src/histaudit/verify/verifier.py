@@ -7,8 +7,8 @@ in parallel across cores), the signed head (so a cut tail is caught), behaviour 
 crashes, and — when the engine's history is given — the engine cross-check.
 
 This module reads rows it is given. :func:`verify_instance` and :func:`verify_all` take
-an open ledger (:class:`histaudit.ledger.store.Ledger`) and only call its read methods,
-so nothing here imports the store.
+an open ledger (:class:`histaudit.ledger.store.Ledger`) and only read one consistent
+snapshot of it (``ledger.snapshot()``), so nothing here imports the store.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from histaudit.ledger.records import StoredEntry, StoredHead
 
 from .behaviour import BehaviourCheck
 from .check import ChainCheck, run_checks
+from .consistency import leaf_index_report
 from .crosscheck import EngineCrossCheck
 from .integrity import HeadCheck, IntegrityCheck
 from .payloads import PayloadCheck, PayloadLookup
@@ -29,7 +30,7 @@ from .report import Report, finding_order
 from .signatures import KeyCheck, SignatureCheck
 
 if TYPE_CHECKING:
-    from histaudit.ledger.store import Ledger
+    from histaudit.ledger.store import Ledger, Snapshot
 
 __all__ = ["verify_all", "verify_chain", "verify_instance"]
 
@@ -65,14 +66,35 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
 def verify_instance(ledger: Ledger, instance: str, *, trust: TrustStore, full: bool = False,
                     workers: int | None = None,
                     engine_history: Iterable[Any] | None = None) -> Report:
-    """Verify one instance stored in ``ledger`` (with the engine's history: cross-check)."""
-    return verify_chain(instance, ledger.entries(instance), ledger.head(instance),
+    """Verify one instance stored in ``ledger`` (with the engine's history: cross-check).
+
+    The head, the entries and the payloads come from one consistent snapshot of the
+    ledger (:meth:`~histaudit.ledger.store.Ledger.snapshot`), so writers appending
+    meanwhile cannot make the head look behind its entries.
+    """
+    with ledger.snapshot() as snap:
+        return _verify_in(snap, instance, trust=trust, full=full, workers=workers,
+                          engine_history=engine_history)
+
+
+def _verify_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool,
+               workers: int | None, engine_history: Iterable[Any] | None = None) -> Report:
+    return verify_chain(instance, snap.entries(instance), snap.head(instance),
                         trust=trust, full=full, workers=workers,
-                        payload_lookup=ledger.payload if full else None,
-                        engine_history=engine_history, engine_lookup=ledger.payload)
+                        payload_lookup=snap.payload if full else None,
+                        engine_history=engine_history, engine_lookup=snap.payload)
 
 
 def verify_all(ledger: Ledger, *, trust: TrustStore, full: bool = False,
                workers: int | None = None) -> Iterator[Report]:
-    for instance in ledger.instance_ids():
-        yield verify_instance(ledger, instance, trust=trust, full=full, workers=workers)
+    """Verify every instance, then the ledger-wide leaf index, from one snapshot.
+
+    The leaf index must be 0..N-1 without a gap or a duplicate (docs/format.md §11): a
+    ledger-wide report (scope ``ledger``) follows the instances' reports when it is not.
+    """
+    with ledger.snapshot() as snap:
+        for instance in snap.instance_ids():
+            yield _verify_in(snap, instance, trust=trust, full=full, workers=workers)
+        leaves = leaf_index_report(snap.leaves())
+        if not leaves.ok:
+            yield leaves

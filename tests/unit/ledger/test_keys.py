@@ -16,10 +16,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from histaudit.errors import FormatError, KeyMaterialError
 from histaudit.ledger.keys import (
+    KEY_TEXT_NOT_PATH,
     PublicKey,
     Signer,
     TrustStore,
     generate_keypair,
+    is_key_material,
     key_id,
     parse_time,
     signer_from_env,
@@ -356,3 +358,81 @@ def test_trust_store_errors(tmp_path: Path) -> None:
     _write_json(bad_dir / "x.pub.json", {"alg": "ed25519", "public_key": "%%%"})
     with pytest.raises(KeyMaterialError, match=r"x\.pub\.json"):
         TrustStore.load(bad_dir)
+
+
+# --- key text given where a key path belongs ---------------------------------------------
+
+def _key_texts() -> dict[str, str]:
+    pem = Signer(Ed25519PrivateKey.from_private_bytes(SEED)).private_pem().decode()
+    return {
+        "pem": pem,
+        "pem on one line": " ".join(pem.split()),
+        "pem with literal \\n": pem.strip().replace("\n", "\\n"),
+        "base64 line": pem.splitlines()[1],
+        "hex seed": SEED.hex(),
+        "sec1 ec key": base64.b64encode(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.DER, serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption())).decode(),
+        "very long": "k" * 5000,
+        "nul": "keys/ops.key\x00",
+    }
+
+
+@pytest.mark.parametrize("form", sorted(_key_texts()))
+def test_load_refuses_key_text_without_showing_it(form: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _key_texts()[form]
+    with pytest.raises(KeyMaterialError) as info:
+        Signer.load(text)
+    assert str(info.value) == KEY_TEXT_NOT_PATH
+    if "\x00" not in text:  # an environment variable cannot hold a NUL
+        monkeypatch.setenv("HISTAUDIT_KEY", text)
+        with pytest.raises(KeyMaterialError) as info:
+            signer_from_env()
+        assert str(info.value) == KEY_TEXT_NOT_PATH
+    secret = base64.b64encode(SEED).decode()
+    assert secret[:16] not in str(info.value) and SEED.hex()[:16] not in str(info.value)
+
+
+@pytest.mark.parametrize("path", [
+    "keys/ops.key", "/etc/histaudit/production-signing.key", "ops",
+    "/home/user/projects/histaudit/keys/prod1",  # 40 base64-alphabet chars, not DER
+    "MyKeysDirectoryWithALongNameButNoDotsAtAll/key", "relative dir/with spaces.key",
+])
+def test_plausible_missing_paths_are_still_named(path: str) -> None:
+    assert not is_key_material(path)
+    with pytest.raises(KeyMaterialError, match="does not exist") as info:
+        Signer.load(path)
+    assert path in str(info.value)
+
+
+def test_an_existing_file_is_a_path_whatever_its_name(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    priv, _, signer = generate_keypair(tmp_path)
+    name = SEED.hex()  # looks like a hex seed, but it is a file
+    (tmp_path / name).write_bytes(priv.read_bytes())
+    (tmp_path / name).chmod(0o600)
+    monkeypatch.chdir(tmp_path)
+    assert Signer.load(name).kid == signer.kid
+
+
+# --- trust keys with an empty window -----------------------------------------------------
+
+def test_trust_key_with_window_ending_before_it_starts_is_refused(tmp_path: Path) -> None:
+    f = _write_json(tmp_path / "old.pub.json", _pub_doc(not_before="2030-01-01T00:00:00Z",
+                                                        not_after="2029-12-31T23:59:59Z"))
+    with pytest.raises(KeyMaterialError) as info:
+        TrustStore.load(tmp_path)
+    assert str(info.value) == (f"{f}: validity window is empty: not_before "
+                               f"2030-01-01T00:00:00Z is after not_after 2029-12-31T23:59:59Z")
+    listed = _write_json(tmp_path / "list.json", {"keys": [
+        _pub_doc(), _pub_doc(not_before="2030-01-01T00:00:00.5Z",
+                             not_after="2030-01-01T00:00:00Z")]})
+    with pytest.raises(KeyMaterialError, match=r"list\.json key 1: validity window is empty"):
+        TrustStore.load(listed)
+
+
+def test_trust_key_window_of_one_instant_is_accepted() -> None:
+    key = PublicKey.from_json(_pub_doc(not_before="2030-01-01T00:00:00Z",
+                                       not_after="2030-01-01T00:00:00.000000Z"), source="t")
+    assert key.valid_at("2030-01-01T00:00:00.000000Z")

@@ -1,0 +1,57 @@
+"""The ledger store: the only code that knows SQL dialects (SQLite and PostgreSQL).
+
+It stores and returns rows — schema, triggers, locks, rows in and out — and nothing else:
+it neither builds, hashes nor signs a record. What goes into a row is decided by
+:mod:`histaudit.ledger.chain`, inside a :class:`WriteTx` this module hands it.
+
+Write transactions are serialized ledger-wide (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a
+transaction-scoped advisory lock), so the per-instance ``seq`` and the ledger-wide
+``leaf`` index the chain assigns are both contiguous however many threads and processes
+append. The database enforces append-only too: triggers refuse UPDATE and DELETE of
+entries, and a head may only move forward. Rows keep the exact signed bytes.
+
+Reads go through a :class:`Snapshot` (:meth:`Ledger.snapshot`): one read transaction —
+REPEATABLE READ on PostgreSQL, one deferred transaction on SQLite WAL — so a signed head
+and the entries it must match come from the same committed state while writers append
+(otherwise a head read before an append and entries read after it look like an unsigned
+tail). Rows stream through one cursor in constant memory. Every column value is read
+whatever the database holds there (SQLite keeps any storage class in any column) and
+handed over in a form the verifier reports, never one that crashes the reader.
+
+``rows``     :class:`Ledger` (open, snapshot, write), :class:`Snapshot`, :class:`WriteTx`
+``schema``   tables, the append-only triggers of both dialects, the writer role's grants
+``sqlite``   opening a SQLite file (read-write, read-only, immutable) and its connections
+``columns``  column values in a form the verifier reports, whatever storage class
+"""
+
+from .rows import (
+    _PG_APPEND_LOCK as _PG_APPEND_LOCK,  # the advisory lock key, for tests that hold it
+)
+from .rows import (
+    DEFAULT_LOCK_WAIT_SECONDS,
+    DEFAULT_URL,
+    LOCK_WAIT_ENV,
+    SCHEMA_VERSION,
+    SQLITE_BUSY_SECONDS,
+    Ledger,
+    OnLockWait,
+    Snapshot,
+    WriteTx,
+    lock_wait_from_env,
+    resolve_url,
+)
+from .schema import (
+    HEAD_MISMATCH,
+    checkpoints,
+    entries,
+    heads,
+    meta_table,
+    metadata,
+    payloads,
+    writer_role_sql,
+)
+
+__all__ = ["DEFAULT_LOCK_WAIT_SECONDS", "DEFAULT_URL", "HEAD_MISMATCH", "LOCK_WAIT_ENV",
+           "SCHEMA_VERSION", "SQLITE_BUSY_SECONDS", "Ledger", "OnLockWait", "Snapshot",
+           "WriteTx", "checkpoints", "entries", "heads", "lock_wait_from_env", "meta_table",
+           "metadata", "payloads", "resolve_url", "writer_role_sql"]

@@ -1,0 +1,565 @@
+"""Rows in and out: :class:`Ledger` (open, snapshot, write), :class:`Snapshot`, :class:`WriteTx`.
+
+See :mod:`histaudit.ledger.store` for what the store promises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+from histaudit.errors import FormatError, StoreError
+from histaudit.ledger.records import (
+    InstanceSummary,
+    StoredEntry,
+    StoredHead,
+    check_instance_id,
+    parse_entry,
+    sha256_hex,
+    shown_id,
+)
+
+from .columns import _blob, _entry, _int, _text, _top_leaf
+from .schema import (
+    _guards_outdated,
+    _install_guards,
+    checkpoints,
+    entries,
+    heads,
+    meta_table,
+    metadata,
+    payloads,
+)
+from .sqlite import (
+    _sqlite_engine,
+    _sqlite_lock_held,
+    _sqlite_path,
+    _sqlite_target,
+    _why_unwritable,
+)
+
+_log = logging.getLogger("histaudit.ledger")
+DEFAULT_URL = "sqlite:///histaudit.db"
+# How long a SQLite append waits for the write lock. Appends are short, but on a shared
+# disk with many writers each holds the lock for an fsync; failing after a minute turned
+# slow into broken (an activity fails, then retries into the same queue).
+SQLITE_BUSY_SECONDS = 300
+# A person running a writing command (redact, checkpoint, export) is told at once that
+# another process holds the write lock, and the command gives up after this long instead
+# of the interceptor's five minutes; $HISTAUDIT_LOCK_WAIT (seconds) overrides it.
+LOCK_WAIT_ENV = "HISTAUDIT_LOCK_WAIT"
+DEFAULT_LOCK_WAIT_SECONDS = 30.0
+# The drivers histaudit installs; any other (asyncpg, psycopg2, ...) is refused up front.
+_DRIVERS = {"sqlite": ("sqlite", "sqlite+pysqlite"),
+            "postgresql": ("postgresql", "postgresql+psycopg")}
+SCHEMA_VERSION = "1"
+# Any 64-bit constant: the key of the PostgreSQL advisory lock that orders appends.
+_PG_APPEND_LOCK = 0x6869_7374_6175_6474  # "histaudt"
+
+# The append path's statements, built once: constructing and cache-keying SQLAlchemy
+# statements anew for every append cost as much CPU as everything else an append does.
+_APPEND_LOCK = sa.text("SELECT pg_advisory_xact_lock(:k)")
+_TRY_APPEND_LOCK = sa.text("SELECT pg_try_advisory_xact_lock(:k)")
+_LAST_OF_INSTANCE = (sa.select(entries.c.body)
+                     .where(entries.c.instance == sa.bindparam("instance"))
+                     .order_by(entries.c.seq.desc()).limit(1))
+_TOP_LEAF = sa.select(sa.func.max(entries.c.leaf))
+_INSERT_ENTRY = entries.insert()
+_INSERT_HEAD = heads.insert()
+# (An UPDATE's parameters may not be named after its columns.)
+_MOVE_HEAD = (heads.update().where(heads.c.instance == sa.bindparam("h_instance"))
+              .values(seq=sa.bindparam("h_seq"), body=sa.bindparam("h_body"),
+                      sig=sa.bindparam("h_sig")))
+_INSERT_PAYLOAD = payloads.insert()
+
+
+def resolve_url(url: str | None) -> str:
+    return url or os.environ.get("HISTAUDIT_DB") or DEFAULT_URL
+
+
+def lock_wait_from_env() -> float:
+    """Seconds a writing CLI command waits for the write lock: $HISTAUDIT_LOCK_WAIT or
+    :data:`DEFAULT_LOCK_WAIT_SECONDS`; a value that is not 0..86400 seconds is an error."""
+    text = os.environ.get(LOCK_WAIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_LOCK_WAIT_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 86400:
+        raise StoreError(f"{LOCK_WAIT_ENV}={text[:40]!r} is not a number of seconds "
+                         f"between 0 and 86400")
+    return value
+
+
+def _redact_url(url: str) -> str:
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "<unparseable URL>"
+
+
+_shown = shown_id
+
+# -- column values, whatever the database holds ------------------------------------------
+
+
+class Snapshot:
+    """Reads from one consistent committed state of the ledger (one read transaction).
+
+    Everything read through one snapshot — heads, entries, leaves, payloads — is what the
+    ledger held at one moment, however many writers append meanwhile: a verifier that
+    reads a head and then the entries sees exactly the entries that head was signed over
+    (or more, only if someone stored rows without signing them in). Rows stream through
+    a cursor ``chunk`` rows at a time, so memory stays constant for a huge instance.
+    """
+
+    def __init__(self, conn: Connection, chunk: int) -> None:
+        self._conn = conn
+        self._chunk = chunk
+
+    def _stream(self, query: sa.Select[Any]) -> Iterator[Any]:
+        result = self._conn.execution_options(yield_per=self._chunk).execute(query)
+        try:
+            yield from result
+        finally:
+            result.close()
+
+    def entries(self, instance: str, *, after_seq: int = 0) -> Iterator[StoredEntry]:
+        """``instance``'s rows in insertion (leaf) order; ``after_seq`` skips the rows up
+        to that seq (an index range, for a reader that keeps up with a chain)."""
+        query = sa.select(entries).where(entries.c.instance == instance)
+        if after_seq:
+            query = query.where(entries.c.seq > after_seq)
+        for r in self._stream(query.order_by(entries.c.leaf)):
+            yield _entry(r)
+
+    def all_entries(self) -> Iterator[StoredEntry]:
+        """Every row in leaf order — negative, duplicate or non-integer leaves included."""
+        for r in self._stream(sa.select(entries).order_by(entries.c.leaf)):
+            yield _entry(r)
+
+    def leaves(self, *, below: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """(leaf index, exact body bytes) in leaf order, optionally only leaves < ``below``."""
+        query = sa.select(entries.c.leaf, entries.c.body).order_by(entries.c.leaf)
+        if below is not None:
+            query = query.where(entries.c.leaf < below)
+        for r in self._stream(query):
+            yield _int(r.leaf), _blob(r.body)
+
+    def entry_at(self, instance: str, seq: int) -> StoredEntry | None:
+        """The row stored under ``instance`` with that seq *column* (an index hint only:
+        callers check what the signed body says)."""
+        r = self._conn.execute(sa.select(entries).where(entries.c.instance == instance,
+                                                        entries.c.seq == seq)).first()
+        return None if r is None else _entry(r)
+
+    def entry_at_leaf(self, leaf: int) -> StoredEntry | None:
+        r = self._conn.execute(sa.select(entries).where(entries.c.leaf == leaf)).first()
+        return None if r is None else _entry(r)
+
+    def head(self, instance: str) -> StoredHead | None:
+        r = self._conn.execute(sa.select(heads).where(heads.c.instance == instance)).first()
+        return None if r is None else StoredHead(_text(r.instance), _int(r.seq),
+                                                 _blob(r.body), _blob(r.sig))
+
+    def leaf_count(self) -> int:
+        """Number of leaves in the ledger-wide tree: max(leaf) + 1 (leaves are contiguous)."""
+        top = self._conn.execute(_TOP_LEAF).scalar()
+        return 0 if top is None else _top_leaf(top) + 1
+
+    def checkpoint_notes(self) -> list[tuple[int, bytes]]:
+        """Every stored checkpoint as (size, signed note), oldest first."""
+        rows = self._conn.execute(sa.select(checkpoints.c.size, checkpoints.c.note)
+                                  .order_by(checkpoints.c.size)).all()
+        return [(_int(r.size), _blob(r.note)) for r in rows]
+
+    def instances(self) -> list[InstanceSummary]:
+        """Every instance that has entries or a head, with entry counts."""
+        q = (sa.select(entries.c.instance, sa.func.count(), sa.func.max(entries.c.seq),
+                       sa.func.min(entries.c.leaf), sa.func.max(entries.c.leaf))
+             .group_by(entries.c.instance).order_by(sa.func.max(entries.c.leaf).desc()))
+        found: dict[str, InstanceSummary] = {}
+        for r in self._conn.execute(q):
+            name = _text(r[0])
+            found.setdefault(name, InstanceSummary(name, _int(r[1]), _int(r[2]), _int(r[3]),
+                                                   _int(r[4])))
+        for (name,) in self._conn.execute(sa.select(heads.c.instance)):
+            found.setdefault(_text(name), InstanceSummary(_text(name), 0, 0, -1, -1))
+        return list(found.values())
+
+    def instance_ids(self) -> list[str]:
+        return [s.instance for s in self.instances()]
+
+    def payload(self, commitment: str) -> tuple[bytes, bytes] | None:
+        """The (salt, bytes) stored for a commitment, or None once erased."""
+        r = self._conn.execute(sa.select(payloads.c.salt, payloads.c.data)
+                               .where(payloads.c.commitment == commitment)).first()
+        return None if r is None else (_blob(r.salt), _blob(r.data))
+
+
+OnLockWait = Callable[[], None]
+
+
+class Ledger:
+    """A histaudit ledger in one SQLite file or one PostgreSQL database.
+
+    ``Ledger.open(url)`` opens an existing ledger (a missing or foreign database is an
+    error); ``Ledger.open(url, create=True)`` creates the schema when absent.
+    """
+
+    def __init__(self, db: Engine, url: str) -> None:
+        self.db = db
+        """The SQLAlchemy engine (connection pool) of the database."""
+        self.url = url
+        self.dialect = db.dialect.name
+        self.ledger_id = ""
+        self.read_only = ""
+        """Why this ledger cannot be written ('' when it can): a read-only URL, or a
+        file or directory that does not allow writing (it was opened for reading)."""
+        self.lock_wait: float | None = None
+        self.on_lock_wait: OnLockWait | None = None
+        self._guards_checked = False
+
+    # -- opening ----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str | None = None, *, create: bool = False,
+             lock_wait: float | None = None, on_lock_wait: OnLockWait | None = None
+             ) -> Ledger:
+        """Open (or ``create``) the ledger at ``url``.
+
+        ``lock_wait`` bounds how long a write waits for the write lock another process
+        holds (default: :data:`SQLITE_BUSY_SECONDS` on SQLite, unbounded on PostgreSQL);
+        ``on_lock_wait()`` is called at once when a write finds the lock held. A SQLite
+        ledger that cannot be written (``?mode=ro``, a read-only file or directory) still
+        opens for reading; a write then fails naming why.
+        """
+        url = resolve_url(url)
+        shown = _redact_url(url)
+        try:
+            parsed = sa.engine.make_url(url)
+        except (ArgumentError, ValueError):
+            # Unparseable, so not redactable by SQLAlchemy: cut any user:password@ part.
+            scrubbed = re.sub(r"(?<=://)[^/@]*@", "***@", url)
+            raise StoreError(f"ledger URL {scrubbed!r} is not a database URL") from None
+        backend = parsed.get_backend_name()
+        if backend not in _DRIVERS:
+            raise StoreError(f"ledger URL {shown}: only sqlite and postgresql are supported")
+        if parsed.drivername not in _DRIVERS[backend]:
+            raise StoreError(f"ledger URL {shown}: driver {parsed.drivername!r} is not "
+                             f"supported (use {' or '.join(_DRIVERS[backend])})")
+        modes = ["rw"]
+        if backend == "sqlite":
+            parsed, modes, read_only = _sqlite_target(parsed, create=create, shown=shown)
+        last = ""
+        for mode in modes:
+            try:
+                if backend == "sqlite":
+                    db = _sqlite_engine(parsed, mode, create=create,
+                                        busy=SQLITE_BUSY_SECONDS if lock_wait is None
+                                        else lock_wait)
+                else:
+                    db = sa.create_engine(parsed.set(drivername="postgresql+psycopg"),
+                                          pool_pre_ping=True)
+            except (NoSuchModuleError, ArgumentError, ValueError, TypeError) as exc:
+                raise StoreError(f"ledger {shown}: {_one_line(exc)}") from None
+            ledger = cls(db, url)
+            ledger.lock_wait, ledger.on_lock_wait = lock_wait, on_lock_wait
+            try:
+                ledger._prepare(create=create)
+            except (SQLAlchemyError, OverflowError) as exc:
+                db.dispose()
+                last = _one_line(exc)
+                if "unable to open database file" in last and mode != modes[-1]:
+                    continue  # a read-only directory: try to open for reading only
+                if "unable to open database file" in last and parsed.database:
+                    last += f" ({_why_unwritable(_sqlite_path(parsed))})"
+                raise StoreError(f"ledger {shown}: {last}") from None
+            if backend == "sqlite":
+                ledger.read_only = read_only if mode == "rw" else (
+                    read_only or _why_unwritable(_sqlite_path(parsed)))
+            return ledger
+        raise StoreError(f"ledger {shown}: {last}")  # pragma: no cover - loop always returns
+
+    def _prepare(self, *, create: bool) -> None:
+        with self.db.connect() as conn:
+            present = sa.inspect(conn).has_table(meta_table.name)
+        if not present:
+            if not create:
+                raise StoreError(f"ledger {_redact_url(self.url)} holds no histaudit ledger")
+            self._create_schema()
+        with self.db.connect() as conn:
+            rows: dict[str, str] = {
+                _text(k): _text(v) for k, v in
+                conn.execute(sa.select(meta_table.c.key, meta_table.c.value)).all()}
+        if rows.get("schema_version") != SCHEMA_VERSION:
+            raise StoreError(f"ledger {_redact_url(self.url)} has unknown schema version "
+                             f"{rows.get('schema_version')!r} (this histaudit reads "
+                             f"{SCHEMA_VERSION})")
+        self.ledger_id = rows.get("ledger_id", "")
+
+    def _create_schema(self) -> None:
+        with self._write() as conn:
+            if self.dialect == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_APPEND_LOCK})
+            metadata.create_all(conn)
+            _install_guards(conn)
+            have = conn.execute(sa.select(meta_table.c.key)).scalars().all()
+            if "schema_version" not in have:
+                conn.execute(meta_table.insert(), [
+                    {"key": "schema_version", "value": SCHEMA_VERSION},
+                    {"key": "ledger_id", "value": str(uuid.uuid4())},
+                ])
+
+    def close(self) -> None:
+        self.db.dispose()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def snapshot(self, *, chunk: int = 5000) -> Iterator[Snapshot]:
+        """One consistent read of the ledger (see :class:`Snapshot`).
+
+        One transaction spans every read made through it — PostgreSQL REPEATABLE READ
+        (READ ONLY), SQLite a deferred transaction whose WAL snapshot is fixed by its
+        first read. Chosen over "read the head, verify only up to its seq": that would
+        never look at rows stored after the head, and rows nobody signed into a head are
+        exactly what a verifier must report. A database failure is a StoreError.
+        """
+        try:
+            with self.db.connect() as conn:
+                if self.dialect == "postgresql":
+                    conn = conn.execution_options(isolation_level="REPEATABLE READ",
+                                                  postgresql_readonly=True)
+                with conn.begin():
+                    yield Snapshot(conn, chunk)
+        except (SQLAlchemyError, OverflowError) as exc:
+            raise StoreError(f"ledger {_redact_url(self.url)}: {_one_line(exc)}") from None
+
+    def entries(self, instance: str, *, chunk: int = 5000,
+                after_seq: int = 0) -> Iterator[StoredEntry]:
+        """Stream ``instance``'s rows in insertion (leaf) order, in constant memory."""
+        with self.snapshot(chunk=chunk) as snap:
+            yield from snap.entries(instance, after_seq=after_seq)
+
+    def all_entries(self, *, chunk: int = 5000) -> Iterator[StoredEntry]:
+        with self.snapshot(chunk=chunk) as snap:
+            yield from snap.all_entries()
+
+    def leaves(self, *, below: int | None = None, chunk: int = 5000
+               ) -> Iterator[tuple[int, bytes]]:
+        """(leaf index, exact body bytes) in leaf order, optionally only leaves < ``below``."""
+        with self.snapshot(chunk=chunk) as snap:
+            yield from snap.leaves(below=below)
+
+    def entry_at(self, instance: str, seq: int) -> StoredEntry | None:
+        """The stored row of ``instance``'s entry ``seq`` (by its seq column), if any."""
+        with self.snapshot() as snap:
+            return snap.entry_at(instance, seq)
+
+    def head(self, instance: str) -> StoredHead | None:
+        with self.snapshot() as snap:
+            return snap.head(instance)
+
+    def leaf_count(self) -> int:
+        """Number of leaves in the ledger-wide tree: max(leaf) + 1 (leaves are contiguous)."""
+        with self.snapshot() as snap:
+            return snap.leaf_count()
+
+    def checkpoint_notes(self) -> list[tuple[int, bytes]]:
+        """Every stored checkpoint as (size, signed note), oldest first."""
+        with self.snapshot() as snap:
+            return snap.checkpoint_notes()
+
+    def instances(self) -> list[InstanceSummary]:
+        """Every instance that has entries or a head, with entry counts."""
+        with self.snapshot() as snap:
+            return snap.instances()
+
+    def instance_ids(self) -> list[str]:
+        return [s.instance for s in self.instances()]
+
+    def payload(self, commitment: str) -> tuple[bytes, bytes] | None:
+        """The (salt, bytes) stored for a commitment, or None once erased."""
+        with self.snapshot() as snap:
+            return snap.payload(commitment)
+
+    # -- writing ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction (on SQLite it holds the database write lock from BEGIN)."""
+        with self.db.connect() as conn:
+            if self.on_lock_wait is not None and self.dialect == "sqlite" and \
+                    _sqlite_lock_held(conn, self._busy_ms()):
+                self.on_lock_wait()
+            conn = conn.execution_options(histaudit_write=True)
+            with conn.begin():
+                yield conn
+
+    def _busy_ms(self) -> int:
+        return int(1000 * (SQLITE_BUSY_SECONDS if self.lock_wait is None else self.lock_wait))
+
+    @contextlib.contextmanager
+    def write(self, what: str = "write") -> Iterator[WriteTx]:
+        """One write transaction holding the ledger-wide append lock, as a :class:`WriteTx`.
+
+        Everything done through it commits together or not at all. A database failure
+        is a :class:`StoreError` naming ``what`` was being done; so is a write lock held
+        by another process for longer than ``lock_wait``, and a ledger that cannot be
+        written (naming why).
+        """
+        if self.read_only:
+            raise StoreError(f"{what} failed: ledger {_redact_url(self.url)} cannot be "
+                             f"written: {self.read_only}")
+        if not self._guards_checked:
+            self._upgrade_guards()
+        try:
+            with self._write() as conn:
+                if self.dialect == "postgresql":
+                    self._pg_append_lock(conn)
+                yield WriteTx(conn)
+        except (SQLAlchemyError, OverflowError) as exc:
+            text = _one_line(exc)
+            if "database is locked" in text or "lock timeout" in text:
+                wait = SQLITE_BUSY_SECONDS if self.lock_wait is None else self.lock_wait
+                text = (f"gave up after {wait:g} s waiting for the write lock held by "
+                        f"another process (set {LOCK_WAIT_ENV} to wait longer)")
+            elif "readonly database" in text or "unable to open database file" in text:
+                path = _sqlite_path(sa.engine.make_url(self.url))
+                text += f" ({_why_unwritable(path)})" if path else ""
+            raise StoreError(f"{what} failed: {text}") from None
+
+    def _upgrade_guards(self) -> None:
+        """Bring the append-only triggers of a ledger made by an older histaudit up to date.
+
+        Ledgers created before the head triggers checked the signed body still have the
+        old ones, which let a writer rewrite heads. The first write through this object
+        (not opening: read-only commands and read-only files must keep working) looks at
+        the head trigger's definition; when it is the old one it reinstalls every guard,
+        idempotently, in its own transaction under the append lock (re-checked there, so
+        concurrent openers upgrade once). A trigger that is missing altogether was dropped
+        on purpose by whoever owns the file or database, and is left as it is. A role that
+        may not replace them (the PostgreSQL writer role is not the owner) keeps appending
+        under the old triggers, and a warning says to open the ledger for writing once as
+        the owner (e.g. ``histaudit checkpoint`` with the owner's URL).
+        """
+        self._guards_checked = True
+        try:
+            with self.db.connect() as conn:
+                if not _guards_outdated(conn):
+                    return
+            with self._write() as conn:
+                if self.dialect == "postgresql":
+                    conn.execute(_APPEND_LOCK, {"k": _PG_APPEND_LOCK})
+                if _guards_outdated(conn):
+                    _install_guards(conn, upgrade=True)
+        except SQLAlchemyError as exc:
+            _log.warning("histaudit: ledger %s has the append-only triggers of an older "
+                         "histaudit, which do not check a head against its signed body, and "
+                         "they could not be upgraded (%s); open it for writing once as its "
+                         "owner to upgrade them", _redact_url(self.url), _one_line(exc))
+
+    def _pg_append_lock(self, conn: Connection) -> None:
+        if self.lock_wait is None:
+            conn.execute(_APPEND_LOCK, {"k": _PG_APPEND_LOCK})
+            return
+        if conn.execute(_TRY_APPEND_LOCK, {"k": _PG_APPEND_LOCK}).scalar():
+            return
+        if self.on_lock_wait is not None:
+            self.on_lock_wait()
+        # lock_timeout also bounds advisory locks; 0 would mean "wait forever".
+        conn.execute(sa.text(f"SET LOCAL lock_timeout = {max(1, int(self.lock_wait * 1000))}"))
+        conn.execute(_APPEND_LOCK, {"k": _PG_APPEND_LOCK})
+
+
+class WriteTx:
+    """The row operations of one write transaction (see :meth:`Ledger.write`).
+
+    The ledger-wide append lock is held for its whole life, so what :meth:`tip` and
+    :meth:`next_leaf` return stays true until it commits.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def tip(self, instance: str) -> tuple[int, str] | None:
+        """(seq, hash) of ``instance``'s newest stored entry, or None for a new instance.
+
+        Both come from the signed body (its ``seq``, the SHA-256 of its exact bytes), not
+        from the unsigned ``seq``/``hash`` columns, which anyone with file access can edit;
+        a newest row whose body does not parse is refused rather than linked to. A hostile
+        id (a control or bidi character) is refused before it reaches any SQL.
+        """
+        check_instance_id(instance)
+        last = self._conn.execute(_LAST_OF_INSTANCE, {"instance": instance}).first()
+        if last is None:
+            return None
+        body = _blob(last.body)
+        try:
+            entry = parse_entry(body)
+        except FormatError as exc:
+            raise StoreError(f"the newest stored entry of {_shown(instance)} is not a valid "
+                             f"entry ({exc}); run `histaudit verify` before appending") from None
+        return entry.seq, sha256_hex(body)
+
+    def next_leaf(self) -> int:
+        """The ledger-wide index the next entry gets: max(leaf) + 1."""
+        top = self._conn.execute(_TOP_LEAF).scalar()
+        return 0 if top is None else _top_leaf(top) + 1
+
+    def insert_entry(self, row: StoredEntry) -> None:
+        self._conn.execute(_INSERT_ENTRY, {"leaf": row.leaf, "instance": row.instance,
+                                           "seq": row.seq, "hash": row.hash,
+                                           "body": row.body, "sig": row.sig})
+
+    def put_head(self, head: StoredHead, *, new: bool) -> None:
+        """Store ``instance``'s first head (``new``) or move it forward."""
+        if new:
+            self._conn.execute(_INSERT_HEAD, {"instance": head.instance, "seq": head.seq,
+                                              "body": head.body, "sig": head.sig})
+        else:
+            self._conn.execute(_MOVE_HEAD, {"h_instance": head.instance, "h_seq": head.seq,
+                                            "h_body": head.body, "h_sig": head.sig})
+
+    def insert_payloads(self, rows: Sequence[tuple[str, bytes, bytes]]) -> None:
+        """Store (commitment, salt, bytes) payload rows beside the chain."""
+        if rows:
+            self._conn.execute(_INSERT_PAYLOAD, [
+                {"commitment": c, "salt": salt, "data": data} for c, salt, data in rows])
+
+    def delete_payload(self, commitment: str) -> bool:
+        """Delete one payload row; True when there was one."""
+        result = self._conn.execute(payloads.delete().where(payloads.c.commitment == commitment))
+        return bool(result.rowcount)
+
+    def add_checkpoint(self, size: int, root_hex: str, note: bytes) -> None:
+        """Store a signed checkpoint unless one of that size is stored (append-only)."""
+        have = self._conn.execute(sa.select(checkpoints.c.note)
+                                  .where(checkpoints.c.size == size)).scalar()
+        if have is None:
+            self._conn.execute(checkpoints.insert().values(size=size, root=root_hex, note=note))
+
+
+def _one_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,133 @@
+"""SQLite: opening a ledger file (read-write, read-only, immutable) and its connections."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from histaudit.errors import StoreError
+
+from .columns import _sqlite_text
+
+_URI_KEYS = ("uri", "mode", "immutable", "cache", "nolock", "vfs")
+
+
+def _sqlite_path(parsed: sa.URL) -> Path | None:
+    path = parsed.database or ""
+    if path.startswith("file:"):
+        path = path[5:].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def _sqlite_target(parsed: sa.URL, *, create: bool, shown: str
+                   ) -> tuple[sa.URL, list[str], str]:
+    """Check the file a SQLite URL names; return (URL, open modes to try, why read-only).
+
+    ``?mode=ro`` / ``?immutable=1`` (with or without ``uri=true``) open the file for
+    reading only. Without them the file is opened read-write, and — when that is
+    impossible because the directory does not let SQLite create its -wal/-shm files —
+    read-only, then immutable (only if no -wal file holds commits the main file lacks).
+    """
+    query = dict(parsed.query)
+    mode = str(query.get("mode", ""))
+    immutable = str(query.get("immutable", "")) in ("1", "true")
+    if mode not in ("", "ro", "rw", "rwc"):
+        raise StoreError(f"ledger {shown}: SQLite mode={mode!r} is not ro, rw or rwc")
+    path = _sqlite_path(parsed)
+    if path is not None:
+        if not path.exists():
+            if not create:
+                raise StoreError(f"ledger {shown}: database file {path} does not exist")
+            if not path.parent.exists():
+                raise StoreError(f"ledger {shown}: directory {path.parent} does not exist")
+        elif path.is_dir():
+            raise StoreError(f"ledger {shown}: {path} is a directory")
+        else:
+            try:
+                with path.open("rb") as fh:
+                    magic = fh.read(16)
+            except OSError as exc:
+                raise StoreError(f"ledger {shown}: cannot read {path}: {exc.strerror}") from None
+            if magic and magic != b"SQLite format 3\x00":
+                raise StoreError(f"ledger {shown}: {path} is not a SQLite database")
+    if path is None:
+        return parsed, ["rw"], ""
+    rest = {k: v for k, v in query.items() if k not in _URI_KEYS}
+    parsed = parsed.set(database=str(path), query=rest)
+    if immutable:
+        return parsed, ["immutable"], "the URL opens it immutable (immutable=1)"
+    if mode == "ro":
+        return parsed, ["ro"], "the URL opens it read-only (mode=ro)"
+    wal = Path(f"{path}-wal")
+    fallbacks = ["ro"] if wal.exists() and wal.stat().st_size else ["ro", "immutable"]
+    return parsed, ["rw", *fallbacks] if not create else ["rw"], ""
+
+
+def _why_unwritable(path: Path | None) -> str:
+    """Why SQLite cannot write ``path``: the file itself, or its directory."""
+    if path is None:
+        return "the database cannot be written"
+    try:
+        with path.open("r+b"):
+            pass
+    except OSError as exc:
+        return f"the file {path} is read-only ({exc.strerror})"
+    return (f"the directory {path.parent} does not let SQLite create {path.name}-wal and "
+            f"{path.name}-shm (read-only or immutable)")
+
+
+def _sqlite_lock_held(conn: Connection, busy_ms: int) -> bool:
+    """Does another connection hold the SQLite write lock right now? (Asks without waiting.)"""
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    cur = raw.cursor()
+    try:
+        cur.execute("PRAGMA busy_timeout = 0")
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            return "locked" in str(exc) or "busy" in str(exc)
+        cur.execute("ROLLBACK")
+        return False
+    finally:
+        cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        cur.close()
+
+
+def _sqlite_engine(parsed: sa.URL, mode: str, *, create: bool, busy: float) -> Engine:
+    if mode != "rw":
+        # SQLite's own URI form (SQLAlchemy passes "file:..." with uri=True through).
+        path = parsed.database or ""
+        flag = "immutable=1" if mode == "immutable" else "mode=ro"
+        parsed = parsed.set(database=f"file:{quote(path)}?{flag}",
+                            query={**parsed.query, "uri": "true"})
+    engine = sa.create_engine(parsed, connect_args={"timeout": busy})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Take transaction control away from pysqlite so BEGIN IMMEDIATE is ours.
+        dbapi_conn.isolation_level = None
+        dbapi_conn.text_factory = _sqlite_text
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
+        if create:
+            cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = FULL")
+        # An erased payload must not survive in a freed page, whatever SQLite's build default.
+        cur.execute("PRAGMA secure_delete = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Appends take the write lock up front, so read-then-append never interleaves;
+        # readers use a plain deferred transaction and never block writers (WAL).
+        write = conn.get_execution_options().get("histaudit_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
