@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from histaudit.errors import FormatError
+from histaudit.errors import FormatError, StoreError
 from histaudit.ledger import chain, records
-from histaudit.ledger.checkpoint import parse_note
+from histaudit.ledger.checkpoint import parse_note, sign_note
 from histaudit.ledger.keys import Signer, TrustStore
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
@@ -73,3 +73,23 @@ def test_make_checkpoint_signs_and_stores_the_tree(ledger: Ledger) -> None:
     assert ledger.checkpoint_notes() == [(3, cp.note)]
     again = parse_note(cp.note, TrustStore([signer.public]))
     assert (again.size, again.root, again.origin) == (3, cp.root, f"histaudit/{ledger.ledger_id}")
+
+
+def test_a_planted_checkpoint_of_the_same_size_is_refused_not_skipped(db_url: str) -> None:
+    """A writer that plants a note of a future size must not make the genuine one vanish."""
+    signer, other = Signer.generate(), Signer.generate()
+    with Ledger.open(db_url, create=True) as ledger:
+        chain.append(ledger, "a", Kind.WORKFLOW_STARTED, {}, signer=signer)
+        first = chain.make_checkpoint(ledger, signer)
+        # The same checkpoint signed by another key is the same statement: accepted, and
+        # the note stored first stays.
+        assert chain.make_checkpoint(ledger, other).root == first.root
+        assert ledger.checkpoint_notes() == [(1, first.note)]
+        # Same size, another root: what a planted note looks like once the ledger gets there.
+        planted = sign_note(first.origin, 2, b"\x07" * 32, signer)
+        with ledger.write("plant") as tx:
+            tx.add_checkpoint(2, "07" * 32, planted)
+        chain.append(ledger, "a", Kind.WORKFLOW_COMPLETED, {}, signer=signer)
+        with pytest.raises(StoreError, match="a different checkpoint of size 2"):
+            chain.make_checkpoint(ledger, signer)
+        assert ledger.checkpoint_notes() == [(1, first.note), (2, planted)]

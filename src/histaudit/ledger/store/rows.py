@@ -552,11 +552,27 @@ class WriteTx:
         return bool(result.rowcount)
 
     def add_checkpoint(self, size: int, root_hex: str, note: bytes) -> None:
-        """Store a signed checkpoint unless one of that size is stored (append-only)."""
+        """Store a signed checkpoint unless one of that size is stored (append-only).
+
+        One stored already must say the same (its note text — origin, size, root — equal;
+        its signatures may be another key's): anything else was written by someone else,
+        e.g. a writer planting a note of a future size so the genuine one is never stored.
+        """
         have = self._conn.execute(sa.select(checkpoints.c.note)
                                   .where(checkpoints.c.size == size)).scalar()
         if have is None:
             self._conn.execute(checkpoints.insert().values(size=size, root=root_hex, note=note))
+            return
+        if _note_text(_blob(have)) != _note_text(note):
+            raise StoreError(f"a different checkpoint of size {size} is already stored: the "
+                             f"checkpoints table was written by something other than "
+                             f"histaudit (compare it with the checkpoints you kept)")
+
+
+def _note_text(note: bytes) -> bytes:
+    """A signed note's text: everything before the blank line that starts its signatures."""
+    end = note.find(b"\n\n")
+    return note if end < 0 else note[:end + 1]
 
 
 def _one_line(exc: BaseException) -> str:
