@@ -36,7 +36,14 @@ from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.records import StoredHead
 from histaudit.ledger.store import Ledger
 from histaudit.verify.findings import Severity
-from support.bundles import edit_lines, put_head, read_lines, write_lines
+from support.bundles import (
+    KEPT_CASES,
+    edit_lines,
+    kept_payload_bundle,
+    put_head,
+    read_lines,
+    write_lines,
+)
 from support.cli import cli, exits, one_error_line
 from support.ledgers import LedgerDb, committed
 from support.repo import SCHEMAS
@@ -575,39 +582,12 @@ def test_export_while_another_process_appends_verifies(db_url: str, tmp_path: Pa
 
 # --- kept payloads in bundles (docs/format.md §8.3, docs/bundle.md §9 step 12) ----------
 
-def _kept_ledger(url: str, signer: Signer) -> dict[int, str]:
-    """One instance written by the interceptor's recorder (payloads signed as kept), its
-    input at entry 1 erased with a signed record; returns seq -> commitment."""
-    from histaudit.interceptor.recorder import AuditRecorder
-
-    refs = {}
-    with Ledger.open(url, create=True) as ledger:
-        recorder = AuditRecorder(ledger, signer)
-        for n in range(1, 4):
-            p = recorder.commit("kept-1", f'{{"card":"4111","n":{n}}}')
-            assert p.ref is not None and p.ref["k"] is True
-            refs[recorder.append("kept-1", "activity.completed", {"output": p.ref}, p).seq] = \
-                p.ref["c"]
-        chain.erase_payload(ledger, "kept-1", refs[1], signer=signer, record={"entry": 1})
-    return refs
-
-
-@pytest.mark.parametrize("case", ["clean", "row deleted before export",
-                                  "payload line deleted", "exported without payloads"])
+@pytest.mark.parametrize("case", KEPT_CASES)
 def test_kept_payloads_in_a_bundle(db_url: str, tmp_path: Path, case: str) -> None:
     _key, pub, signer = generate_keypair(tmp_path / "keys", name="exporter")
     trust = TrustStore([signer.public])
-    refs = _kept_ledger(db_url, signer)
-    if case == "row deleted before export":
-        with LedgerDb(db_url) as db:
-            db.run("DELETE FROM histaudit_payloads WHERE commitment = :c", c=refs[2])
     bundle = tmp_path / "bundle"
-    with Ledger.open(db_url) as ledger:
-        export(ledger, ["kept-1"], bundle, signer=signer, trust=trust,
-               with_payloads=case != "exported without payloads")
-    if case == "payload line deleted":
-        edit_lines(bundle / "payloads.jsonl",
-                   lambda docs: docs.remove(next(d for d in docs if d["commitment"] == refs[3])))
+    refs = kept_payload_bundle(db_url, signer, bundle, case)
     expected = {
         "clean": {"(bundle)": set(), "kept-1": set()},
         "row deleted before export": {"(bundle)": set(), "kept-1": {("payload-missing", 2)}},

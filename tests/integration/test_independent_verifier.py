@@ -40,7 +40,14 @@ from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.records import StoredHead
 from histaudit.ledger.store import Ledger
 from histaudit.verify.findings import Severity
-from support.bundles import edit_lines, put_head, read_lines, write_lines
+from support.bundles import (
+    KEPT_CASES,
+    edit_lines,
+    kept_payload_bundle,
+    put_head,
+    read_lines,
+    write_lines,
+)
 from support.ledgers import committed
 from support.repo import DOCS, REPO, VECTORS
 
@@ -402,34 +409,12 @@ def test_independent_canonical_form_matches_the_golden_vectors() -> None:
 
 # --- kept payloads (format.md §8.3): the independent reading agrees -----------------------
 
-@pytest.mark.parametrize("case", ["clean", "row deleted before export", "payload line deleted",
-                                  "exported without payloads"])
+@pytest.mark.parametrize("case", KEPT_CASES)
 def test_kept_payload_rule_matches_histaudit(db_url: str, tmp_path: Path, case: str) -> None:
-    from histaudit.interceptor.recorder import AuditRecorder
-
     _, pub, signer = generate_keypair(tmp_path / "keys", name="exporter")
     trust = TrustStore.load(pub)
-    refs: dict[int, str] = {}
-    with Ledger.open(db_url, create=True) as ledger:
-        recorder = AuditRecorder(ledger, signer)  # every payload signed as kept
-        for n in range(1, 4):
-            p = recorder.commit("kept-1", f'"value {n}"')
-            assert p.ref is not None
-            refs[recorder.append("kept-1", "activity.completed", {"output": p.ref}, p).seq] = \
-                p.ref["c"]
-        chain.erase_payload(ledger, "kept-1", refs[1], signer=signer, record={})
-    if case == "row deleted before export":
-        from support.ledgers import LedgerDb
-
-        with LedgerDb(db_url) as db:
-            db.run("DELETE FROM histaudit_payloads WHERE commitment = :c", c=refs[2])
     bundle = tmp_path / "bundle"
-    with Ledger.open(db_url) as ledger:
-        export(ledger, ["kept-1"], bundle, signer=signer, trust=trust,
-               with_payloads=case != "exported without payloads")
-    if case == "payload line deleted":
-        edit_lines(bundle / "payloads.jsonl",
-                   lambda docs: docs.remove(next(d for d in docs if d["commitment"] == refs[3])))
+    kept_payload_bundle(db_url, signer, bundle, case)
     mine = {(p.code, p.instance, p.seq) for p in iv.verify_bundle(bundle, iv.load_trust(pub))}
     expected = {
         "clean": set(),

@@ -17,10 +17,10 @@ from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.records import StoredHead
 from histaudit.ledger.store import Ledger
 
-from .ledgers import append_order
+from .ledgers import LedgerDb, append_order
 
-__all__ = ["Built", "build_bundle", "edit_lines", "manifest_of", "put_head", "read_lines",
-           "resign_manifest", "write_lines"]
+__all__ = ["KEPT_CASES", "Built", "build_bundle", "edit_lines", "kept_payload_bundle",
+           "manifest_of", "put_head", "read_lines", "resign_manifest", "write_lines"]
 
 Doc = dict[str, Any]
 
@@ -89,3 +89,38 @@ def resign_manifest(bundle: Path, signer: Signer, change: Callable[[Doc], object
            "signatures": [{"keyid": signer.kid, "sig": base64.b64encode(
                signer.sign(pae(MANIFEST_TYPE, payload))).decode()}]}
     (bundle / "manifest.dsse.json").write_bytes(orjson.dumps(env))
+
+
+#: The ways a bundle of kept payloads (format.md §8.3) is made, for kept_payload_bundle.
+KEPT_CASES = ("clean", "row deleted before export", "payload line deleted",
+              "exported without payloads")
+
+
+def kept_payload_bundle(url: str, signer: Signer, bundle: Path, case: str
+                        ) -> dict[int, str]:
+    """One instance ``kept-1`` written by the interceptor's recorder (three outputs, each
+    signed as kept), the one at entry 1 erased with a signed record, exported to
+    ``bundle`` the way ``case`` (one of :data:`KEPT_CASES`) says; returns seq -> commitment.
+    """
+    from histaudit.interceptor.recorder import AuditRecorder
+    from histaudit.ledger import chain
+
+    refs: dict[int, str] = {}
+    with Ledger.open(url, create=True) as ledger:
+        recorder = AuditRecorder(ledger, signer)
+        for n in range(1, 4):
+            p = recorder.commit("kept-1", f'{{"card":"4111","n":{n}}}')
+            assert p.ref is not None and p.ref["k"] is True
+            refs[recorder.append("kept-1", "activity.completed", {"output": p.ref}, p).seq] = \
+                p.ref["c"]
+        chain.erase_payload(ledger, "kept-1", refs[1], signer=signer, record={"entry": 1})
+    if case == "row deleted before export":
+        with LedgerDb(url) as db:
+            db.run("DELETE FROM histaudit_payloads WHERE commitment = :c", c=refs[2])
+    with Ledger.open(url) as ledger:
+        export(ledger, ["kept-1"], bundle, signer=signer, trust=TrustStore([signer.public]),
+               with_payloads=case != "exported without payloads")
+    if case == "payload line deleted":
+        edit_lines(bundle / "payloads.jsonl",
+                   lambda docs: docs.remove(next(d for d in docs if d["commitment"] == refs[3])))
+    return refs
