@@ -29,7 +29,6 @@ from typing import Any
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
@@ -37,9 +36,9 @@ from histaudit.errors import FormatError
 from histaudit.ledger import chain, store
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, generate_keypair
-from histaudit.ledger.store import _PG_APPEND_LOCK, Ledger
+from histaudit.ledger.store import Ledger
 from support.cli import cli, exits, one_error_line
-from support.ledgers import LedgerDb, append_order
+from support.ledgers import LedgerDb, append_order, write_lock_held
 
 # --- running the command ----------------------------------------------------------------
 
@@ -922,26 +921,6 @@ WRITE_COMMANDS: dict[str, Callable[[Ctx], list[str]]] = {
 }
 
 
-@contextlib.contextmanager
-def _write_lock_held(url: str) -> Iterator[None]:
-    """Another process's open write transaction (SQLite) or append lock (PostgreSQL)."""
-    if url.startswith("sqlite"):
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            conn.execute("ROLLBACK")
-            conn.close()
-        return
-    with LedgerDb(url) as db, db.engine.connect() as conn:
-        conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _PG_APPEND_LOCK})
-        try:
-            yield
-        finally:
-            conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_APPEND_LOCK})
-
-
 def _ledger_state(ctx: Ctx) -> tuple[Any, ...]:
     files, *rest = ctx.state()
     return ({k: v for k, v in files.items() if not k.startswith("bundle")}, *rest)
@@ -951,7 +930,7 @@ def _ledger_state(ctx: Ctx) -> tuple[Any, ...]:
 def test_write_lock_held_by_another_process(command: str, ledger_ctx: Ctx) -> None:
     ctx = ledger_ctx
     before = _ledger_state(ctx)
-    with _write_lock_held(ctx.url):
+    with write_lock_held(ctx.url):
         started = time.monotonic()
         r = run(WRITE_COMMANDS[command](ctx), cwd=ctx.tmp, env={"HISTAUDIT_LOCK_WAIT": "2"})
         elapsed = time.monotonic() - started

@@ -13,8 +13,10 @@ Plain Python (no pytest), like the rest of ``support``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Iterable
+import sqlite3
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -24,7 +26,7 @@ import sqlalchemy as sa
 from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, TrustStore
-from histaudit.ledger.store import Ledger
+from histaudit.ledger.store import _PG_APPEND_LOCK, Ledger
 from histaudit.verify.report import Report
 from histaudit.verify.verifier import verify_instance
 
@@ -41,6 +43,7 @@ __all__ = [
     "read_entries",
     "stored_payload",
     "verify_url",
+    "write_lock_held",
 ]
 
 #: What ``chain.append(payloads=...)`` stores: salt -> (commitment, payload bytes).
@@ -318,3 +321,23 @@ class LedgerDb:
     def payload_data(self) -> list[bytes]:
         """Every stored payload's bytes."""
         return [row[0] for row in self.rows("SELECT data FROM histaudit_payloads")]
+
+
+@contextlib.contextmanager
+def write_lock_held(url: str) -> Iterator[None]:
+    """Another process's open write transaction (SQLite) or append lock (PostgreSQL)."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    with LedgerDb(url) as db, db.engine.connect() as conn:
+        conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _PG_APPEND_LOCK})
+        try:
+            yield
+        finally:
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_APPEND_LOCK})

@@ -16,8 +16,8 @@ batch inside a transaction the storage layer hands it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from histaudit.errors import InputError
 
@@ -28,41 +28,108 @@ from .keys import Signer
 from .kinds import Kind
 from .store import Ledger, WriteTx
 
-__all__ = ["CheckpointOutput", "PayloadRows", "append", "append_in", "erase_payload",
-           "make_checkpoint"]
+__all__ = ["CheckpointOutput", "Item", "PayloadRows", "append", "append_in",
+           "append_many", "erase_payload", "make_checkpoint"]
 
 PayloadRows = Mapping[bytes, tuple[str, bytes]]
 """Payloads an entry commits to: salt -> (commitment, payload bytes)."""
 
 
+class Item(NamedTuple):
+    """One entry to append: what :func:`append_many` and :class:`GroupWriter` take."""
+
+    instance: str
+    kind: str
+    data: Mapping[str, Any]
+    payloads: PayloadRows | None = None
+
+
 def append(ledger: Ledger, instance: str, kind: str, data: Mapping[str, Any], *,
-           signer: Signer, payloads: PayloadRows | None = None) -> rec.Entry:
+           signer: Signer, payloads: PayloadRows | None = None,
+           durable: bool = True) -> rec.Entry:
     """Append one signed entry to ``instance``'s chain and move its signed head.
 
-    ``payloads`` are stored beside the chain, so they can be erased later.
+    ``payloads`` are stored beside the chain, so they can be erased later. ``durable``:
+    see :meth:`~histaudit.ledger.store.Ledger.write`.
     """
-    with ledger.write(f"append to {instance!r}") as tx:
+    with ledger.write(f"append to {instance!r}", durable=durable) as tx:
         return append_in(tx, instance, kind, data, signer=signer, payloads=payloads)
+
+
+def append_many(ledger: Ledger, items: Sequence[Item], *, signer: Signer,
+                durable: bool = True) -> list[rec.Entry]:
+    """Append ``items`` in order in one transaction: one commit, one head per instance.
+
+    The entries take consecutive leaves; entries of one instance consecutive seqs, in
+    the order given. All of them commit, or none.
+    """
+    what = (f"append to {items[0].instance!r}" if len(items) == 1
+            else f"append of {len(items)} entries")
+    with ledger.write(what, durable=durable) as tx:
+        batch = _Batch(tx, signer)
+        entries = [batch.add(item) for item in items]
+        batch.store()
+        return entries
 
 
 def append_in(tx: WriteTx, instance: str, kind: str, data: Mapping[str, Any], *,
               signer: Signer, payloads: PayloadRows | None = None) -> rec.Entry:
     """The append rule, inside a write transaction the caller holds."""
-    tip = tx.tip(instance)
-    seq, prev = (1, rec.GENESIS_PREV) if tip is None else (tip[0] + 1, tip[1])
-    leaf = tx.next_leaf()
-    ts = rec.now_ts()
-    body = rec.entry_body(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind, ts=ts,
-                          kid=signer.kid, data=data)
-    digest = rec.sha256_hex(body)
-    tx.insert_entry(rec.StoredEntry(leaf, instance, seq, digest, body, signer.sign(body)))
-    head = rec.head_body(instance=instance, seq=seq, leaf=leaf, hash=digest, ts=ts,
-                         kid=signer.kid)
-    tx.put_head(rec.StoredHead(instance, seq, head, signer.sign(head)), new=tip is None)
-    if payloads:
-        tx.insert_payloads([(c, salt, raw) for salt, (c, raw) in payloads.items()])
-    return rec.Entry(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind, ts=ts,
-                     kid=signer.kid, data=dict(data), body=body)
+    batch = _Batch(tx, signer)
+    entry = batch.add(Item(instance, kind, data, payloads))
+    batch.store()
+    return entry
+
+
+class _Batch:
+    """Entries appended in one transaction, stored together by :meth:`store`.
+
+    The tip of each instance and the next leaf are read once and then carried forward,
+    and each instance's head is signed once, over its last entry of the batch.
+    """
+
+    def __init__(self, tx: WriteTx, signer: Signer) -> None:
+        self._tx = tx
+        self._signer = signer
+        self._leaf = -1
+        self._tips: dict[str, tuple[int, str, bool]] = {}  # instance -> seq, hash, is new
+        self._heads: dict[str, tuple[int, int, str, str]] = {}  # seq, leaf, hash, ts
+        self._rows: list[rec.StoredEntry] = []
+        self._payloads: list[tuple[str, bytes, bytes]] = []
+
+    def add(self, item: Item) -> rec.Entry:
+        instance, kind, data, payloads = item
+        if self._leaf < 0:
+            self._leaf = self._tx.next_leaf()
+        if instance not in self._tips:
+            tip = self._tx.tip(instance)
+            self._tips[instance] = (0, rec.GENESIS_PREV, True) if tip is None \
+                else (tip[0], tip[1], False)
+        last_seq, prev, new = self._tips[instance]
+        seq, leaf, ts, kid = last_seq + 1, self._leaf, rec.now_ts(), self._signer.kid
+        body = rec.entry_body(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind,
+                              ts=ts, kid=kid, data=data)
+        digest = rec.sha256_hex(body)
+        self._rows.append(rec.StoredEntry(leaf, instance, seq, digest, body,
+                                          self._signer.sign(body)))
+        if payloads:
+            self._payloads += [(c, salt, raw) for salt, (c, raw) in payloads.items()]
+        self._tips[instance] = (seq, digest, new)
+        self._heads[instance] = (seq, leaf, digest, ts)
+        self._leaf += 1
+        return rec.Entry(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind, ts=ts,
+                         kid=kid, data=dict(data), body=body)
+
+    def store(self) -> None:
+        """Store the entries, then each instance's head (the triggers check it names the
+        newest entry), then the payloads."""
+        self._tx.insert_entries(self._rows)
+        for instance, (seq, leaf, digest, ts) in self._heads.items():
+            head = rec.head_body(instance=instance, seq=seq, leaf=leaf, hash=digest, ts=ts,
+                                 kid=self._signer.kid)
+            self._tx.put_head(rec.StoredHead(instance, seq, head, self._signer.sign(head)),
+                              new=self._tips[instance][2])
+        self._tx.insert_payloads(self._payloads)
 
 
 def erase_payload(ledger: Ledger, instance: str, commitment: str, *, signer: Signer,

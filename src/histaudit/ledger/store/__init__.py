@@ -18,7 +18,10 @@ tail). Rows stream through one cursor in constant memory. Every column value is 
 whatever the database holds there (SQLite keeps any storage class in any column) and
 handed over in a form the verifier reports, never one that crashes the reader.
 
-``rows``     :class:`Ledger` (open, snapshot, write), :class:`Snapshot`, :class:`WriteTx`
+``rows``     :class:`Ledger`: open, snapshot, write (durable or riding on the next commit)
+``snapshot`` :class:`Snapshot`: one consistent read, rows streamed through the driver
+``writetx``  :class:`WriteTx`: the row operations of one write transaction
+``sql``      the hot paths' statements in both dialects' placeholder styles
 ``schema``   tables, the append-only triggers of both dialects, the writer role's grants
 ``sqlite``   opening a SQLite file (read-write, read-only, immutable) and its connections
 ``columns``  column values in a form the verifier reports, whatever storage class
@@ -35,8 +38,6 @@ from .rows import (
     SQLITE_BUSY_SECONDS,
     Ledger,
     OnLockWait,
-    Snapshot,
-    WriteTx,
     lock_wait_from_env,
     resolve_url,
 )
@@ -50,6 +51,8 @@ from .schema import (
     payloads,
     writer_role_sql,
 )
+from .snapshot import Snapshot
+from .writetx import WriteTx
 
 __all__ = ["DEFAULT_LOCK_WAIT_SECONDS", "DEFAULT_URL", "HEAD_MISMATCH", "LOCK_WAIT_ENV",
            "SCHEMA_VERSION", "SQLITE_BUSY_SECONDS", "Ledger", "OnLockWait", "Snapshot",

@@ -11,35 +11,20 @@ import math
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
-from histaudit.errors import FormatError, StoreError
-from histaudit.ledger.records import (
-    InstanceSummary,
-    StoredEntry,
-    StoredHead,
-    check_instance_id,
-    parse_entry,
-    sha256_hex,
-    shown_id,
-)
+from histaudit.errors import StoreError
+from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 
-from .columns import _blob, _entry, _int, _text, _top_leaf
-from .schema import (
-    _guards_outdated,
-    _install_guards,
-    checkpoints,
-    entries,
-    heads,
-    meta_table,
-    metadata,
-    payloads,
-)
+from .columns import _text
+from .schema import _guards_outdated, _install_guards, meta_table, metadata
+from .snapshot import Snapshot
+from .sql import statements
 from .sqlite import (
     _sqlite_engine,
     _sqlite_lock_held,
@@ -47,6 +32,7 @@ from .sqlite import (
     _sqlite_target,
     _why_unwritable,
 )
+from .writetx import WriteTx
 
 _log = logging.getLogger("histaudit.ledger")
 DEFAULT_URL = "sqlite:///histaudit.db"
@@ -66,21 +52,8 @@ SCHEMA_VERSION = "1"
 # Any 64-bit constant: the key of the PostgreSQL advisory lock that orders appends.
 _PG_APPEND_LOCK = 0x6869_7374_6175_6474  # "histaudt"
 
-# The append path's statements, built once: constructing and cache-keying SQLAlchemy
-# statements anew for every append cost as much CPU as everything else an append does.
-_APPEND_LOCK = sa.text("SELECT pg_advisory_xact_lock(:k)")
-_TRY_APPEND_LOCK = sa.text("SELECT pg_try_advisory_xact_lock(:k)")
-_LAST_OF_INSTANCE = (sa.select(entries.c.body)
-                     .where(entries.c.instance == sa.bindparam("instance"))
-                     .order_by(entries.c.seq.desc()).limit(1))
-_TOP_LEAF = sa.select(sa.func.max(entries.c.leaf))
-_INSERT_ENTRY = entries.insert()
-_INSERT_HEAD = heads.insert()
-# (An UPDATE's parameters may not be named after its columns.)
-_MOVE_HEAD = (heads.update().where(heads.c.instance == sa.bindparam("h_instance"))
-              .values(seq=sa.bindparam("h_seq"), body=sa.bindparam("h_body"),
-                      sig=sa.bindparam("h_sig")))
-_INSERT_PAYLOAD = payloads.insert()
+_APPEND_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+_TRY_APPEND_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 
 
 def resolve_url(url: str | None) -> str:
@@ -110,105 +83,6 @@ def _redact_url(url: str) -> str:
         return "<unparseable URL>"
 
 
-_shown = shown_id
-
-# -- column values, whatever the database holds ------------------------------------------
-
-
-class Snapshot:
-    """Reads from one consistent committed state of the ledger (one read transaction).
-
-    Everything read through one snapshot — heads, entries, leaves, payloads — is what the
-    ledger held at one moment, however many writers append meanwhile: a verifier that
-    reads a head and then the entries sees exactly the entries that head was signed over
-    (or more, only if someone stored rows without signing them in). Rows stream through
-    a cursor ``chunk`` rows at a time, so memory stays constant for a huge instance.
-    """
-
-    def __init__(self, conn: Connection, chunk: int) -> None:
-        self._conn = conn
-        self._chunk = chunk
-
-    def _stream(self, query: sa.Select[Any]) -> Iterator[Any]:
-        result = self._conn.execution_options(yield_per=self._chunk).execute(query)
-        try:
-            yield from result
-        finally:
-            result.close()
-
-    def entries(self, instance: str, *, after_seq: int = 0) -> Iterator[StoredEntry]:
-        """``instance``'s rows in insertion (leaf) order; ``after_seq`` skips the rows up
-        to that seq (an index range, for a reader that keeps up with a chain)."""
-        query = sa.select(entries).where(entries.c.instance == instance)
-        if after_seq:
-            query = query.where(entries.c.seq > after_seq)
-        for r in self._stream(query.order_by(entries.c.leaf)):
-            yield _entry(r)
-
-    def all_entries(self) -> Iterator[StoredEntry]:
-        """Every row in leaf order — negative, duplicate or non-integer leaves included."""
-        for r in self._stream(sa.select(entries).order_by(entries.c.leaf)):
-            yield _entry(r)
-
-    def leaves(self, *, below: int | None = None) -> Iterator[tuple[int, bytes]]:
-        """(leaf index, exact body bytes) in leaf order, optionally only leaves < ``below``."""
-        query = sa.select(entries.c.leaf, entries.c.body).order_by(entries.c.leaf)
-        if below is not None:
-            query = query.where(entries.c.leaf < below)
-        for r in self._stream(query):
-            yield _int(r.leaf), _blob(r.body)
-
-    def entry_at(self, instance: str, seq: int) -> StoredEntry | None:
-        """The row stored under ``instance`` with that seq *column* (an index hint only:
-        callers check what the signed body says)."""
-        r = self._conn.execute(sa.select(entries).where(entries.c.instance == instance,
-                                                        entries.c.seq == seq)).first()
-        return None if r is None else _entry(r)
-
-    def entry_at_leaf(self, leaf: int) -> StoredEntry | None:
-        r = self._conn.execute(sa.select(entries).where(entries.c.leaf == leaf)).first()
-        return None if r is None else _entry(r)
-
-    def head(self, instance: str) -> StoredHead | None:
-        r = self._conn.execute(sa.select(heads).where(heads.c.instance == instance)).first()
-        return None if r is None else StoredHead(_text(r.instance), _int(r.seq),
-                                                 _blob(r.body), _blob(r.sig))
-
-    def leaf_count(self) -> int:
-        """Number of leaves in the ledger-wide tree: max(leaf) + 1 (leaves are contiguous)."""
-        top = self._conn.execute(_TOP_LEAF).scalar()
-        return 0 if top is None else _top_leaf(top) + 1
-
-    def checkpoint_notes(self) -> list[tuple[int, bytes]]:
-        """Every stored checkpoint as (size, signed note), oldest first."""
-        rows = self._conn.execute(sa.select(checkpoints.c.size, checkpoints.c.note)
-                                  .order_by(checkpoints.c.size)).all()
-        return [(_int(r.size), _blob(r.note)) for r in rows]
-
-    def instances(self) -> list[InstanceSummary]:
-        """Every instance that has entries or a head, with entry counts."""
-        q = (sa.select(entries.c.instance, sa.func.count(), sa.func.max(entries.c.seq),
-                       sa.func.min(entries.c.leaf), sa.func.max(entries.c.leaf))
-             .group_by(entries.c.instance).order_by(sa.func.max(entries.c.leaf).desc()))
-        found: dict[str, InstanceSummary] = {}
-        for r in self._conn.execute(q):
-            name = _text(r[0])
-            found.setdefault(name, InstanceSummary(name, _int(r[1]), _int(r[2]), _int(r[3]),
-                                                   _int(r[4])))
-        for (name,) in self._conn.execute(sa.select(heads.c.instance)):
-            found.setdefault(_text(name), InstanceSummary(_text(name), 0, 0, -1, -1))
-        return list(found.values())
-
-    def instance_ids(self) -> list[str]:
-        return [s.instance for s in self.instances()]
-
-    def payload(self, commitment: str) -> tuple[bytes, bytes] | None:
-        """The (salt, bytes) stored for a commitment, or None once erased."""
-        r = self._conn.execute(sa.select(payloads.c.salt, payloads.c.data)
-                               .where(payloads.c.commitment == commitment)).first()
-        return None if r is None else (_blob(r.salt), _blob(r.data))
-
-
 OnLockWait = Callable[[], None]
 
 
@@ -231,6 +105,7 @@ class Ledger:
         self.lock_wait: float | None = None
         self.on_lock_wait: OnLockWait | None = None
         self._guards_checked = False
+        self._sql = statements(self.dialect)
 
     # -- opening ----------------------------------------------------------------------
 
@@ -313,7 +188,7 @@ class Ledger:
     def _create_schema(self) -> None:
         with self._write() as conn:
             if self.dialect == "postgresql":
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_APPEND_LOCK})
+                conn.exec_driver_sql(_APPEND_LOCK, (_PG_APPEND_LOCK,))
             metadata.create_all(conn)
             _install_guards(conn)
             have = conn.execute(sa.select(meta_table.c.key)).scalars().all()
@@ -351,7 +226,7 @@ class Ledger:
                                                   postgresql_readonly=True)
                 with conn.begin():
                     yield Snapshot(conn, chunk)
-        except (SQLAlchemyError, OverflowError) as exc:
+        except (self.db.dialect.loaded_dbapi.Error, SQLAlchemyError, OverflowError) as exc:
             raise StoreError(f"ledger {_redact_url(self.url)}: {_one_line(exc)}") from None
 
     def entries(self, instance: str, *, chunk: int = 5000,
@@ -409,7 +284,7 @@ class Ledger:
         """A write transaction (on SQLite it holds the database write lock from BEGIN)."""
         with self.db.connect() as conn:
             if self.on_lock_wait is not None and self.dialect == "sqlite" and \
-                    _sqlite_lock_held(conn, self._busy_ms()):
+                    _sqlite_lock_held(conn.connection.dbapi_connection, self._busy_ms()):
                 self.on_lock_wait()
             conn = conn.execution_options(histaudit_write=True)
             with conn.begin():
@@ -419,34 +294,69 @@ class Ledger:
         return int(1000 * (SQLITE_BUSY_SECONDS if self.lock_wait is None else self.lock_wait))
 
     @contextlib.contextmanager
-    def write(self, what: str = "write") -> Iterator[WriteTx]:
+    def write(self, what: str = "write", *, durable: bool = True) -> Iterator[WriteTx]:
         """One write transaction holding the ledger-wide append lock, as a :class:`WriteTx`.
 
-        Everything done through it commits together or not at all. A database failure
-        is a :class:`StoreError` naming ``what`` was being done; so is a write lock held
-        by another process for longer than ``lock_wait``, and a ledger that cannot be
-        written (naming why).
+        Everything done through it commits together or not at all. ``durable`` (the
+        default) returns only once the commit is on stable storage; ``durable=False`` is
+        for records nothing outside the process depends on yet: the commit survives the
+        process being killed (the OS holds it) and becomes durable with the next durable
+        commit — SQLite WAL ``synchronous=NORMAL``, PostgreSQL ``synchronous_commit=off``,
+        both of which flush every earlier commit with a later synchronous one.
+
+        A database failure is a :class:`StoreError` naming ``what`` was being done; so is
+        a write lock held by another process for longer than ``lock_wait``, and a ledger
+        that cannot be written (naming why).
         """
         if self.read_only:
             raise StoreError(f"{what} failed: ledger {_redact_url(self.url)} cannot be "
                              f"written: {self.read_only}")
         if not self._guards_checked:
             self._upgrade_guards()
+        driver_error = self.db.dialect.loaded_dbapi.Error
         try:
-            with self._write() as conn:
-                if self.dialect == "postgresql":
-                    self._pg_append_lock(conn)
-                yield WriteTx(conn)
-        except (SQLAlchemyError, OverflowError) as exc:
-            text = _one_line(exc)
-            if "database is locked" in text or "lock timeout" in text:
-                wait = SQLITE_BUSY_SECONDS if self.lock_wait is None else self.lock_wait
-                text = (f"gave up after {wait:g} s waiting for the write lock held by "
-                        f"another process (set {LOCK_WAIT_ENV} to wait longer)")
-            elif "readonly database" in text or "unable to open database file" in text:
-                path = _sqlite_path(sa.engine.make_url(self.url))
-                text += f" ({_why_unwritable(path)})" if path else ""
-            raise StoreError(f"{what} failed: {text}") from None
+            raw = self.db.raw_connection()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"{what} failed: {_one_line(exc)}") from None
+        try:
+            cur = raw.cursor()
+            try:
+                self._begin(raw, cur, durable=durable)
+                yield WriteTx(cur, self._sql)
+                cur.execute("COMMIT") if self.dialect == "sqlite" else raw.commit()
+            except BaseException:
+                _rollback(raw, self.dialect == "sqlite")
+                raise
+            finally:
+                cur.close()
+        except (driver_error, SQLAlchemyError, OverflowError) as exc:
+            raise StoreError(f"{what} failed: {self._explain(exc)}") from None
+        finally:
+            raw.close()  # back to the pool
+
+    def _begin(self, raw: Any, cur: Any, *, durable: bool) -> None:
+        """Start a write transaction holding the append lock (SQLite: the database write
+        lock, taken at BEGIN; PostgreSQL: the advisory lock)."""
+        if self.dialect == "sqlite":
+            if self.on_lock_wait is not None and _sqlite_lock_held(raw, self._busy_ms()):
+                self.on_lock_wait()
+            cur.execute("PRAGMA synchronous = FULL" if durable else "PRAGMA synchronous = NORMAL")
+            cur.execute("BEGIN IMMEDIATE")
+            return
+        self._pg_append_lock(cur)
+        if not durable:
+            cur.execute("SET LOCAL synchronous_commit = off")
+
+    def _explain(self, exc: BaseException) -> str:
+        text = _one_line(exc)
+        if "database is locked" in text or "lock timeout" in text:
+            wait = SQLITE_BUSY_SECONDS if self.lock_wait is None else self.lock_wait
+            return (f"gave up after {wait:g} s waiting for the write lock held by "
+                    f"another process (set {LOCK_WAIT_ENV} to wait longer)")
+        if "readonly database" in text or "unable to open database file" in text:
+            path = _sqlite_path(sa.engine.make_url(self.url))
+            text += f" ({_why_unwritable(path)})" if path else ""
+        return text
 
     def _upgrade_guards(self) -> None:
         """Bring the append-only triggers of a ledger made by an older histaudit up to date.
@@ -469,7 +379,7 @@ class Ledger:
                     return
             with self._write() as conn:
                 if self.dialect == "postgresql":
-                    conn.execute(_APPEND_LOCK, {"k": _PG_APPEND_LOCK})
+                    conn.exec_driver_sql(_APPEND_LOCK, (_PG_APPEND_LOCK,))
                 if _guards_outdated(conn):
                     _install_guards(conn, upgrade=True)
         except SQLAlchemyError as exc:
@@ -478,101 +388,29 @@ class Ledger:
                          "they could not be upgraded (%s); open it for writing once as its "
                          "owner to upgrade them", _redact_url(self.url), _one_line(exc))
 
-    def _pg_append_lock(self, conn: Connection) -> None:
+    def _pg_append_lock(self, cur: Any) -> None:
+        lock = (_PG_APPEND_LOCK,)
         if self.lock_wait is None:
-            conn.execute(_APPEND_LOCK, {"k": _PG_APPEND_LOCK})
+            cur.execute(_APPEND_LOCK, lock)
             return
-        if conn.execute(_TRY_APPEND_LOCK, {"k": _PG_APPEND_LOCK}).scalar():
+        cur.execute(_TRY_APPEND_LOCK, lock)
+        if cur.fetchone()[0]:
             return
         if self.on_lock_wait is not None:
             self.on_lock_wait()
         # lock_timeout also bounds advisory locks; 0 would mean "wait forever".
-        conn.execute(sa.text(f"SET LOCAL lock_timeout = {max(1, int(self.lock_wait * 1000))}"))
-        conn.execute(_APPEND_LOCK, {"k": _PG_APPEND_LOCK})
+        cur.execute(f"SET LOCAL lock_timeout = {max(1, int(self.lock_wait * 1000))}")
+        cur.execute(_APPEND_LOCK, lock)
 
 
-class WriteTx:
-    """The row operations of one write transaction (see :meth:`Ledger.write`).
-
-    The ledger-wide append lock is held for its whole life, so what :meth:`tip` and
-    :meth:`next_leaf` return stays true until it commits.
-    """
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-
-    def tip(self, instance: str) -> tuple[int, str] | None:
-        """(seq, hash) of ``instance``'s newest stored entry, or None for a new instance.
-
-        Both come from the signed body (its ``seq``, the SHA-256 of its exact bytes), not
-        from the unsigned ``seq``/``hash`` columns, which anyone with file access can edit;
-        a newest row whose body does not parse is refused rather than linked to. A hostile
-        id (a control or bidi character) is refused before it reaches any SQL.
-        """
-        check_instance_id(instance)
-        last = self._conn.execute(_LAST_OF_INSTANCE, {"instance": instance}).first()
-        if last is None:
-            return None
-        body = _blob(last.body)
-        try:
-            entry = parse_entry(body)
-        except FormatError as exc:
-            raise StoreError(f"the newest stored entry of {_shown(instance)} is not a valid "
-                             f"entry ({exc}); run `histaudit verify` before appending") from None
-        return entry.seq, sha256_hex(body)
-
-    def next_leaf(self) -> int:
-        """The ledger-wide index the next entry gets: max(leaf) + 1."""
-        top = self._conn.execute(_TOP_LEAF).scalar()
-        return 0 if top is None else _top_leaf(top) + 1
-
-    def insert_entry(self, row: StoredEntry) -> None:
-        self._conn.execute(_INSERT_ENTRY, {"leaf": row.leaf, "instance": row.instance,
-                                           "seq": row.seq, "hash": row.hash,
-                                           "body": row.body, "sig": row.sig})
-
-    def put_head(self, head: StoredHead, *, new: bool) -> None:
-        """Store ``instance``'s first head (``new``) or move it forward."""
-        if new:
-            self._conn.execute(_INSERT_HEAD, {"instance": head.instance, "seq": head.seq,
-                                              "body": head.body, "sig": head.sig})
-        else:
-            self._conn.execute(_MOVE_HEAD, {"h_instance": head.instance, "h_seq": head.seq,
-                                            "h_body": head.body, "h_sig": head.sig})
-
-    def insert_payloads(self, rows: Sequence[tuple[str, bytes, bytes]]) -> None:
-        """Store (commitment, salt, bytes) payload rows beside the chain."""
-        if rows:
-            self._conn.execute(_INSERT_PAYLOAD, [
-                {"commitment": c, "salt": salt, "data": data} for c, salt, data in rows])
-
-    def delete_payload(self, commitment: str) -> bool:
-        """Delete one payload row; True when there was one."""
-        result = self._conn.execute(payloads.delete().where(payloads.c.commitment == commitment))
-        return bool(result.rowcount)
-
-    def add_checkpoint(self, size: int, root_hex: str, note: bytes) -> None:
-        """Store a signed checkpoint unless one of that size is stored (append-only).
-
-        One stored already must say the same (its note text — origin, size, root — equal;
-        its signatures may be another key's): anything else was written by someone else,
-        e.g. a writer planting a note of a future size so the genuine one is never stored.
-        """
-        have = self._conn.execute(sa.select(checkpoints.c.note)
-                                  .where(checkpoints.c.size == size)).scalar()
-        if have is None:
-            self._conn.execute(checkpoints.insert().values(size=size, root=root_hex, note=note))
-            return
-        if _note_text(_blob(have)) != _note_text(note):
-            raise StoreError(f"a different checkpoint of size {size} is already stored: the "
-                             f"checkpoints table was written by something other than "
-                             f"histaudit (compare it with the checkpoints you kept)")
-
-
-def _note_text(note: bytes) -> bytes:
-    """A signed note's text: everything before the blank line that starts its signatures."""
-    end = note.find(b"\n\n")
-    return note if end < 0 else note[:end + 1]
+def _rollback(raw: Any, sqlite: bool) -> None:
+    """Undo an open write transaction; a connection that broke meanwhile is dropped by
+    the pool on return, so a failure to roll back is not a second error."""
+    with contextlib.suppress(Exception):
+        if not sqlite:
+            raw.rollback()
+        elif raw.in_transaction:
+            raw.execute("ROLLBACK")
 
 
 def _one_line(exc: BaseException) -> str:

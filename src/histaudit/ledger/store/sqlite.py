@@ -82,10 +82,10 @@ def _why_unwritable(path: Path | None) -> str:
             f"{path.name}-shm (read-only or immutable)")
 
 
-def _sqlite_lock_held(conn: Connection, busy_ms: int) -> bool:
-    """Does another connection hold the SQLite write lock right now? (Asks without waiting.)"""
-    raw = conn.connection.dbapi_connection
-    assert raw is not None
+def _sqlite_lock_held(raw: Any, busy_ms: int) -> bool:
+    """Does another connection hold the SQLite write lock right now? (Asks without waiting.)
+
+    ``raw`` is the driver's connection, outside any transaction."""
     cur = raw.cursor()
     try:
         cur.execute("PRAGMA busy_timeout = 0")

@@ -1,0 +1,135 @@
+"""Reads from one consistent committed state of the ledger: :class:`Snapshot`."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
+
+from .columns import _blob, _int, _text, _top_leaf
+from .schema import checkpoints, entries, heads
+from .sql import entry_row, statements
+
+_cursor_names = itertools.count(1)
+
+
+class Snapshot:
+    """Reads from one consistent committed state of the ledger (one read transaction).
+
+    Everything read through one snapshot — heads, entries, leaves, payloads — is what the
+    ledger held at one moment, however many writers append meanwhile: a verifier that
+    reads a head and then the entries sees exactly the entries that head was signed over
+    (or more, only if someone stored rows without signing them in).
+
+    Rows stream through one forward cursor of the driver itself — SQLite steps its
+    statement, PostgreSQL a server-side cursor fetching ``chunk`` rows a round trip — so
+    memory stays constant for a huge instance and a row costs a tuple, not an ORM row.
+    Point lookups (a payload, a head) are one prepared statement each.
+    """
+
+    def __init__(self, conn: Connection, chunk: int) -> None:
+        self._conn = conn
+        self._chunk = chunk
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        self._raw: Any = raw
+        self._pg = conn.dialect.name == "postgresql"
+        self._sql = statements(conn.dialect.name)
+
+    def _stream(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
+        if self._pg:
+            cur = self._raw.cursor(name=f"histaudit_stream_{next(_cursor_names)}")
+            cur.itersize = self._chunk
+        else:
+            cur = self._raw.cursor()
+        try:
+            cur.execute(sql, params)
+            yield from cur
+        finally:
+            cur.close()
+
+    def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
+        cur = self._raw.cursor()
+        try:
+            cur.execute(sql, params)
+            return cur.fetchone()
+        finally:
+            cur.close()
+
+    def entries(self, instance: str, *, after_seq: int = 0) -> Iterator[StoredEntry]:
+        """``instance``'s rows in insertion (leaf) order; ``after_seq`` skips the rows up
+        to that seq (an index range, for a reader that keeps up with a chain)."""
+        if after_seq:
+            rows = self._stream(self._sql.entries_of_after, (instance, after_seq))
+        else:
+            rows = self._stream(self._sql.entries_of, (instance,))
+        for r in rows:
+            yield entry_row(r)
+
+    def all_entries(self) -> Iterator[StoredEntry]:
+        """Every row in leaf order — negative, duplicate or non-integer leaves included."""
+        for r in self._stream(self._sql.all_entries, ()):
+            yield entry_row(r)
+
+    def leaves(self, *, below: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """(leaf index, exact body bytes) in leaf order, optionally only leaves < ``below``."""
+        rows = (self._stream(self._sql.leaves, ()) if below is None
+                else self._stream(self._sql.leaves_below, (below,)))
+        for leaf, body in rows:
+            yield (leaf if type(leaf) is int else _int(leaf),
+                   body if type(body) is bytes else _blob(body))
+
+    def entry_at(self, instance: str, seq: int) -> StoredEntry | None:
+        """The row stored under ``instance`` with that seq *column* (an index hint only:
+        callers check what the signed body says)."""
+        r = self._one(self._sql.entry_at, (instance, seq))
+        return None if r is None else entry_row(r)
+
+    def entry_at_leaf(self, leaf: int) -> StoredEntry | None:
+        r = self._one(self._sql.entry_at_leaf, (leaf,))
+        return None if r is None else entry_row(r)
+
+    def head(self, instance: str) -> StoredHead | None:
+        r = self._one(self._sql.head, (instance,))
+        return None if r is None else StoredHead(_text(r[0]), _int(r[1]), _blob(r[2]),
+                                                 _blob(r[3]))
+
+    def leaf_count(self) -> int:
+        """Number of leaves in the ledger-wide tree: max(leaf) + 1 (leaves are contiguous)."""
+        top = self._one(self._sql.top_leaf, ())[0]
+        return 0 if top is None else _top_leaf(top) + 1
+
+    def payload(self, commitment: str) -> tuple[bytes, bytes] | None:
+        """The (salt, bytes) stored for a commitment, or None once erased."""
+        r = self._one(self._sql.payload, (commitment,))
+        return None if r is None else (_blob(r[0]), _blob(r[1]))
+
+    # -- cold paths: once per command, through SQLAlchemy ----------------------------
+
+    def checkpoint_notes(self) -> list[tuple[int, bytes]]:
+        """Every stored checkpoint as (size, signed note), oldest first."""
+        rows = self._conn.execute(sa.select(checkpoints.c.size, checkpoints.c.note)
+                                  .order_by(checkpoints.c.size)).all()
+        return [(_int(r.size), _blob(r.note)) for r in rows]
+
+    def instances(self) -> list[InstanceSummary]:
+        """Every instance that has entries or a head, with entry counts."""
+        q = (sa.select(entries.c.instance, sa.func.count(), sa.func.max(entries.c.seq),
+                       sa.func.min(entries.c.leaf), sa.func.max(entries.c.leaf))
+             .group_by(entries.c.instance).order_by(sa.func.max(entries.c.leaf).desc()))
+        found: dict[str, InstanceSummary] = {}
+        for r in self._conn.execute(q):
+            name = _text(r[0])
+            found.setdefault(name, InstanceSummary(name, _int(r[1]), _int(r[2]), _int(r[3]),
+                                                   _int(r[4])))
+        for (name,) in self._conn.execute(sa.select(heads.c.instance)):
+            found.setdefault(_text(name), InstanceSummary(_text(name), 0, 0, -1, -1))
+        return list(found.values())
+
+    def instance_ids(self) -> list[str]:
+        return [s.instance for s in self.instances()]

@@ -1,0 +1,89 @@
+"""The hot paths' SQL, run on the driver's own cursor (stdlib ``sqlite3``, psycopg 3).
+
+SQLAlchemy builds the schema, parses URLs and pools connections; the statements every
+append and every verified row go through are plain SQL on the DB-API cursor, because
+SQLAlchemy's per-statement machinery (compiling, caching, result rows) cost more CPU than
+everything else an append or a streamed row does (benchmarks/README.md, figures 1 and 3).
+The statements are written once with ``?`` and rewritten to psycopg's ``%s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from histaudit.ledger.records import StoredEntry
+
+from .columns import _blob, _int, _text
+
+_ENTRY_COLUMNS = "leaf, instance, seq, hash, body, sig"
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """Every hot-path statement in one dialect's placeholder style."""
+
+    entries_of: str
+    entries_of_after: str
+    all_entries: str
+    leaves: str
+    leaves_below: str
+    entry_at: str
+    entry_at_leaf: str
+    head: str
+    top_leaf: str
+    payload: str
+    last_of_instance: str
+    insert_entry: str
+    insert_head: str
+    move_head: str
+    insert_payload: str
+    delete_payload: str
+    checkpoint_at: str
+    insert_checkpoint: str
+
+
+_QMARK = Statements(
+    entries_of=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries WHERE instance = ? "
+               f"ORDER BY leaf",
+    entries_of_after=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries WHERE instance = ? "
+                     f"AND seq > ? ORDER BY leaf",
+    all_entries=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries ORDER BY leaf",
+    leaves="SELECT leaf, body FROM histaudit_entries ORDER BY leaf",
+    leaves_below="SELECT leaf, body FROM histaudit_entries WHERE leaf < ? ORDER BY leaf",
+    entry_at=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries WHERE instance = ? AND seq = ?",
+    entry_at_leaf=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries WHERE leaf = ?",
+    head="SELECT instance, seq, body, sig FROM histaudit_heads WHERE instance = ?",
+    top_leaf="SELECT max(leaf) FROM histaudit_entries",
+    payload="SELECT salt, data FROM histaudit_payloads WHERE commitment = ?",
+    last_of_instance="SELECT body FROM histaudit_entries WHERE instance = ? "
+                     "ORDER BY seq DESC LIMIT 1",
+    insert_entry=f"INSERT INTO histaudit_entries ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+    insert_head="INSERT INTO histaudit_heads (instance, seq, body, sig) VALUES (?, ?, ?, ?)",
+    move_head="UPDATE histaudit_heads SET seq = ?, body = ?, sig = ? WHERE instance = ?",
+    insert_payload="INSERT INTO histaudit_payloads (commitment, salt, data) VALUES (?, ?, ?)",
+    delete_payload="DELETE FROM histaudit_payloads WHERE commitment = ?",
+    checkpoint_at="SELECT note FROM histaudit_checkpoints WHERE size = ?",
+    insert_checkpoint="INSERT INTO histaudit_checkpoints (size, root, note) VALUES (?, ?, ?)",
+)
+_FORMAT = Statements(**{name: getattr(_QMARK, name).replace("?", "%s")
+                        for name in _QMARK.__dataclass_fields__})
+
+
+def statements(dialect: str) -> Statements:
+    """The statements for ``dialect`` ("sqlite" or "postgresql")."""
+    return _QMARK if dialect == "sqlite" else _FORMAT
+
+
+def entry_row(r: Any) -> StoredEntry:
+    """A (leaf, instance, seq, hash, body, sig) row as a StoredEntry, whatever the
+    columns hold: the common case (the types the schema declares) is tested first and
+    costs nothing; anything else goes through the tolerant converters of ``columns``."""
+    leaf, instance, seq, digest, body, sig = r
+    return StoredEntry(
+        leaf if type(leaf) is int else _int(leaf),
+        instance if type(instance) is str and instance.isascii() else _text(instance),
+        seq if type(seq) is int else _int(seq),
+        digest if type(digest) is str and digest.isascii() else _text(digest),
+        body if type(body) is bytes else _blob(body),
+        sig if type(sig) is bytes else _blob(sig))

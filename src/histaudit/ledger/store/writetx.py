@@ -1,0 +1,109 @@
+"""The row operations of one write transaction: :class:`WriteTx`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from histaudit.errors import FormatError, StoreError
+from histaudit.ledger.records import (
+    StoredEntry,
+    StoredHead,
+    check_instance_id,
+    parse_entry,
+    sha256_hex,
+    shown_id,
+)
+
+from .columns import _blob, _top_leaf
+from .sql import Statements
+
+
+class WriteTx:
+    """The row operations of one write transaction (see :meth:`Ledger.write`).
+
+    The ledger-wide append lock is held for its whole life, so what :meth:`tip` and
+    :meth:`next_leaf` return stays true until it commits. Statements run on the
+    driver's cursor (:mod:`.sql`); rows of one kind go in one ``executemany``.
+    """
+
+    def __init__(self, cursor: Any, sql: Statements) -> None:
+        self._cur = cursor
+        self._sql = sql
+
+    def tip(self, instance: str) -> tuple[int, str] | None:
+        """(seq, hash) of ``instance``'s newest stored entry, or None for a new instance.
+
+        Both come from the signed body (its ``seq``, the SHA-256 of its exact bytes), not
+        from the unsigned ``seq``/``hash`` columns, which anyone with file access can edit;
+        a newest row whose body does not parse is refused rather than linked to. A hostile
+        id (a control or bidi character) is refused before it reaches any SQL.
+        """
+        check_instance_id(instance)
+        self._cur.execute(self._sql.last_of_instance, (instance,))
+        last = self._cur.fetchone()
+        if last is None:
+            return None
+        body = _blob(last[0])
+        try:
+            entry = parse_entry(body)
+        except FormatError as exc:
+            raise StoreError(f"the newest stored entry of {shown_id(instance)} is not a "
+                             f"valid entry ({exc}); run `histaudit verify` before "
+                             f"appending") from None
+        return entry.seq, sha256_hex(body)
+
+    def next_leaf(self) -> int:
+        """The ledger-wide index the next entry gets: max(leaf) + 1."""
+        self._cur.execute(self._sql.top_leaf)
+        top = self._cur.fetchone()[0]
+        return 0 if top is None else _top_leaf(top) + 1
+
+    def insert_entries(self, rows: Sequence[StoredEntry]) -> None:
+        self._cur.executemany(self._sql.insert_entry, [
+            (r.leaf, r.instance, r.seq, r.hash, r.body, r.sig) for r in rows])
+
+    def insert_entry(self, row: StoredEntry) -> None:
+        self.insert_entries([row])
+
+    def put_head(self, head: StoredHead, *, new: bool) -> None:
+        """Store ``instance``'s first head (``new``) or move it forward."""
+        if new:
+            self._cur.execute(self._sql.insert_head,
+                              (head.instance, head.seq, head.body, head.sig))
+        else:
+            self._cur.execute(self._sql.move_head,
+                              (head.seq, head.body, head.sig, head.instance))
+
+    def insert_payloads(self, rows: Sequence[tuple[str, bytes, bytes]]) -> None:
+        """Store (commitment, salt, bytes) payload rows beside the chain."""
+        if rows:
+            self._cur.executemany(self._sql.insert_payload, list(rows))
+
+    def delete_payload(self, commitment: str) -> bool:
+        """Delete one payload row; True when there was one."""
+        self._cur.execute(self._sql.delete_payload, (commitment,))
+        return bool(self._cur.rowcount)
+
+    def add_checkpoint(self, size: int, root_hex: str, note: bytes) -> None:
+        """Store a signed checkpoint unless one of that size is stored (append-only).
+
+        One stored already must say the same (its note text — origin, size, root — equal;
+        its signatures may be another key's): anything else was written by someone else,
+        e.g. a writer planting a note of a future size so the genuine one is never stored.
+        """
+        self._cur.execute(self._sql.checkpoint_at, (size,))
+        have = self._cur.fetchone()
+        if have is None:
+            self._cur.execute(self._sql.insert_checkpoint, (size, root_hex, note))
+            return
+        if _note_text(_blob(have[0])) != _note_text(note):
+            raise StoreError(f"a different checkpoint of size {size} is already stored: the "
+                             f"checkpoints table was written by something other than "
+                             f"histaudit (compare it with the checkpoints you kept)")
+
+
+def _note_text(note: bytes) -> bytes:
+    """A signed note's text: everything before the blank line that starts its signatures."""
+    end = note.find(b"\n\n")
+    return note if end < 0 else note[:end + 1]

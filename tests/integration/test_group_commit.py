@@ -1,0 +1,159 @@
+"""Batched appends on both stores: ``chain.append_many``, ``GroupWriter``, ``durable=False``.
+
+What must hold: a batch is one atomic transaction whose entries take consecutive leaves
+and contiguous seqs and leave one head per instance on its newest entry; concurrent
+callers of a GroupWriter share commits yet each gets its own entry (or its own error);
+an append that rides on the next durable commit is still there after the appending
+process is killed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from histaudit.errors import HistauditError
+from histaudit.ledger import chain
+from histaudit.ledger.chain import Item
+from histaudit.ledger.keys import Signer
+from histaudit.ledger.store import Ledger
+from histaudit.ledger.writer import GroupWriter
+from support.ledgers import committed, read_entries, stored_payload, verify_url, write_lock_held
+
+BAD_ID = "evil\u202eid"  # a bidi override: refused before it reaches SQL
+
+
+def _data(i: int) -> dict[str, Any]:
+    return {"task_id": i, "activity": "step"}
+
+
+def test_append_many_is_one_chain_step_per_item(db_url: str) -> None:
+    signer = Signer.generate()
+    ref, rows = committed(b'"kept payload"')
+    with Ledger.open(db_url, create=True) as ledger:
+        chain.append(ledger, "a", "workflow.started", {}, signer=signer)
+        items = [Item("a", "activity.started", _data(1)),
+                 Item("b", "workflow.started", {"input": ref}, rows),
+                 Item("a", "activity.completed", _data(1)),
+                 Item("b", "activity.started", _data(2)),
+                 Item("c", "workflow.started", {})]
+        made = chain.append_many(ledger, items, signer=signer)
+        assert [e.leaf for e in made] == [1, 2, 3, 4, 5]
+        assert [(e.instance, e.seq) for e in made] == [("a", 2), ("b", 1), ("a", 3),
+                                                         ("b", 2), ("c", 1)]
+        heads = {i: ledger.head(i) for i in "abc"}
+    assert {i: h.seq for i, h in heads.items() if h} == {"a": 3, "b": 2, "c": 1}
+    for instance in "abc":
+        report = verify_url(db_url, instance, signer, full=True)
+        assert report.ok, (instance, report.findings)
+    assert stored_payload(db_url, ref) == b'"kept payload"'
+    assert [e.kind for e in read_entries(db_url, "a")] == [
+        "workflow.started", "activity.started", "activity.completed"]
+
+
+def test_append_many_commits_all_or_nothing(db_url: str) -> None:
+    signer = Signer.generate()
+    with Ledger.open(db_url, create=True) as ledger:
+        chain.append(ledger, "a", "workflow.started", {}, signer=signer)
+        with pytest.raises(HistauditError):
+            chain.append_many(ledger, [Item("a", "activity.started", _data(1)),
+                                       Item(BAD_ID, "workflow.started", {})], signer=signer)
+        assert ledger.leaf_count() == 1
+        assert ledger.head("a").seq == 1  # type: ignore[union-attr]
+
+
+def test_concurrent_callers_share_commits_and_all_verify(db_url: str) -> None:
+    signer = Signer.generate()
+    threads, each = 8, 40
+    with Ledger.open(db_url, create=True) as ledger:
+        writer = GroupWriter(ledger, signer)
+        made: list[Any] = []
+
+        def work(k: int) -> None:
+            for i in range(each):
+                made.append(writer.append(f"wf-{k % 3}", "activity.started", _data(i),
+                                          durable=i % 2 == 0))
+
+        pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        assert ledger.leaf_count() == threads * each
+    assert sorted(e.leaf for e in made) == list(range(threads * each))
+    per_instance = Counter(e.instance for e in made)
+    for instance, count in per_instance.items():
+        assert sorted(e.seq for e in made if e.instance == instance) == \
+            list(range(1, count + 1))
+        report = verify_url(db_url, instance, signer, full=True)
+        assert report.ok, (instance, report.findings)
+    assert writer.batches < threads * each, "no two appends ever shared a commit"
+
+
+def test_a_bad_request_fails_alone_in_its_batch(db_url: str) -> None:
+    """Three callers queue behind a held write lock; the second one's entry is invalid.
+    The first commits alone (it led), the other two form one batch that fails and is
+    retried one by one: only the bad caller gets an error."""
+    signer = Signer.generate()
+    results: dict[str, Any] = {}
+    with Ledger.open(db_url, create=True) as ledger:
+        writer = GroupWriter(ledger, signer)
+
+        def call(name: str, instance: str) -> None:
+            try:
+                results[name] = writer.append(instance, "workflow.started", {})
+            except HistauditError as exc:
+                results[name] = exc
+
+        with write_lock_held(db_url):
+            first = threading.Thread(target=call, args=("first", "a"))
+            first.start()
+            _wait_until(lambda: writer._leading and not writer._queue)
+            later = [threading.Thread(target=call, args=args)
+                     for args in (("bad", BAD_ID), ("good", "b"))]
+            for t in later:
+                t.start()
+            _wait_until(lambda: len(writer._queue) == 2)
+        for t in (first, *later):
+            t.join(timeout=60)
+        assert ledger.leaf_count() == 2
+    assert results["first"].instance == "a" and results["good"].instance == "b"
+    assert isinstance(results["bad"], HistauditError)
+    assert writer.batches == 2  # [first], then [good] after [bad, good] failed
+
+
+def _wait_until(condition: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+KILLED_CHILD = """
+import os, signal, sys
+from histaudit.ledger import chain
+from histaudit.ledger.keys import Signer
+from histaudit.ledger.store import Ledger
+ledger = Ledger.open(sys.argv[1], create=True)
+signer = Signer.generate()
+for i in range(20):
+    chain.append(ledger, "wf", "activity.started", {"task_id": i}, signer=signer,
+                 durable=False)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_non_durable_appends_survive_the_process_being_killed(db_url: str,
+                                                             tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", KILLED_CHILD, db_url], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    entries = read_entries(db_url, "wf")
+    assert [e.data["task_id"] for e in entries] == list(range(20))
