@@ -283,9 +283,11 @@ class Ledger:
     def _write(self) -> Iterator[Connection]:
         """A write transaction (on SQLite it holds the database write lock from BEGIN)."""
         with self.db.connect() as conn:
-            if self.on_lock_wait is not None and self.dialect == "sqlite" and \
-                    _sqlite_lock_held(conn.connection.dbapi_connection, self._busy_ms()):
-                self.on_lock_wait()
+            raw: Any = conn.connection.dbapi_connection
+            if self.dialect == "sqlite":
+                if self.on_lock_wait is not None and _sqlite_lock_held(raw, self._busy_ms()):
+                    self.on_lock_wait()
+                raw.execute("PRAGMA synchronous = FULL")  # whatever write() left it at
             conn = conn.execution_options(histaudit_write=True)
             with conn.begin():
                 yield conn
