@@ -6,9 +6,15 @@ other's flushes. :class:`GroupWriter` lets them queue *into* the next commit ins
 the first caller to find nobody committing becomes the leader, takes everything queued
 (up to ``max_batch``), appends it with :func:`~histaudit.ledger.chain.append_many` and
 wakes the callers; whoever arrived meanwhile forms the next batch, led by its oldest
-caller. No timer, no background thread: a lone caller commits at once, and under load a
-batch is whatever arrived during one flush — the classic leader/follower group commit
-(as in PostgreSQL's WAL flush or MySQL's binlog group commit).
+caller. No background thread: a lone caller commits at once, and under load a batch is
+whatever arrived during one flush — the classic leader/follower group commit (as in
+PostgreSQL's WAL flush or MySQL's binlog group commit).
+
+One refinement: the callers a batch wakes usually come straight back, but one at a time,
+so the first of them would find nobody queued and commit alone while the rest queue
+behind it (batches of 1, n−1, 1, n−1, … — measured: half the batching lost). So a leader
+that follows a batch of k > 1 callers waits until k are queued again, at most
+``gather`` seconds (0.5 ms: a fraction of one flush); a lone caller never waits.
 
 Each caller returns only once *its* batch is committed, durable if any entry in it asked
 to be (the others ride along for free). A batch that fails is retried one entry per
@@ -19,6 +25,7 @@ its own error and the others still commit.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,13 +52,16 @@ class _Request:
 class GroupWriter:
     """Appends to one ledger with one key from any number of threads, batched."""
 
-    def __init__(self, ledger: Ledger, signer: Signer, *, max_batch: int = 256) -> None:
+    def __init__(self, ledger: Ledger, signer: Signer, *, max_batch: int = 256,
+                 gather: float = 0.0005) -> None:
         self.ledger = ledger
         self.signer = signer
         self.max_batch = max_batch
-        self._lock = threading.Lock()
+        self.gather = gather
+        self._lock = threading.Condition()
         self._queue: list[_Request] = []
         self._leading = False
+        self._last_batch = 0
         self.batches = 0
         """Transactions committed so far (for tests and benchmarks: appends ÷ batches is
         the batching factor)."""
@@ -65,6 +75,7 @@ class GroupWriter:
             self._queue.append(req)
             lead = not self._leading
             self._leading = True
+            self._lock.notify()
         if not lead:
             req.done.wait()
             if req.lead:
@@ -80,8 +91,13 @@ class GroupWriter:
     def _lead(self) -> None:
         """Commit one batch, then hand the lead to the oldest waiting caller (or drop it)."""
         with self._lock:
+            want = min(self._last_batch, self.max_batch)
+            deadline = time.monotonic() + self.gather
+            while len(self._queue) < want and (left := deadline - time.monotonic()) > 0:
+                self._lock.wait(left)
             batch = self._queue[:self.max_batch]
             del self._queue[:self.max_batch]
+            self._last_batch = len(batch)
         try:
             self._commit(batch)
         finally:
