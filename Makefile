@@ -37,8 +37,13 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The full run (~40 min on 2 shared cores; `benchmarks/run.py --quick` takes ~10): ratios
+# against same-run baselines, JSON + PNG in benchmarks/results/ (benchmarks/README.md).
+# The built 1M-entry verify ledger is kept in BENCH_CACHE between runs.
+BENCH_CACHE ?= /var/tmp/histaudit-bench
 bench: venv engine postgres
-	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) benchmarks/run.py
+	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
+	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) benchmarks/run.py --ledger-cache $(BENCH_CACHE) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .tools demo-out

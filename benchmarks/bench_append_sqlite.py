@@ -9,8 +9,16 @@ Each round measures, back to back in one process and one directory:
   ledger schema: the two lookups, the entry INSERT, the head INSERT/UPDATE and the
   payload INSERT, with precomputed bodies and dummy signatures — storage cost only;
 * ``t_build``  (diagnostic) building the entry and head canonical bytes + SHA-256;
-* ``t_append`` ``chain.append`` (``histaudit.ledger.chain``) of the workload mix,
-  round-robin over 8 instances.
+* ``t_append`` ``chain.append`` (``histaudit.ledger.chain``) of the workload mix, one
+  at a time, durable, round-robin over 8 instances;
+* ``group``    (info) ``histaudit.ledger.writer.GroupWriter`` from 8 threads at once,
+  each its own instance, durable: concurrent callers share a commit, and
+  ``GroupWriter.batches`` gives the batching factor (appends ÷ commits).
+
+:func:`run_growth` (figure 1e) measures ``chain.append`` into the largest instance of a
+small ledger (built with ``bench_synth.build_ledger``) and of a copy of the big cached
+verify ledger, interleaved with the same two baselines, so the ratio shows what a big
+index costs an append.
 
 Each round is cut into 10 slices that run a block of every measurement in rotating
 order (fsync latency on a shared virtual disk drifts within seconds; slicing makes the
@@ -29,6 +37,8 @@ import itertools
 import os
 import sqlite3
 import statistics
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +50,85 @@ from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer
 from histaudit.ledger.store import Ledger
+from histaudit.ledger.writer import GroupWriter
 
 INSTANCES = 8
+THREADS = 8
 SLICES = 10
+Plan = list[tuple[str, Callable[[int], int], int]]
+
+
+def sliced_round(plan: Plan) -> dict[str, Timing]:
+    """One round: SLICES slices, each running a block of every measurement of ``plan``
+    in a rotating order; the blocks of each measurement are summed."""
+    acc = {name: Timing(0, 0.0, 0.0) for name, _fn, _n in plan}
+    for sl in range(SLICES):
+        order = plan[sl % len(plan):] + plan[:sl % len(plan)]
+        for name, fn, total in order:
+            n = total // SLICES + (1 if sl < total % SLICES else 0)
+            if n == 0:
+                continue
+            t = measure(lambda fn=fn, n=n: fn(n))
+            a = acc[name]
+            acc[name] = Timing(a.ops + t.ops, a.wall + t.wall, a.cpu + t.cpu)
+    return acc
+
+
+def baselines(workdir: Path, signer: Signer, bodies: list[bytes]
+              ) -> tuple[Callable[[int], int], Callable[[int], int], sqlite3.Connection]:
+    """The raw sign and raw commit loops (figure 1's two baselines)."""
+    key = Ed25519PrivateKey.from_private_bytes(raw_private(signer))
+    body_len = int(statistics.median(len(b) for b in bodies))
+    raw = _raw_conn(workdir / "raw-commit.db")
+    raw.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v BLOB NOT NULL)")
+    row_value = os.urandom(body_len)
+
+    def do_sign(n: int) -> int:
+        sign = key.sign
+        for i in range(n):
+            sign(bodies[i & 63])
+        return n
+
+    def do_commit(n: int) -> int:
+        for _ in range(n):
+            raw.execute("BEGIN IMMEDIATE")
+            raw.execute("INSERT INTO t (v) VALUES (?)", (row_value,))
+            raw.execute("COMMIT")
+        return n
+
+    return do_sign, do_commit, raw
+
+
+def group_appender(ledger: Ledger, signer: Signer, threads: int = THREADS
+                   ) -> tuple[GroupWriter, Callable[[int], int]]:
+    """A GroupWriter and a block function: ``n`` durable appends from ``threads`` threads
+    at once, each appending the mix to its own instance (an app's worker threads)."""
+    writer = GroupWriter(ledger, signer)
+    mixes = [workload(10_000_000, seed=100 + j) for j in range(threads)]
+
+    def do_group(n: int) -> int:
+        share = [n // threads + (1 if j < n % threads else 0) for j in range(threads)]
+        errors: list[BaseException] = []
+
+        def work(j: int) -> None:
+            try:
+                mix, inst = mixes[j], f"thread-{j}"
+                for _ in range(share[j]):
+                    kind, data, payloads = next(mix)
+                    writer.append(inst, kind, data, payloads or None, durable=True)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                errors.append(exc)
+
+        ts = [threading.Thread(target=work, args=(j,)) for j in range(threads) if share[j]]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errors:
+            raise errors[0]
+        return n
+
+    return writer, do_group
 
 
 def _sample_bodies(signer: Signer, n: int) -> list[bytes]:
@@ -79,14 +165,9 @@ def _warm(block: Any, wal: Path, *, max_blocks: int = 300) -> int:
 def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
         ) -> dict[str, Any]:
     signer = Signer.generate()
-    key = Ed25519PrivateKey.from_private_bytes(raw_private(signer))
     bodies = _sample_bodies(signer, 64)
     body_len = int(statistics.median(len(b) for b in bodies))
-
-    # raw commit baseline database
-    raw = _raw_conn(workdir / "raw-commit.db")
-    raw.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v BLOB NOT NULL)")
-    row_value = os.urandom(body_len)
+    do_sign, do_commit, raw = baselines(workdir, signer, bodies)
 
     # raw append-shaped transaction on a real ledger schema
     Ledger.open(f"sqlite:///{workdir / 'raw-txn.db'}", create=True).close()
@@ -99,19 +180,9 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
     ledger = Ledger.open(f"sqlite:///{workdir / 'append.db'}", create=True)
     mix = workload(10_000_000, seed=3)
     counter = itertools.count()
-
-    def do_sign(n: int) -> int:
-        sign = key.sign
-        for i in range(n):
-            sign(bodies[i & 63])
-        return n
-
-    def do_commit(n: int) -> int:
-        for _ in range(n):
-            raw.execute("BEGIN IMMEDIATE")
-            raw.execute("INSERT INTO t (v) VALUES (?)", (row_value,))
-            raw.execute("COMMIT")
-        return n
+    # GroupWriter from 8 threads, on a ledger of its own
+    group_ledger = Ledger.open(f"sqlite:///{workdir / 'group.db'}", create=True)
+    writer, do_group = group_appender(group_ledger, signer)
 
     def do_txn(n: int) -> int:
         for _ in range(n):
@@ -128,12 +199,16 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
             txn_db.execute("INSERT INTO histaudit_entries (leaf, instance, seq, hash, body, sig)"
                            " VALUES (?,?,?,?,?,?)",
                            (leaf, inst, seq, fmt.GENESIS_PREV, body, dummy_sig))
+            # the schema's head triggers check the head body against the newest entry,
+            # so the head is a real one (its few µs of canonical bytes count here too)
+            head = fmt.head_body(instance=inst, seq=seq, leaf=leaf, hash=fmt.GENESIS_PREV,
+                                 ts="2026-11-29T12:00:00.000000Z", kid=signer.kid)
             if last is None:
                 txn_db.execute("INSERT INTO histaudit_heads (instance, seq, body, sig) "
-                               "VALUES (?,?,?,?)", (inst, seq, body[:200], dummy_sig))
+                               "VALUES (?,?,?,?)", (inst, seq, head, dummy_sig))
             else:
                 txn_db.execute("UPDATE histaudit_heads SET seq = ?, body = ?, sig = ? "
-                               "WHERE instance = ?", (seq, body[:200], dummy_sig, inst))
+                               "WHERE instance = ?", (seq, head, dummy_sig, inst))
             for salt, (c, p) in payloads.items():
                 # fresh commitment per row: the payload table's key must stay unique
                 txn_db.execute("INSERT INTO histaudit_payloads (commitment, salt, data) "
@@ -160,7 +235,7 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
             i = next(counter)
             kind, data, payloads = next(mix)
             chain.append(ledger, f"wf-{i % INSTANCES}", kind, data, signer=signer,
-                         payloads=payloads or None)
+                         payloads=payloads or None, durable=True)
         return n
 
     # Warm-up, untimed: connection pools, statement caches, the first head rows — and
@@ -171,31 +246,32 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
     # subject are both measured in that steady state.
     warm = {"append": _warm(lambda: do_append(10), workdir / "append.db-wal"),
             "commit": _warm(lambda: do_commit(10), workdir / "raw-commit.db-wal"),
-            "txn": _warm(lambda: do_txn(10), workdir / "raw-txn.db-wal")}
+            "txn": _warm(lambda: do_txn(10), workdir / "raw-txn.db-wal"),
+            "group": _warm(lambda: do_group(10 * THREADS), workdir / "group.db-wal")}
     log(f"sqlite warm-up (operations until the WAL stopped growing): {warm}")
 
     series = {k: Series() for k in ("ratio_combined", "ratio_single", "append_per_s",
                                     "combined_limit_per_s", "single_limit_per_s",
                                     "t_sign_us", "t_commit_us", "t_txn_us", "t_build_us",
                                     "t_append_us", "append_client_cpu_us",
-                                    "ratio_cpu_floor_over_append_cpu")}
+                                    "ratio_cpu_floor_over_append_cpu",
+                                    "group_per_s", "ratio_group_combined",
+                                    "group_over_append", "group_batching_factor",
+                                    "group_client_cpu_us")}
     round_rows: list[dict[str, Any]] = []
+    n_group = THREADS * max(1, n_append // THREADS) * 2  # ≈ twice the one-at-a-time count
     for r in range(rounds):
         # Fine-grained interleaving: the round is cut into SLICES; each slice runs a
         # small block of every measurement, in a rotating order, and the blocks are
         # summed. fsync latency on a shared virtual disk drifts within seconds, and this
         # makes baseline and subject sample the same drift.
-        acc = {k: Timing(0, 0.0, 0.0) for k in ("sign", "commit", "append", "txn", "build")}
-        plan = [("sign", do_sign, n_sign), ("commit", do_commit, n_commit),
-                ("append", do_append, n_append), ("txn", do_txn, n_commit),
-                ("build", do_build, n_sign)]
-        for sl in range(SLICES):
-            order = plan[sl % len(plan):] + plan[:sl % len(plan)]
-            for name, fn, total in order:
-                n = total // SLICES + (1 if sl < total % SLICES else 0)
-                t = measure(lambda fn=fn, n=n: fn(n))
-                a = acc[name]
-                acc[name] = Timing(a.ops + t.ops, a.wall + t.wall, a.cpu + t.cpu)
+        plan: Plan = [("sign", do_sign, n_sign), ("commit", do_commit, n_commit),
+                      ("append", do_append, n_append), ("txn", do_txn, n_commit),
+                      ("build", do_build, n_sign), ("group", do_group, n_group)]
+        batches0 = writer.batches
+        acc = sliced_round(plan)
+        group_t = acc["group"]
+        batches = writer.batches - batches0
         sign_t, commit_t, append_t = acc["sign"], acc["commit"], acc["append"]
         txn_t, build_t = acc["txn"], acc["build"]
         ts_, tc, ta = sign_t.per_op, commit_t.per_op, append_t.per_op
@@ -217,12 +293,20 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
         floor_cpu = (2 * sign_t.cpu / sign_t.ops + build_t.cpu / build_t.ops
                      + txn_t.cpu / txn_t.ops)
         series["ratio_cpu_floor_over_append_cpu"].add(floor_cpu / (append_t.cpu / append_t.ops))
+        series["group_per_s"].add(group_t.rate)
+        series["ratio_group_combined"].add(group_t.rate / combined)
+        series["group_over_append"].add(group_t.rate / append_t.rate)
+        series["group_batching_factor"].add(group_t.ops / batches if batches else float("nan"))
+        series["group_client_cpu_us"].add(group_t.cpu / group_t.ops * 1e6)
         round_rows.append({"sign": sign_t.to_json(), "commit": commit_t.to_json(),
                            "append": append_t.to_json(), "txn": txn_t.to_json(),
-                           "build": build_t.to_json()})
+                           "build": build_t.to_json(), "group": group_t.to_json(),
+                           "group_batches": batches})
         log(f"sqlite append round {r + 1}/{rounds}: {append_t.rate:,.0f} appends/s, "
-            f"limit {combined:,.0f}/s, ratio {append_t.rate / combined:.3f}")
+            f"limit {combined:,.0f}/s, ratio {append_t.rate / combined:.3f}; GroupWriter×"
+            f"{THREADS} {group_t.rate:,.0f}/s, {group_t.ops / max(1, batches):.1f}/commit")
     ledger.close()
+    group_ledger.close()
     raw.close()
     txn_db.close()
 
@@ -240,8 +324,87 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
         "warmup_ops": warm,
         "params": {"rounds": rounds, "appends_per_round": n_append,
                    "commits_per_round": n_commit, "signs_per_round": n_sign,
-                   "instances": INSTANCES, "entry_body_bytes_median": body_len},
+                   "instances": INSTANCES, "entry_body_bytes_median": body_len,
+                   "group_threads": THREADS, "group_appends_per_round": n_group},
         "series": {k: s.to_json() for k, s in series.items()},
         "decomposition_us_median": {k: round(v, 1) for k, v in decomposition.items()},
         "rounds": round_rows,
     }
+
+
+def _ledger_entries(path: Path) -> int:
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(db.execute("SELECT count(*) FROM histaudit_entries").fetchone()[0])
+    finally:
+        db.close()
+
+
+def run_growth(workdir: Path, ledgers: dict[str, tuple[Path, str]], *, rounds: int,
+               n_append: int, n_commit: int, n_sign: int) -> dict[str, Any]:
+    """Figure 1e: ``chain.append`` (one at a time, durable) into ledgers of different sizes.
+
+    ``ledgers``: label -> (a scratch copy of a ledger, the instance to append to — its
+    largest, so the per-instance and the ledger-wide indexes are both big). Interleaved
+    with the raw sign and raw commit baselines of figure 1, in the same slices. Each
+    ratio is appends/s ÷ 1/(2·t_sign + t_commit) of the same round.
+    """
+    signer = Signer.generate()
+    bodies = _sample_bodies(signer, 64)
+    do_sign, do_commit, raw = baselines(workdir, signer, bodies)
+    opened: dict[str, Ledger] = {}
+    plan: Plan = [("sign", do_sign, n_sign), ("commit", do_commit, n_commit)]
+    sizes: dict[str, int] = {}
+    for i, (label, (path, instance)) in enumerate(ledgers.items()):
+        sizes[label] = _ledger_entries(path)
+        led = Ledger.open(f"sqlite:///{path}")
+        opened[label] = led
+        mix = workload(10_000_000, seed=500 + i, first_task=10_000_000)
+
+        def do_append(n: int, led: Ledger = led, mix: Any = mix, instance: str = instance
+                      ) -> int:
+            for _ in range(n):
+                kind, data, payloads = next(mix)
+                chain.append(led, instance, kind, data, signer=signer,
+                             payloads=payloads or None, durable=True)
+            return n
+
+        plan.append((label, do_append, n_append))
+    warm = {"commit": _warm(lambda: do_commit(10), workdir / "raw-commit.db-wal")}
+    for label, fn, _n in plan[2:]:
+        warm[label] = _warm(lambda fn=fn: fn(10), Path(f"{ledgers[label][0]}-wal"))
+    log(f"sqlite growth warm-up (operations until the WAL stopped growing): {warm}")
+    labels = list(ledgers)
+    series: dict[str, Series] = {"t_sign_us": Series(), "t_commit_us": Series(),
+                                 "combined_limit_per_s": Series()}
+    for label in labels:
+        series[f"append_per_s[{label}]"] = Series()
+        series[f"ratio_combined[{label}]"] = Series()
+    series["ratio_last_over_first"] = Series()
+    rows = []
+    try:
+        for r in range(rounds):
+            acc = sliced_round(plan)
+            ts_, tc = acc["sign"].per_op, acc["commit"].per_op
+            combined = 1 / (2 * ts_ + tc)
+            series["t_sign_us"].add(ts_ * 1e6)
+            series["t_commit_us"].add(tc * 1e6)
+            series["combined_limit_per_s"].add(combined)
+            for label in labels:
+                series[f"append_per_s[{label}]"].add(acc[label].rate)
+                series[f"ratio_combined[{label}]"].add(acc[label].rate / combined)
+            series["ratio_last_over_first"].add(acc[labels[-1]].rate / acc[labels[0]].rate)
+            rows.append({k: t.to_json() for k, t in acc.items()})
+            log(f"sqlite growth round {r + 1}/{rounds}: " + ", ".join(
+                f"{label} ({sizes[label]:,} entries) {acc[label].rate:,.0f}/s "
+                f"ratio {acc[label].rate / combined:.3f}" for label in labels))
+    finally:
+        for led in opened.values():
+            led.close()
+        raw.close()
+    return {"params": {"rounds": rounds, "appends_per_round": n_append,
+                       "commits_per_round": n_commit, "signs_per_round": n_sign,
+                       "ledgers": {label: {"entries": sizes[label], "instance": inst}
+                                   for label, (_p, inst) in ledgers.items()}},
+            "warmup_ops": warm,
+            "series": {k: s.to_json() for k, s in series.items()}, "rounds": rows}

@@ -25,11 +25,13 @@ Figures (medians over rounds, with the spread):
   with the engine's own step time (``TaskCompleted`` to ``TaskCompleted`` in its
   history), audited minus plain;
 * where that time goes, per activity: the attempt-count read, the replay check's read
-  of the signed completions, payload commitments, ledger appends (whole, and the part
-  inside the write transaction, i.e. without waiting for the lock and the commit's
-  fsync) and Ed25519 signatures.
+  of the signed completions, payload commitments, ledger appends (``chain.append`` /
+  ``append_in`` where still called; the recorder's ``GroupWriter.append`` — a caller's
+  whole wait — and each batch's ``append_many`` transaction), and Ed25519 signatures.
 
-Results go to ``benchmarks/results/interceptor-latest.json`` (``--out``).
+Results go to ``benchmarks/results/interceptor-latest.json`` (``--out``). ``run.py``
+runs this script as a child process (figure 5: audited ÷ plain, target ≥ 0.85) with
+``--n``, ``--rounds``, ``--workdir`` and ``--out`` of its own and reads that JSON.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from histaudit.interceptor.recorder import AuditRecorder
 from histaudit.interceptor.replaycheck import ReplayedResultCheck
 from histaudit.interceptor.workflow import AuditedWorkflowContext
 from histaudit.ledger import chain as hchain
+from histaudit.ledger import writer as hwriter
 from histaudit.ledger.keys import Signer, generate_keypair
 from histaudit.replay import History
 
@@ -136,6 +139,13 @@ class Hooks:
         rec.commit = self._timed("payload_commit", rec.commit)  # type: ignore[method-assign]
         hchain.append = self._timed("ledger_append", hchain.append)
         hchain.append_in = self._timed("append_in_txn", hchain.append_in)
+        # The recorder appends through one GroupWriter (threads share commits):
+        # GroupWriter.append is a caller's whole wait (queueing, the batch's transaction
+        # and its commit); append_many, looked up in the writer module at call time, is
+        # one batch's transaction (lock, rows, commit), timed on the leader's thread.
+        gw = hwriter.GroupWriter
+        gw.append = self._timed("writer_append", gw.append)  # type: ignore[method-assign]
+        hwriter.append_many = self._timed("batch_txn", hwriter.append_many)
         Signer.sign = self._timed("sign", Signer.sign)  # type: ignore[method-assign]
 
 
@@ -365,7 +375,8 @@ def analyse(runs: list[dict[str, Any]], args: argparse.Namespace,
                 "p99": us(pct(steps, .99) - pct(plain_steps, .99))}
             breakdown: dict[str, dict[str, float]] = {}
             for label in (*CRITICAL, "attempt_scan", "replay_scan", "payload_commit",
-                          "ledger_append", "append_in_txn", "sign"):
+                          "ledger_append", "append_in_txn", "writer_append", "batch_txn",
+                          "sign"):
                 vals = [v for r in rs for v in r["hooks"].get(label, [])]
                 if vals:
                     breakdown[label] = {
