@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 ENGINE := .tools/bin/durabletask-go
 
-.PHONY: test demo bench engine postgres venv lint clean
+.PHONY: test demo demo-87 bench engine postgres venv lint clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -29,6 +29,11 @@ test: venv engine postgres
 
 demo: venv engine
 	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) examples/triage/demo.py
+
+# The seed's case: the 100-step financial agent crashes right after step 87, Dapr resumes
+# it, and the counters and `histaudit verify` show only step 87 ran twice (~15 s).
+demo-87: venv engine
+	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) examples/financial_agent/demo.py
 
 # ruff (rules and reasons in pyproject.toml), mypy --strict over src/, and import-linter's
 # layer contracts (docs/adr/0003-layers.md). CI runs it before the tests.
