@@ -1,12 +1,18 @@
 """SIGKILL during appends, as a family: hundreds of kills at random moments lose nothing.
 
-Writer processes append to a few shared instances and print each append only once it has
-committed (``chain.append`` returned); the test kills every writer with SIGKILL at a
-random moment — most of the time inside an append, mid-transaction or mid-fsync — and
-starts the next batch. Afterwards ``histaudit verify --all --full`` must report 0 findings
-(nothing committed was lost or corrupted, no half-written entry, no forked chain) and
-every append a writer reported as committed must be stored, byte for byte (its hash).
-Both stores; a few batches of several writers each keep it near a minute on two cores.
+Writer processes append to a few shared instances from several threads through one
+:class:`~histaudit.ledger.writer.GroupWriter` (the interceptor's path: concurrent appends
+share a transaction), mixing durable appends with non-durable ones (``durable=False``:
+committed without waiting for the disk, as the interceptor does for everything but
+activity outcomes and effect intents) and entries with kept payloads. Each thread prints
+an append only once it has committed (``GroupWriter.append`` returned); the test kills
+every writer with SIGKILL at a random moment — most of the time inside an append,
+mid-transaction or mid-fsync — and starts the next batch. A SIGKILL leaves the OS page
+cache intact, so a non-durable commit must survive it exactly like a durable one.
+Afterwards ``histaudit verify --all --full`` must report 0 findings (nothing committed was
+lost or corrupted, no half-written entry or payload, no forked chain) and every append a
+writer reported as committed must be stored, byte for byte (its hash), durable or not.
+Both stores; 200 kills each, a few minutes per store on two cores.
 """
 
 from __future__ import annotations
@@ -33,33 +39,48 @@ KILLS_PER_STORE = 200  # on each store
 BATCH = 5              # writers started together, then killed one by one
 INSTANCES = ("wf-kill-0", "wf-kill-1", "wf-kill-2")
 MAX_DELAY = 0.25       # seconds after a writer's first commit until its kill
+THREADS = 3            # appending threads per writer, sharing one GroupWriter
 
 _WRITER = """
-import sys
-from histaudit.ledger import chain
+import sys, threading
+from histaudit.ledger import records as rec
 from histaudit.ledger.keys import Signer
 from histaudit.ledger.store import Ledger
+from histaudit.ledger.writer import GroupWriter
 
-url, key, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
-names = sys.argv[4:]
-signer = Signer.load(key)
-with Ledger.open(url) as ledger:
+url, key, first, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+names = sys.argv[5:]
+writer = GroupWriter(Ledger.open(url), Signer.load(key))
+out = threading.Lock()
+
+def work(t):
     i = 0
     while True:
-        name = names[(first + i) % len(names)]
-        entry = chain.append(ledger, name, "step.done", {"i": i, "pad": "x" * (i % 300)},
-                             signer=signer)
-        sys.stdout.write(f"{entry.instance} {entry.seq} {entry.hash}\\n")
-        sys.stdout.flush()
+        name = names[(first + t + i) % len(names)]
+        durable = (i + t) % 3 == 0  # one in three waits for the disk
+        data, payloads = {"t": t, "i": i, "pad": "x" * (i % 300)}, None
+        if i % 4 == 1:  # a kept payload: its row commits with the entry or not at all
+            raw, salt = f"payload {t}/{i}".encode(), rec.new_salt()
+            c = rec.commit(raw, salt)
+            data["p"], payloads = {"c": c, "k": True, "n": len(raw)}, {salt: (c, raw)}
+        entry = writer.append(name, "step.done", data, payloads, durable=durable)
+        with out:  # reported only once the append returned
+            sys.stdout.write(f"{entry.instance} {entry.seq} {entry.hash} {int(durable)}\\n")
+            sys.stdout.flush()
         i += 1
+
+for t in range(threads):
+    threading.Thread(target=work, args=(t,), daemon=True).start()
+threading.Event().wait()
 """
 
 
-def _committed(out: Path) -> list[tuple[str, int, str]]:
-    """The appends a writer reported as committed (complete lines only)."""
+def _committed(out: Path) -> list[tuple[str, int, str, bool]]:
+    """The appends a writer reported as committed (complete lines only): instance, seq,
+    hash, durable."""
     text = out.read_text()
     lines = text.split("\n")[:-1]  # a line cut by the kill has no newline yet
-    return [(a, int(b), c) for a, b, c in (line.split(" ") for line in lines)]
+    return [(a, int(b), c, d == "1") for a, b, c, d in (line.split(" ") for line in lines)]
 
 
 def _run_batch(url: str, key: Path, outs: list[Path], rng: random.Random) -> int:
@@ -67,7 +88,7 @@ def _run_batch(url: str, key: Path, outs: list[Path], rng: random.Random) -> int
     for n, out in enumerate(outs):
         with out.open("w") as fh:
             procs.append(subprocess.Popen(
-                [sys.executable, "-c", _WRITER, url, str(key), str(n), *INSTANCES],
+                [sys.executable, "-c", _WRITER, url, str(key), str(n), str(THREADS), *INSTANCES],
                 stdout=fh, stderr=subprocess.PIPE))
     killed = 0
     try:
@@ -118,10 +139,13 @@ def test_sigkill_during_appends_loses_nothing(db_url: str, tmp_path: Path,
     with Ledger.open(db_url) as ledger:
         stored = {(fmt.parse_entry(row.body).instance, fmt.parse_entry(row.body).seq):
                   fmt.sha256_hex(row.body) for row in ledger.all_entries()}
-    lost = [(i, s) for i, s, h in reported if stored.get((i, s)) != h]
+    lost = [(i, s, d) for i, s, h, d in reported if stored.get((i, s)) != h]
     assert lost == [], lost[:10]
     assert len(reported) == len(set(reported))  # no append reported twice
+    durable = sum(d for *_, d in reported)
+    assert 0 < durable < len(reported)  # both kinds of commit were killed around
     with capsys.disabled():
         print(f"\n[kill] {db_url.split(':')[0]}: {kills} SIGKILLs in {batch} batches, "
-              f"{len(reported)} reported commits, {len(stored)} stored entries, "
+              f"{len(reported)} reported commits ({durable} durable), {len(stored)} stored "
+              f"entries, "
               f"{len(lost)} lost, verify --all --full clean, {elapsed:.0f}s")

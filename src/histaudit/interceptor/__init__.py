@@ -1,8 +1,10 @@
 """The Dapr interceptor: a WorkflowRuntime that signs every activity run and decision.
 
-``recorder``     signs events into the ledger; payload commitments and keyed digests
+``recorder``     signs events into the ledger (group commit; which kinds wait for the
+                 disk: ``MUST_BE_DURABLE``); payload commitments and keyed digests
 ``activity``     audited activities (``activity.started`` / ``completed`` / ``failed``)
-``workflow``     audited workflow decisions, recorded while not replaying
+``workflow``     audited workflow decisions, recorded while not replaying (and on
+                 replay when the ledger lost them)
 ``replaycheck``  the live check of replayed results against the signed completions
 ``effects``      side effects inside activities (``side_effect``, ``once``)
 ``runtime``      :class:`AuditedWorkflowRuntime`, which wires them into the SDK

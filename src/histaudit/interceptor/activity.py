@@ -5,11 +5,12 @@ Each registered activity is wrapped (same signature, so the SDK binds inputs as 
 * ``activity.started`` before its body, with an ``attempt`` number counted from the
   ledger itself, because a crash loses whatever the process remembered;
 * ``activity.completed`` (or ``activity.failed``) after it, appended *before* the result
-  goes back to the engine, so a crash after a side effect shows up later as a second
-  ``activity.started`` of the same task. An output over the payload limit, which the
-  engine could not receive, is recorded and raised as ``activity.failed``. A ledger that
-  refuses the write fails the activity: the engine never hears of a success the ledger
-  does not hold.
+  goes back to the engine and on stable storage by then (the start is not waited for: it
+  becomes durable with the completion; see ``recorder.MUST_BE_DURABLE``), so a crash
+  after a side effect shows up later as a second ``activity.started`` of the same task.
+  An output over the payload limit, which the engine could not receive, is recorded and
+  raised as ``activity.failed``. A ledger that refuses the write fails the activity: the
+  engine never hears of a success the ledger does not hold.
 
 Automatic crash points (see :mod:`histaudit.crash`): ``before:<activity>`` after the
 start is signed and before the body runs; ``after:<activity>`` after the body returned

@@ -14,8 +14,9 @@ a card may run again after a crash. Wrap the effect and the ledger answers for y
 
 or, for the common case, ``once(ctx, "post-comment", lambda: tracker.post(...), key=…)``.
 
-Entering the block records ``effect.intent``. Leaving it normally records ``effect.done``
-(with the committed ``effect.result``): leaving normally *asserts the effect happened*.
+Entering the block records ``effect.intent``, on stable storage before the block runs.
+Leaving it normally records ``effect.done`` (with the committed ``effect.result``):
+leaving normally *asserts the effect happened*.
 Leaving after ``effect.skip()`` records ``effect.skipped`` (the effect was already done,
 this attempt did not repeat it). Leaving with an exception records ``effect.failed``.
 ``already_done`` is true when a done record exists; ``uncertain`` when only an intent does

@@ -14,6 +14,11 @@ value against either the commitment or the digest.
 Commitments cover the exact JSON text the SDK exchanges with the engine: activity inputs
 are taken off the wire, everything else is encoded with the SDK's own serializer, which
 is what the SDK itself sends.
+
+Durability (docs/adr/0004-durability.md): every append goes through one
+:class:`~histaudit.ledger.writer.GroupWriter`, so concurrent activities and workflow
+turns share commits, and only the kinds in :data:`MUST_BE_DURABLE` wait for stable
+storage; the rest ride on the next durable commit.
 """
 
 from __future__ import annotations
@@ -31,14 +36,14 @@ from typing import Any, TypeVar
 
 from histaudit import sdk
 from histaudit.errors import HistauditError, StoreError, UsageError
-from histaudit.ledger import chain
 from histaudit.ledger import records as rec
 from histaudit.ledger.keys import Signer
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
+from histaudit.ledger.writer import GroupWriter
 
-__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "AuditRecorder", "Payload", "max_payload_bytes",
-           "payload_digest", "sdk_decode", "sdk_json", "worker_id"]
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "MUST_BE_DURABLE", "AuditRecorder", "Payload",
+           "max_payload_bytes", "payload_digest", "sdk_decode", "sdk_json", "worker_id"]
 
 _DIGEST_DOMAIN = b"histaudit.digest-key.v1\x00"
 
@@ -49,6 +54,25 @@ DEFAULT_MAX_PAYLOAD_BYTES = ENGINE_GRPC_LIMIT - 64 * 1024
 """Largest activity output histaudit signs as a completion: below the engine's limit,
 leaving 64 KiB for the rest of the message (ids, token). Override with
 ``HISTAUDIT_MAX_PAYLOAD_BYTES`` when the engine is configured for larger messages."""
+
+
+MUST_BE_DURABLE: frozenset[str] = frozenset({
+    Kind.ACTIVITY_COMPLETED,  # its result goes back to the engine right after
+    Kind.ACTIVITY_FAILED,     # so does its failure
+    Kind.EFFECT_INTENT,       # the side effect (the outside world) comes right after
+    # A generation's last record: the engine gets the outcome with the same turn and
+    # never replays that generation again, so nothing could append it a second time.
+    Kind.WORKFLOW_COMPLETED,
+    Kind.WORKFLOW_FAILED,
+    Kind.WORKFLOW_CONTINUED_AS_NEW,
+})
+"""The kinds whose commit must be on stable storage before the append returns: the one
+place the durability policy lives. A record is durable before anything that depends on
+it leaves the process. Every other record (the start and scheduling decisions,
+``activity.started``, effect outcomes, ``replay.mismatch``) is committed without waiting for the disk: it survives a
+SIGKILL (the OS holds it) and becomes durable with the next durable commit. A power loss
+can lose only such a suffix; a lost decision is appended again when the workflow replays
+(:mod:`.workflow`), a lost start or effect outcome shows as an uncertain re-execution."""
 
 
 def max_payload_bytes(environ: Mapping[str, str] = os.environ) -> int:
@@ -134,6 +158,56 @@ class _StartCounts(Counter[tuple[str, Any]]):
             self["task_id", data.get("task_id")] += 1
 
 
+def decision_token(kind: str, data: Mapping[str, Any], generation: str | None
+                   ) -> tuple[Any, ...] | None:
+    """What identifies one recorded decision across replays (None: nothing does).
+
+    ``generation`` is the engine time the workflow's current generation started at (the
+    ``started_at`` of its ``workflow.started``; a ``continue_as_new`` starts a new one,
+    whose task ids may repeat the last one's). A scheduled activity is named by the SDK's task
+    execution id, which is derived deterministically from the instance, the engine's
+    replayed clock and a counter, so it is the same on every replay and differs between
+    generations; without one, by task id within the generation.
+    """
+    if kind == Kind.WORKFLOW_STARTED:
+        return ("started", data.get("started_at"))
+    if kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY:
+        if data.get("execution_id"):
+            return ("activity", data["execution_id"])
+        return ("task", generation, data.get("task_id"))
+    if kind == Kind.WORKFLOW_SCHEDULED_CHILD:
+        return ("child", generation, data.get("task_id"), data.get("child_instance"))
+    return None
+
+
+class _Decisions:
+    """Tokens (:func:`decision_token`) of the decisions an instance's chain holds."""
+
+    __slots__ = ("generation", "legacy_open", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens: set[tuple[Any, ...]] = set()
+        self.generation: str | None = None
+        self.legacy_open = False
+        """The newest ``workflow.started`` has no ``started_at`` (written before it had
+        one) and no ``continue_as_new`` followed it: its generation's start counts as
+        recorded."""
+
+    def add(self, entry: rec.Entry) -> None:
+        if entry.kind == Kind.WORKFLOW_STARTED:
+            started = entry.data.get("started_at")
+            self.generation = started if isinstance(started, str) else None
+            self.legacy_open = self.generation is None
+        elif entry.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
+            self.legacy_open = False
+        token = decision_token(entry.kind, entry.data, self.generation)
+        if token is not None:
+            self.tokens.add(token)
+
+    def has(self, token: tuple[Any, ...]) -> bool:
+        return token in self.tokens or (self.legacy_open and token[0] == "started")
+
+
 class AuditRecorder:
     """Signs events into one ledger with one key; shared by a runtime's threads."""
 
@@ -147,6 +221,8 @@ class AuditRecorder:
         self._secret = functools.lru_cache(maxsize=4096)(self._derive_secret)
         self._folds: OrderedDict[tuple[str, str], _Fold] = OrderedDict()
         self._folds_lock = threading.Lock()
+        self.writer = GroupWriter(ledger, signer)
+        """Every append of this recorder: threads share commits (and fsyncs)."""
 
     def _derive_secret(self, instance: str) -> bytes:
         return _instance_secret(self.signer, instance)
@@ -171,12 +247,15 @@ class AuditRecorder:
 
     def append(self, instance: str, kind: str, data: Mapping[str, Any],
                *payloads: Payload) -> rec.Entry:
-        """Sign one entry into ``instance``'s chain, storing the payloads it commits to."""
+        """Sign one entry into ``instance``'s chain, storing the payloads it commits to.
+
+        Returns once committed; on stable storage if ``kind`` is in :data:`MUST_BE_DURABLE`.
+        """
         rows: dict[bytes, tuple[str, bytes]] = {}
         for p in payloads:
             rows.update(p.rows)
-        return chain.append(self.ledger, instance, kind, data, signer=self.signer,
-                            payloads=rows or None)
+        return self.writer.append(instance, kind, data, rows or None,
+                                  durable=kind in MUST_BE_DURABLE)
 
     def entries(self, instance: str) -> Iterator[rec.Entry]:
         """``instance``'s parsed entries in chain order, skipping any that do not parse.
@@ -202,14 +281,7 @@ class AuditRecorder:
         lock, so it may read the state but must return something that does not share it.
         States are kept for the most recently used instances only.
         """
-        key = (instance, name)
-        with self._folds_lock:
-            slot = self._folds.get(key)
-            if slot is None:
-                slot = self._folds[key] = _Fold()
-            self._folds.move_to_end(key)
-            while len(self._folds) > _MAX_FOLDS:
-                self._folds.popitem(last=False)
+        slot = self._slot(instance, name)
         with slot.lock:
             if slot.state is None:
                 slot.state = init()
@@ -221,6 +293,43 @@ class AuditRecorder:
                     continue  # counted nowhere; the verifier reports it
                 step(slot.state, entry)
             return answer(slot.state)
+
+    def _slot(self, instance: str, name: str) -> _Fold:
+        key = (instance, name)
+        with self._folds_lock:
+            slot = self._folds.get(key)
+            if slot is None:
+                slot = self._folds[key] = _Fold()
+            self._folds.move_to_end(key)
+            while len(self._folds) > _MAX_FOLDS:
+                self._folds.popitem(last=False)
+        return slot
+
+    def has_decision(self, instance: str, token: tuple[Any, ...]) -> bool:
+        """Whether ``instance``'s chain holds the decision ``token`` names (see
+        :func:`decision_token`).
+
+        Answered from memory when this process appended or already read it, so a
+        workflow's replays of its own decisions cost no read; otherwise by the
+        incremental ``fold`` (only the entries after the last seq it has seen).
+        """
+        slot = self._slot(instance, "decisions")
+        with slot.lock:
+            if slot.state is not None and slot.state.has(token):
+                return True
+        return bool(self.fold(instance, "decisions", _Decisions, _Decisions.add,
+                              lambda known: known.has(token)))
+
+    def noted_decision(self, instance: str, token: tuple[Any, ...]) -> None:
+        """Remember that ``token``'s decision was just appended to ``instance``'s chain.
+
+        Its entry is read again by the next fold; adding a token twice changes nothing.
+        """
+        slot = self._slot(instance, "decisions")
+        with slot.lock:
+            if slot.state is None:
+                slot.state = _Decisions()
+            slot.state.tokens.add(token)
 
     def prior_starts(self, instance: str, execution_id: str, task_id: int) -> int:
         """How many times this activity call already started, according to the ledger.

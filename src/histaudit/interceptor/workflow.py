@@ -1,8 +1,14 @@
-"""Audited workflows: every decision signed while not replaying.
+"""Audited workflows: every decision signed once, the first time it is made.
 
 A registered workflow records its start, each activity or child workflow it schedules,
-``continue_as_new``, and its completion or failure — only while *not* replaying, so
-the replays after a crash add nothing.
+``continue_as_new``, and its completion or failure while *not* replaying, so the replays
+after a crash add nothing — with one exception. Decisions are not durable when they are
+recorded (see :data:`.recorder.MUST_BE_DURABLE`): a power loss can take the last few with
+it while the engine, which has them, carries on. So while replaying, a start or a
+scheduled activity or child whose record the ledger does not hold is appended then,
+marked ``"replayed": true``. Whether the ledger holds it is answered from what this
+process appended or read before, else by the recorder's incremental fold: a replay costs
+no ledger read unless something is missing from memory.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Generator
+from datetime import datetime
 from typing import Any
 
 from dapr.ext.workflow import DaprWorkflowContext
@@ -18,17 +25,27 @@ from dapr.ext.workflow import DaprWorkflowContext
 from histaudit import sdk
 from histaudit.ledger.kinds import Kind
 
-from .recorder import AuditRecorder, Payload, sdk_json, worker_id
+from .recorder import AuditRecorder, Payload, decision_token, sdk_json, worker_id
 
 __all__ = ["AuditedWorkflowContext", "audit_workflow"]
 
 log = logging.getLogger("histaudit.interceptor")
 
+def _engine_time(ctx: Any) -> str | None:
+    """The workflow's replay-safe clock now (the engine's time of the turn), ISO 8601."""
+    try:
+        value = ctx.current_utc_datetime
+    except Exception:  # noqa: BLE001 - an SDK without it: generations are not told apart
+        return None
+    return value.isoformat() if isinstance(value, datetime) else None
+
+
 class AuditedWorkflowContext:
     """What an audited workflow receives: the SDK's context, with decisions recorded.
 
     Everything not overridden here is delegated to the ``DaprWorkflowContext``. Records
-    are written only while the workflow is not replaying; a ledger problem is logged,
+    are written while the workflow is not replaying, and while replaying only for a
+    decision the ledger lacks (see the module docstring); a ledger problem is logged,
     never raised, because an exception here would fail the workflow for good (the gap is
     still visible, against the engine's own history).
     """
@@ -39,6 +56,10 @@ class AuditedWorkflowContext:
         self._recorder = recorder
         self._workflow = workflow
         self._continued = False
+        self._generation = _engine_time(ctx)
+        """When this generation of the workflow started, by the engine's clock: the SDK
+        calls the workflow function at its ``ExecutionStarted`` event, on every replay
+        alike. Names the generation in ``workflow.started`` (``started_at``)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ctx, name)
@@ -58,16 +79,34 @@ class AuditedWorkflowContext:
 
     # -- recording -------------------------------------------------------------------
 
-    def _decide(self, kind: str, data: dict[str, Any], *payloads: Payload) -> None:
-        if self._ctx.is_replaying:
-            return
+    def _needed(self, kind: str, fields: dict[str, Any]) -> bool:
+        """Whether to record this decision: always when new; on replay only if missing."""
+        if not self._ctx.is_replaying:
+            return True
+        token = decision_token(kind, fields, self._generation)
+        if token is None:
+            return False
         try:
-            self._recorder.append(self.instance_id, kind,
-                                  {"workflow": self._workflow, **data, "worker": worker_id()},
-                                  *payloads)
+            return not self._recorder.has_decision(self.instance_id, token)
+        except Exception as exc:  # noqa: BLE001 - see the class docstring
+            log.warning("histaudit: could not look up %s for workflow %s: %s", kind,
+                        self.instance_id, exc)
+            return False
+
+    def _decide(self, kind: str, data: dict[str, Any], *payloads: Payload) -> None:
+        """Record a decision :meth:`_needed` asked for (a replayed one marked so)."""
+        record = {"workflow": self._workflow, **data, "worker": worker_id()}
+        if self._ctx.is_replaying:
+            record["replayed"] = True
+        try:
+            self._recorder.append(self.instance_id, kind, record, *payloads)
         except Exception as exc:  # noqa: BLE001 - see the class docstring
             log.warning("histaudit: could not record %s for workflow %s: %s", kind,
                         self.instance_id, exc)
+            return
+        token = decision_token(kind, data, self._generation)
+        if token is not None:
+            self._recorder.noted_decision(self.instance_id, token)
 
     def _commit(self, text: str | None) -> Payload:
         return self._recorder.commit(self.instance_id, text)
@@ -76,11 +115,18 @@ class AuditedWorkflowContext:
         """The task id and pending action the SDK created for ``task`` (None if hidden)."""
         return sdk.pending_action(self._ctx, task)
 
-    def record_start(self, text: str | None) -> None:
-        if self.is_replaying:
+    def record_start(self, args: tuple[Any, ...]) -> None:
+        """Record ``workflow.started`` (its input is ``args[0]``) unless already recorded."""
+        fields = {"started_at": self._generation}
+        if not self._needed(Kind.WORKFLOW_STARTED, fields):
             return
+        try:
+            text = sdk_json(args[0]) if args else None
+        except (TypeError, ValueError):
+            text = None
         inp = self._commit(text)
-        self._decide(Kind.WORKFLOW_STARTED, {"input": inp.ref, "input_digest": inp.digest}, inp)
+        self._decide(Kind.WORKFLOW_STARTED,
+                     {**fields, "input": inp.ref, "input_digest": inp.digest}, inp)
 
     def record_end(self, result: Any) -> None:
         if self.is_replaying:
@@ -100,46 +146,51 @@ class AuditedWorkflowContext:
     def call_activity(self, activity: Any, **kwargs: Any) -> Any:
         """Schedule an activity (``DaprWorkflowContext.call_activity``) and record it."""
         task: Any = self._ctx.call_activity(activity, **kwargs)
-        if not self.is_replaying:
-            task_id, action = self._scheduled(task)
-            if action is not None and action.HasField("scheduleTask"):
-                sched = action.scheduleTask
-                name, execution_id = sched.name, sched.taskExecutionId or None
-                text = sched.input.value if sched.HasField("input") else None
-            else:
-                name, execution_id = sdk.registered_name(activity), None
+        task_id, action = self._scheduled(task)
+        if action is not None and action.HasField("scheduleTask"):
+            sched = action.scheduleTask
+            name, execution_id = sched.name, sched.taskExecutionId or None
+            text = sched.input.value if sched.HasField("input") else None
+        else:
+            sched, name, execution_id = None, sdk.registered_name(activity), None
+        fields = {"activity": name, "task_id": task_id, "execution_id": execution_id,
+                  "retry_policy": kwargs.get("retry_policy") is not None}
+        if self._needed(Kind.WORKFLOW_SCHEDULED_ACTIVITY, fields):
+            if sched is None:
                 text = sdk_json(kwargs.get("input"))
             inp = self._commit(text)
-            self._decide(Kind.WORKFLOW_SCHEDULED_ACTIVITY, {
-                "activity": name, "task_id": task_id, "execution_id": execution_id,
-                "retry_policy": kwargs.get("retry_policy") is not None,
-                "input": inp.ref, "input_digest": inp.digest}, inp)
+            self._decide(Kind.WORKFLOW_SCHEDULED_ACTIVITY,
+                         {**fields, "input": inp.ref, "input_digest": inp.digest}, inp)
         return task
 
     def call_child_workflow(self, workflow: Any, **kwargs: Any) -> Any:
         """Schedule a child workflow (``DaprWorkflowContext.call_child_workflow``), recorded."""
         task: Any = self._ctx.call_child_workflow(workflow, **kwargs)
-        if not self.is_replaying:
-            task_id, action = self._scheduled(task)
-            child = None
-            if action is not None and action.HasField("createChildWorkflow"):
-                child = action.createChildWorkflow
+        task_id, action = self._scheduled(task)
+        child = None
+        if action is not None and action.HasField("createChildWorkflow"):
+            child = action.createChildWorkflow
+        if child is not None:
+            name, child_id = child.name, child.instanceId or None
+        else:
+            name, child_id = sdk.registered_name(workflow), kwargs.get("instance_id")
+        fields = {"child_workflow": name, "child_instance": child_id, "task_id": task_id}
+        if self._needed(Kind.WORKFLOW_SCHEDULED_CHILD, fields):
             if child is not None:
-                name, child_id = child.name, child.instanceId or None
                 text = child.input.value if child.HasField("input") else None
             else:
-                name, child_id = sdk.registered_name(workflow), kwargs.get("instance_id")
                 text = sdk_json(kwargs.get("input"))
             inp = self._commit(text)
-            self._decide(Kind.WORKFLOW_SCHEDULED_CHILD, {
-                "child_workflow": name, "child_instance": child_id, "task_id": task_id,
-                "input": inp.ref, "input_digest": inp.digest}, inp)
+            self._decide(Kind.WORKFLOW_SCHEDULED_CHILD,
+                         {**fields, "input": inp.ref, "input_digest": inp.digest}, inp)
         return task
 
     def continue_as_new(self, new_input: Any, **kwargs: Any) -> None:
         """Restart the workflow with new input (recorded), as the SDK method does."""
         self._ctx.continue_as_new(new_input, **kwargs)
         self._continued = True
+        if self.is_replaying:
+            return
         inp = self._commit(sdk_json(new_input))
         self._decide(Kind.WORKFLOW_CONTINUED_AS_NEW, {"input": inp.ref, "input_digest": inp.digest},
                      inp)
@@ -163,12 +214,7 @@ def audit_workflow(recorder: AuditRecorder, fn: Callable[..., Any],
     @functools.wraps(fn)
     def audited(ctx: DaprWorkflowContext, *args: Any, **kwargs: Any) -> Any:
         actx = AuditedWorkflowContext(ctx, recorder, name())
-        if not actx.is_replaying:
-            try:
-                text = sdk_json(args[0]) if args else None
-            except (TypeError, ValueError):
-                text = None
-            actx.record_start(text)
+        actx.record_start(args)
         try:
             out = fn(actx, *args, **kwargs)
         except Exception as exc:
