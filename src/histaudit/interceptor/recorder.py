@@ -69,10 +69,11 @@ MUST_BE_DURABLE: frozenset[str] = frozenset({
 """The kinds whose commit must be on stable storage before the append returns: the one
 place the durability policy lives. A record is durable before anything that depends on
 it leaves the process. Every other record (the start and scheduling decisions,
-``activity.started``, effect outcomes, ``replay.mismatch``) is committed without waiting for the disk: it survives a
-SIGKILL (the OS holds it) and becomes durable with the next durable commit. A power loss
-can lose only such a suffix; a lost decision is appended again when the workflow replays
-(:mod:`.workflow`), a lost start or effect outcome shows as an uncertain re-execution."""
+``activity.started``, effect outcomes, ``replay.mismatch``) is committed without waiting
+for the disk: it survives a SIGKILL (the OS holds it) and becomes durable with the next
+durable commit. A power loss can lose only such a suffix; a lost decision is appended
+again when the workflow replays (:mod:`.workflow`), a lost start or effect outcome shows
+as an uncertain re-execution."""
 
 
 def max_payload_bytes(environ: Mapping[str, str] = os.environ) -> int:
