@@ -7,10 +7,15 @@ blocks, no ``atexit`` hooks, no flushing of buffered output, no goodbye to the w
 engine — which is what a killed container looks like to everything else.
 
 ``$HISTAUDIT_CRASH_AT`` holds one name or a comma list. ``name#N`` fires on the N-th
-time this process reaches ``name`` (a loop that runs the same activity 50 times can
-crash in its 37th). When ``$HISTAUDIT_CRASH_TRACE`` names a file, every point reached is
-appended to it as one line (the crash point itself included), so a crash matrix can run
-the workload once and enumerate every point there is to crash at.
+time *this process* reaches ``name`` (a loop that runs the same activity 50 times can
+crash in its 37th; a restarted process counts from 1 again). A point can also have
+*aliases* that name it independently of any process: the interceptor gives the points
+around each activity its step — the workflow's task id, N for the N-th activity it
+schedules — so ``before:step:87`` fires before step 87's body and ``after:step:87`` (or
+``step:87``) after it, in whichever process runs it. When ``$HISTAUDIT_CRASH_TRACE``
+names a file, every point reached is appended to it as one line (the crash point itself
+included; aliases after a tab), so a crash matrix can run the workload once and
+enumerate every point there is to crash at.
 
 ``$HISTAUDIT_CRASH_MODE=engine`` turns the point into a place to crash the *engine* at
 (the crash matrix does this): instead of exiting, the process writes a marker file named
@@ -32,7 +37,8 @@ from collections import Counter
 from pathlib import Path
 
 __all__ = ["CRASH_EXIT_CODE", "CRASH_MODE_ENGINE", "ENV_CRASH_AT", "ENV_CRASH_MODE",
-           "ENV_CRASH_SIGNAL", "ENV_CRASH_TRACE", "crash_point", "read_trace"]
+           "ENV_CRASH_SIGNAL", "ENV_CRASH_TRACE", "crash_point", "read_trace",
+           "read_trace_entries", "step_aliases"]
 
 ENV_CRASH_AT = "HISTAUDIT_CRASH_AT"
 """Environment variable naming the crash point(s) to die at."""
@@ -67,8 +73,17 @@ def _targets(spec: str) -> set[str]:
     return {part.strip() for part in spec.split(",") if part.strip()}
 
 
-def crash_point(name: str) -> None:
-    """Mark a crash point; exit with :data:`CRASH_EXIT_CODE` if ``$HISTAUDIT_CRASH_AT`` names it.
+def step_aliases(where: str, step: int) -> tuple[str, ...]:
+    """The aliases of the ``before`` / ``after`` point of activity step ``step``."""
+    if step < 0:
+        return ()
+    return (f"{where}:step:{step}", f"step:{step}") if where == "after" \
+        else (f"{where}:step:{step}",)
+
+
+def crash_point(name: str, aliases: tuple[str, ...] = ()) -> None:
+    """Mark a crash point; exit with :data:`CRASH_EXIT_CODE` if ``$HISTAUDIT_CRASH_AT`` names
+    it (as ``name``, ``name#N`` for its N-th pass in this process, or one of ``aliases``).
 
     Costs one environment lookup when neither variable is set, so it can stay in
     production code.
@@ -81,9 +96,10 @@ def crash_point(name: str) -> None:
         _reached[name] += 1
         count = _reached[name]
         if trace:
-            _append_trace(trace, name)
+            _append_trace(trace, "\t".join((name, *aliases)))
         targets = _targets(spec)
-        if name not in targets and f"{name}#{count}" not in targets:
+        if name not in targets and f"{name}#{count}" not in targets and \
+                targets.isdisjoint(aliases):
             return
         marker = os.environ.get(ENV_CRASH_SIGNAL, "")
         if os.environ.get(ENV_CRASH_MODE, "") != CRASH_MODE_ENGINE or not marker:
@@ -124,9 +140,19 @@ def _append_trace(path: str, name: str) -> None:
         os.close(fd)
 
 
-def read_trace(path: str | os.PathLike[str]) -> list[str]:
-    """The crash points recorded in a trace file, in the order they were reached."""
+def read_trace_entries(path: str | os.PathLike[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(point, its aliases) for every pass recorded in a trace file, in order."""
     p = Path(path)
     if not p.exists():
         return []
-    return [line for line in p.read_text(encoding="utf-8").splitlines() if line]
+    entries = []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        if line:
+            name, *aliases = line.split("\t")
+            entries.append((name, tuple(aliases)))
+    return entries
+
+
+def read_trace(path: str | os.PathLike[str]) -> list[str]:
+    """The crash points recorded in a trace file, in the order they were reached."""
+    return [name for name, _aliases in read_trace_entries(path)]

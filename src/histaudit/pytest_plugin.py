@@ -49,6 +49,7 @@ from histaudit.crashtest import (
     assert_no_duplicate_effects,
     assert_recovered,
 )
+from histaudit.crashtest.discovery import select_points
 
 __all__ = ["PointResult", "assert_no_duplicate_effects", "assert_recovered"]
 
@@ -126,7 +127,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if clean is None:
         clean = _shared_clean(metafunc.config, key, lambda: ct.run_clean(spec))
         _CLEAN[key] = clean
-    points = list(kw.get("points") or clean.points)
+    points = select_points(kw["points"], clean.points, clean.aliases) if kw.get("points") \
+        else list(clean.points)
     kinds = [k for k, on in ((ct.KIND_APP, kw.get("app_points", True)),
                              (ct.KIND_ENGINE, kw.get("engine_points", False))) if on]
     cases = [_Case(spec, p, k, clean) for k in kinds for p in points]

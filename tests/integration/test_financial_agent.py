@@ -9,6 +9,7 @@ step 87 — and no other finding.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,8 @@ import pytest
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "financial_agent" / "demo.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "financial_agent"
+DEMO = EXAMPLE / "demo.py"
 
 
 def test_crash_at_step_87_reexecutes_only_step_87(engine_binary: Path, tmp_path: Path) -> None:
@@ -29,10 +31,34 @@ def test_crash_at_step_87_reexecutes_only_step_87(engine_binary: Path, tmp_path:
                          cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
     out = run.stdout
     assert run.returncode == 0, out[-6000:] + run.stderr[-3000:]
-    assert "died at after:competitors#15 (exit 86" in out
+    assert "died at after:step:87 (exit 86" in out
     assert "executions: 101 for 100 steps; run twice: [87]; never run: none" in out
     assert "LLM calls: 16 (one per analysis step: 16); reports sent: 1" in out
     assert "findings: ['activity-reexecuted'])" in out
     assert "activity competitors (task 87) ran 2" in out
     sent = (out_dir / "data" / "reports_sent.txt").read_text().splitlines()
     assert len(sent) == 1 and sent[0].startswith("ACME ")
+
+
+def test_crashtest_addresses_points_by_step(engine_binary: Path, tmp_path: Path) -> None:
+    """``--point step:7`` and a range name the 10-step agent's points by step, not by
+    per-process pass counts: step 7 is the second ``market_data`` (``#2``)."""
+    out = tmp_path / "matrix.json"
+    env = {**os.environ, "HISTAUDIT_ENGINE_BIN": str(engine_binary), "COLUMNS": "200"}
+    run = subprocess.run([str(Path(sys.executable).with_name("histaudit")), "crashtest",
+                          f"{EXAMPLE / 'app.py'}:financial_agent", "--input",
+                          json.dumps({"ticker": "ACME", "steps": 10}), "--point", "step:7",
+                          "--point", "before:step:9-12", "--no-engine-points", "--json",
+                          str(out)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    aliases = doc["clean"]["aliases"]
+    assert aliases["step:7"] == aliases["after:step:7"] == "after:market_data#2"
+    assert aliases["before:step:10"] == "before:send_report"
+    got = {p["point"]: p for p in doc["points"]}
+    assert list(got) == ["after:market_data#2", "before:competitors#2", "before:send_report"]
+    assert got["after:market_data#2"]["codes"] == ["activity-reexecuted"]
+    for p in got.values():
+        assert p["outcome"] in ("identical", "findings") and not p["failing"], p
+        assert p["effects"] == {"send-report": 1}, p

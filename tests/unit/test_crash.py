@@ -14,11 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from histaudit.crash import CRASH_EXIT_CODE, ENV_CRASH_AT, ENV_CRASH_TRACE, read_trace
+from histaudit.crash import (
+    CRASH_EXIT_CODE,
+    ENV_CRASH_AT,
+    ENV_CRASH_TRACE,
+    read_trace,
+    read_trace_entries,
+)
+from histaudit.crashtest.discovery import point_aliases, select_points
+from histaudit.errors import UsageError
 
 SCRIPT = textwrap.dedent("""
     import atexit, sys
     from histaudit import crash_point
+    from histaudit.crash import step_aliases
 
     atexit.register(lambda: print("atexit ran", flush=True))
     print("start", flush=True)
@@ -26,7 +35,7 @@ SCRIPT = textwrap.dedent("""
         crash_point("before:step")
         print("did step", flush=True)
         for i in range(3):
-            crash_point("loop")
+            crash_point("loop", step_aliases("after", i + 1))
             print(f"loop {i}", flush=True)
         crash_point("after:step")
     finally:
@@ -77,6 +86,54 @@ def test_nth_occurrence(tmp_path: Path) -> None:
     assert proc.returncode == CRASH_EXIT_CODE
     assert proc.stdout.splitlines() == ["start", "did step", "loop 0", "loop 1"]
     assert "crash point 'loop'" in proc.stderr
+
+
+@pytest.mark.parametrize("spec", ["step:3", "after:step:3", "nothing,after:step:3"])
+def test_an_alias_names_the_point_whatever_this_process_counted(tmp_path: Path,
+                                                                 spec: str) -> None:
+    proc = run(tmp_path, **{ENV_CRASH_AT: spec})
+    assert proc.returncode == CRASH_EXIT_CODE
+    assert proc.stdout.splitlines() == ["start", "did step", "loop 0", "loop 1"]
+
+
+def test_trace_keeps_each_pass_aliases(tmp_path: Path) -> None:
+    trace = tmp_path / "points.txt"
+    assert run(tmp_path, **{ENV_CRASH_TRACE: str(trace)}).returncode == 0
+    entries = read_trace_entries(trace)
+    assert entries[1:4] == [("loop", (f"after:step:{n}", f"step:{n}")) for n in (1, 2, 3)]
+    assert entries[0] == ("before:step", ())
+    assert point_aliases(entries) == {"after:step:1": "loop", "step:1": "loop",
+                                      "after:step:2": "loop#2", "step:2": "loop#2",
+                                      "after:step:3": "loop#3", "step:3": "loop#3"}
+
+
+POINTS = ["before:fetch", "after:fetch", "before:fetch#2", "after:fetch#2", "before:post",
+          "after:post", "after_post"]
+ALIASES = {"before:step:1": "before:fetch", "after:step:1": "after:fetch",
+           "step:1": "after:fetch", "before:step:2": "before:fetch#2",
+           "after:step:2": "after:fetch#2", "step:2": "after:fetch#2",
+           "before:step:3": "before:post", "after:step:3": "after:post", "step:3": "after:post"}
+
+
+@pytest.mark.parametrize(("patterns", "chosen"), [
+    (["after:fetch#2"], ["after:fetch#2"]),
+    (["step:2"], ["after:fetch#2"]),
+    (["before:step:3", "step:1"], ["after:fetch", "before:post"]),  # clean-run order
+    (["after:*"], ["after:fetch", "after:fetch#2", "after:post"]),
+    (["*post"], ["before:post", "after:post", "after_post"]),
+    (["step:2-9"], ["after:fetch#2", "after:post"]),
+    (["before:step:1-2"], ["before:fetch", "before:fetch#2"]),
+    (["step:1", "after:step:1", "after:fetch"], ["after:fetch"]),  # each point once
+    (["not-a-point"], ["not-a-point"]),  # kept: its result says it was never reached
+])
+def test_select_points(patterns: list[str], chosen: list[str]) -> None:
+    assert select_points(patterns, POINTS, ALIASES) == chosen
+
+
+@pytest.mark.parametrize("pattern", ["after:nothing*", "step:40-50", "before:step:9-9"])
+def test_a_pattern_that_matches_nothing_is_a_usage_error(pattern: str) -> None:
+    with pytest.raises(UsageError, match="matches none of the 7 points"):
+        select_points([pattern], POINTS, ALIASES)
 
 
 def test_unknown_name_does_not_crash(tmp_path: Path) -> None:

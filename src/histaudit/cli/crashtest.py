@@ -20,8 +20,11 @@ from .options import write_file
               help="Points run at once, each with its own engine and workers.")
 @click.option("--junit", "junit_file", metavar="FILE", help="Also write JUnit XML.")
 @click.option("--json", "json_file", metavar="FILE", help="Also write the result as JSON.")
-@click.option("--point", "points", multiple=True, metavar="P",
-              help="Only this point (repeatable), e.g. after_post or after:fetch_source#2.")
+@click.option("--point", "--points", "points", multiple=True, metavar="P",
+              help="Only these points (repeatable): a name (after_post, "
+              "after:fetch_source#2 = its 2nd pass), a step (before:step:87, after:step:87 "
+              "= step:87; step N is the workflow's N-th activity), a glob ('after:*') or "
+              "a step range (step:80-90).")
 @click.option("--engine-crash", is_flag=True, help="Crash the engine (not the app) at the "
               "points.")
 @click.option("--no-engine-points", is_flag=True, help="App crashes only.")

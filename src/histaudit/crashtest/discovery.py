@@ -1,19 +1,32 @@
 """Crash points: the names of the passes a run makes, and the ones the code declares.
 
 A point reached more than once is numbered: ``after:fetch_source#2`` is its second pass
-(:func:`number_points`). :func:`declared_points` reads the app's source, without running
-it, for the points it should reach, so a clean run can say which it never did.
+in the clean run's one worker process (:func:`number_points`). Points may also be named
+by their aliases — ``before:step:87``, ``after:step:87`` / ``step:87`` for the points
+around the workflow's 87th activity (:func:`histaudit.crash.step_aliases`) — and chosen
+by glob (``after:*``) or step range (``step:80-90``): :func:`select_points` turns what a
+user asks for into the numbered points of the clean run. :func:`declared_points` reads
+the app's source, without running it, for the points it should reach, so a clean run
+can say which it never did.
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import os
+import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["base_point", "crash_at", "declared_points", "number_points", "split_point"]
+from histaudit.errors import UsageError
+
+__all__ = ["base_point", "crash_at", "declared_points", "number_points", "point_aliases",
+           "select_points", "split_point"]
+
+_STEP_RANGE = re.compile(
+    r"(?P<prefix>(?:before:|after:)?step:)(?P<lo>[0-9]{1,6})-(?P<hi>[0-9]{1,6})")
 
 _EFFECT_CALLS = {"side_effect", "once"}
 
@@ -39,6 +52,54 @@ def number_points(trace: Iterable[str]) -> list[str]:
         seen[name] += 1
         out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
     return out
+
+
+def point_aliases(entries: Iterable[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
+    """Trace entries (point, aliases) → {alias: the numbered point of its first pass}."""
+    entries = list(entries)
+    numbered = number_points(name for name, _aliases in entries)
+    found: dict[str, str] = {}
+    for point, (_name, aliases) in zip(numbered, entries, strict=True):
+        for alias in aliases:
+            found.setdefault(alias, point)
+    return found
+
+
+def select_points(patterns: Iterable[str], points: Sequence[str],
+                  aliases: Mapping[str, str]) -> list[str]:
+    """The clean run's numbered points that ``patterns`` name, in the order it reached them.
+
+    A pattern is a point (``after:fetch#2``), an alias (``step:87``), a glob over both
+    (``after:*``, ``before:step:9?``) or a step range (``step:80-90``, ``before:step:1-5``).
+    A glob or range that matches nothing is a UsageError; a plain name that is not a point
+    is kept as it is, so its result can say it was never reached.
+    """
+    order = {p: i for i, p in enumerate(points)}
+    chosen: dict[str, None] = {}
+    for pattern in patterns:
+        found = _expand(pattern, points, aliases)
+        if found is None:
+            chosen[pattern] = None
+            continue
+        if not found:
+            raise UsageError(f"--point {pattern!r} matches none of the {len(points)} points "
+                             f"the clean run reached (see them with --json)")
+        chosen.update(dict.fromkeys(found))
+    return sorted(chosen, key=lambda p: order.get(p, len(order)))
+
+
+def _expand(pattern: str, points: Sequence[str], aliases: Mapping[str, str]
+            ) -> list[str] | None:
+    """The points a pattern names; None for a plain name that is neither point nor alias."""
+    if pattern in aliases:
+        return [aliases[pattern]]
+    if (m := _STEP_RANGE.fullmatch(pattern)) is not None:
+        names = (f"{m['prefix']}{n}" for n in range(int(m["lo"]), int(m["hi"]) + 1))
+        return [aliases[name] for name in names if name in aliases]
+    if any(c in pattern for c in "*?["):
+        return [p for p in points if fnmatch.fnmatchcase(p, pattern)] + \
+            [p for a, p in aliases.items() if fnmatch.fnmatchcase(a, pattern)]
+    return [pattern] if pattern in points else None
 
 
 def crash_at(point: str) -> str:

@@ -43,11 +43,11 @@ from histaudit.crash import (
     ENV_CRASH_MODE,
     ENV_CRASH_SIGNAL,
     ENV_CRASH_TRACE,
-    read_trace,
+    read_trace_entries,
 )
 from histaudit.errors import EngineError, HistauditError, InputError, UsageError
 
-from .discovery import crash_at, declared_points, number_points
+from .discovery import crash_at, declared_points, number_points, point_aliases, select_points
 from .judge import decode_output, evidence, judge
 from .results import (
     DIVERGED,
@@ -114,11 +114,13 @@ def run_clean(spec: CrashSpec) -> CleanRun:
         ev = evidence(sb.db_url, sb.keys)
         declared = declared_points(info["sources"],
                                    info["activities"] if info["audited"] else ())
+        passes = read_trace_entries(trace)
         return CleanRun(target=target, instance=sb.instance, status=state.status,
                         output=decode_output(state.output_text), output_text=state.output_text,
                         effects=ev.effects, findings=ev.findings,
                         finding_effects=ev.finding_effects,
-                        points=tuple(number_points(read_trace(trace))),
+                        points=tuple(number_points(name for name, _ in passes)),
+                        aliases=point_aliases(passes),
                         workflows=tuple(info["workflows"]),
                         activities=tuple(info["activities"]), declared=tuple(declared),
                         wall=time.monotonic() - began, worker_start=worker_start)
@@ -212,12 +214,14 @@ def _engine_crash(sb: Sandbox, point: str) -> RunState | None:
 
 def run_point(spec: CrashSpec, point: str, *, engine_crash: bool = False,
               clean: CleanRun | None = None) -> PointResult:
-    """Crash the workflow at one point (``name`` or ``name#n``) and judge the recovery.
+    """Crash the workflow at one point (``name``, ``name#n`` or an alias such as
+    ``after:step:87``) and judge the recovery.
 
     Without ``clean`` a clean run is made first, to compare with.
     """
     if clean is None:
         clean = run_clean(spec)
+    point = clean.aliases.get(point, point)
     return _crash_once(spec, clean, point, KIND_ENGINE if engine_crash else KIND_APP)
 
 
@@ -226,6 +230,9 @@ def run_matrix(spec: CrashSpec, *, jobs: int = 1, engine_points: bool = True,
                clean: CleanRun | None = None, progress: Progress | None = None
                ) -> MatrixResult:
     """Clean run, then every point (or ``points``) as an app crash and an engine crash.
+
+    ``points`` are names, aliases, globs or step ranges
+    (:func:`~histaudit.crashtest.discovery.select_points`).
 
     ``jobs`` runs that many points at once, each with its own engine and workers.
     ``progress(result, done, total)`` is called as each point finishes.
@@ -237,7 +244,8 @@ def run_matrix(spec: CrashSpec, *, jobs: int = 1, engine_points: bool = True,
     began = time.monotonic()
     if clean is None:
         clean = run_clean(spec)
-    chosen = list(dict.fromkeys(points)) if points else list(clean.points)
+    chosen = select_points(points, clean.points, clean.aliases) if points \
+        else list(clean.points)
     kinds = [k for k, on in ((KIND_APP, app_points), (KIND_ENGINE, engine_points)) if on]
     todo = [(p, k) for k in kinds for p in chosen]
     results: list[PointResult | None] = [None] * len(todo)

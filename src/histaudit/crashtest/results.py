@@ -138,6 +138,8 @@ class CleanRun:
     """The effect name each finding is about (None: none), in the order of ``findings``."""
     points: tuple[str, ...]
     """Every point reached, in order, repeats numbered (``after:fetch_source#2``)."""
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Other names of points reached: ``{"after:step:7": "after:fetch_source#2", …}``."""
     workflows: tuple[str, ...]
     activities: tuple[str, ...]
     declared: tuple[str, ...]
@@ -172,7 +174,8 @@ class CleanRun:
         return {"instance": self.instance, "status": self.status, "output": self.output,
                 "effects": self.effects,
                 "findings": _finding_docs(self.findings, self.finding_effects),
-                "points": list(self.points), "workflows": list(self.workflows),
+                "points": list(self.points), "aliases": self.aliases,
+                "workflows": list(self.workflows),
                 "activities": list(self.activities), "wall_s": round(self.wall, 3),
                 "worker_start_s": round(self.worker_start, 3)}
 

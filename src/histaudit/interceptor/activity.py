@@ -32,7 +32,7 @@ from typing import Any
 from dapr.ext.workflow import WorkflowActivityContext
 
 from histaudit import sdk
-from histaudit.crash import crash_point
+from histaudit.crash import crash_point, step_aliases
 from histaudit.errors import StoreError, UsageError
 from histaudit.ledger.kinds import Kind
 
@@ -166,13 +166,13 @@ def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
             run = await asyncio.to_thread(_start_activity, recorder, name(), args)
             token = _CURRENT.set(run)
             try:
-                crash_point(f"before:{run.activity}")
+                crash_point(f"before:{run.activity}", step_aliases("before", run.task_id))
                 try:
                     result = await fn(*args, **kwargs)
                 except Exception as exc:
                     await asyncio.to_thread(_failed, run, exc)
                     raise
-                crash_point(f"after:{run.activity}")
+                crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
                 await asyncio.to_thread(_completed, run, result)
                 return result
             finally:
@@ -185,13 +185,13 @@ def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
         run = _start_activity(recorder, name(), args)
         token = _CURRENT.set(run)
         try:
-            crash_point(f"before:{run.activity}")
+            crash_point(f"before:{run.activity}", step_aliases("before", run.task_id))
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
                 _failed(run, exc)
                 raise
-            crash_point(f"after:{run.activity}")
+            crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
             _completed(run, result)
             return result
         finally:
