@@ -18,48 +18,39 @@ leaves a pattern this analyzer names:
 
 Deliberate retries of a failed activity get a new ``task_id`` from the SDK and are not
 re-executions.
+
+Memory stays bounded however long the instance: each tracked entry becomes one small
+event tuple (:mod:`histaudit.verify.behaviour_events`). Up to ``spill_at`` events per list
+are analysed in memory at :meth:`BehaviourCheck.finish`, by the original analyzer's dicts;
+past that the events go, in batches, to a temporary directory
+(:mod:`histaudit.verify.behaviour_spill`) from which ``finish`` reads back only the tasks
+and effects that can have findings, into the same views. One set of functions below
+words the findings of both paths; tests/unit/verify/test_behaviour.py holds both to the
+original analyzer.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from histaudit.ledger.kinds import Kind
 from histaudit.ledger.records import Entry, StoredEntry
 
+from . import behaviour_events as ev
 from .check import Parsed
 from .findings import Finding
 
-
-@dataclass
-class _Task:
-    activity: str = "?"
-    starts: list[int] = field(default_factory=list)  # seq of each activity.started
-    results: dict[tuple[str, str], int] = field(default_factory=dict)  # (kid, digest) -> seq
-
-
-@dataclass
-class _Effect:
-    intents: dict[int, Any] = field(default_factory=dict)  # intent seq -> task key
-    closed: set[int] = field(default_factory=set)  # intent seqs with done/failed/skipped
-    done: list[int] = field(default_factory=list)
-    skipped: list[int] = field(default_factory=list)
-
-
-def _task_key(data: Any) -> tuple[Any, Any]:
-    return (data.get("task_id"), data.get("execution_id"))
+SPILL_AT = 2048
+"""Events held in memory per list before the check moves them to a temporary file."""
 
 
 class BehaviourCheck:
     """Reads one instance's entries in chain order; ``finish()`` names what crashes did."""
 
-    def __init__(self, instance: str) -> None:
+    def __init__(self, instance: str, *, spill_at: int | None = None) -> None:
+        """``spill_at``: events per list kept in memory (default :data:`SPILL_AT`)."""
         self.instance = instance
-        self._tasks: dict[tuple[Any, Any], _Task] = defaultdict(_Task)
-        self._effects: dict[tuple[str, str], _Effect] = defaultdict(_Effect)
+        self.events = ev.Events(SPILL_AT if spill_at is None else spill_at)
         self._mismatches: list[Finding] = []
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
@@ -67,80 +58,84 @@ class BehaviourCheck:
             self.observe_entry(parsed)
 
     def observe_entry(self, entry: Entry) -> None:
-        data, kind = entry.data, entry.kind
-        if kind == Kind.ACTIVITY_STARTED:
-            task = self._tasks[_task_key(data)]
-            task.activity = str(data.get("activity", "?"))
-            task.starts.append(entry.seq)
-        elif kind == Kind.ACTIVITY_COMPLETED:
-            digest = data.get("output_digest")
-            if isinstance(digest, str):
-                self._tasks[_task_key(data)].results.setdefault((entry.kid, digest), entry.seq)
-        elif kind == Kind.REPLAY_MISMATCH:
-            self._mismatches.append(Finding.make(
-                "replay-mismatch", self.instance, entry.seq,
-                f"activity {data.get('activity', '?')} (task {data.get('task_id')}): on "
-                f"replay the engine fed back a result (digest {_short(data.get('seen_digest'))})"
-                f" that is not the completion signed at entry {data.get('completed_seq')} "
-                f"(digest {_short(data.get('expected_digest'))})"))
-        elif kind.startswith("effect."):
-            effect = self._effects[(str(data.get("name")), str(data.get("key")))]
-            if kind == Kind.EFFECT_INTENT:
-                effect.intents[entry.seq] = _task_key(data)
-                return
-            intent = data.get("intent_seq")
-            if isinstance(intent, int):
-                effect.closed.add(intent)
-            if kind == Kind.EFFECT_DONE:
-                effect.done.append(entry.seq)
-            elif kind == Kind.EFFECT_SKIPPED:
-                effect.skipped.append(entry.seq)
+        route = ev.route_of(entry.kind)
+        if route == ev.STARTED:
+            self.events.started(entry.seq, entry.data)
+        elif route == ev.COMPLETED:
+            self.events.completed(entry.seq, entry.kid, entry.data)
+        elif route == ev.MISMATCH:
+            self.mismatch(entry.seq, entry.data)
+        elif route == ev.EFFECT:
+            self.events.effect(entry.seq, entry.kind, entry.data)
+
+    def mismatch(self, seq: int, data: Any) -> None:
+        self._mismatches.append(Finding.make(
+            "replay-mismatch", self.instance, seq,
+            f"activity {data.get('activity', '?')} (task {data.get('task_id')}): on "
+            f"replay the engine fed back a result (digest {_short(data.get('seen_digest'))})"
+            f" that is not the completion signed at entry {data.get('completed_seq')} "
+            f"(digest {_short(data.get('expected_digest'))})"))
 
     def finish(self) -> Iterable[Finding]:
+        events = self.events
+        tasks, effects = (ev.views_in_memory(events) if events.spill is None
+                          else events.spilled_views())
         out: list[Finding] = list(self._mismatches)
-        for (task_id, _), task in self._tasks.items():
-            label = f"activity {task.activity} (task {task_id})"
-            if len(task.starts) > 1:
-                out.append(Finding.make(
-                    "activity-reexecuted", self.instance, task.starts[1],
-                    f"{label} ran {len(task.starts)} times (starts at entries "
-                    f"{_seqs(task.starts)})"))
-            by_key: dict[str, list[int]] = defaultdict(list)
-            for (kid, _digest), seq in task.results.items():
-                by_key[kid].append(seq)
-            for seqs in by_key.values():
-                if len(seqs) > 1:
-                    out.append(Finding.make(
-                        "activity-nondeterministic", self.instance, sorted(seqs)[1],
-                        f"{label} returned {len(seqs)} different results across executions "
-                        f"(completions at entries {_seqs(sorted(seqs))})"))
-        for (name, key), eff in self._effects.items():
-            label = f"side effect {name} [{key}]"
-            if len(eff.done) > 1:
-                out.append(Finding.make(
-                    "effect-duplicate", self.instance, eff.done[1],
-                    f"{label} done {len(eff.done)} times (entries {_seqs(eff.done)})"))
-            for intent, task_key in sorted(eff.intents.items()):
-                if intent in eff.closed:
-                    continue
-                started = self._tasks.get(task_key)
-                if started is not None and any(s > intent for s in started.starts):
-                    out.append(Finding.make(
-                        "effect-uncertain", self.instance, intent,
-                        f"{label}: intent at entry {intent} never confirmed, and the "
-                        f"activity ran again — it may have happened"))
-            if eff.skipped:
-                out.append(Finding.make(
-                    "effect-deduplicated", self.instance, eff.skipped[0],
-                    f"{label} was already done; re-execution skipped it "
-                    f"{len(eff.skipped)} time(s)"))
+        for task in tasks:
+            out += task_findings(self.instance, task)
+        for effect in effects:
+            out += effect_findings(self.instance, effect)
         return out
+
+    def close(self) -> None:
+        """Remove the temporary file, if the events were spilled (``finish`` does too)."""
+        self.events.close()
+
+
+def task_findings(instance: str, task: ev.TaskView) -> list[Finding]:
+    label = f"activity {task.activity} (task {task.task_id})"
+    out = []
+    if task.starts > 1:
+        out.append(Finding.make(
+            "activity-reexecuted", instance, task.first_starts[1],
+            f"{label} ran {task.starts} times (starts at entries "
+            f"{_seqs(task.first_starts, task.starts)})"))
+    for count, lowest in task.nondeterministic:
+        out.append(Finding.make(
+            "activity-nondeterministic", instance, lowest[1],
+            f"{label} returned {count} different results across executions "
+            f"(completions at entries {_seqs(lowest, count)})"))
+    return out
+
+
+def effect_findings(instance: str, eff: ev.EffectView) -> list[Finding]:
+    label = f"side effect {eff.name} [{eff.key}]"
+    out = []
+    if eff.done > 1:
+        out.append(Finding.make(
+            "effect-duplicate", instance, eff.first_done[1],
+            f"{label} done {eff.done} times (entries {_seqs(eff.first_done, eff.done)})"))
+    for intent in eff.uncertain:
+        out.append(Finding.make(
+            "effect-uncertain", instance, intent,
+            f"{label}: intent at entry {intent} never confirmed, and the "
+            f"activity ran again — it may have happened"))
+    if eff.skipped:
+        out.append(Finding.make(
+            "effect-deduplicated", instance, eff.first_skipped,
+            f"{label} was already done; re-execution skipped it "
+            f"{eff.skipped} time(s)"))
+    return out
 
 
 def _short(digest: Any) -> str:
     return f"{digest[:12]}…" if isinstance(digest, str) else "none"
 
 
-def _seqs(seqs: list[int], limit: int = 6) -> str:
-    shown = ", ".join(map(str, seqs[:limit]))
-    return shown + (", …" if len(seqs) > limit else "")
+def _seqs(first: list[int], total: int, limit: int = 6) -> str:
+    """The first ``limit`` of ``total`` entry numbers (``first`` holds at least those)."""
+    shown = ", ".join(map(str, first[:limit]))
+    return shown + (", …" if total > limit else "")
+
+
+__all__ = ["SPILL_AT", "BehaviourCheck", "effect_findings", "task_findings"]

@@ -8,12 +8,16 @@ engine cross-check and the checkpoint-consistency proof are all checks; :func:`r
 is the only loop, and each row is parsed once whatever the number of checks.
 
 Checks read values they are given; none of them touches a store.
+
+A check that also implements :class:`ValidEntryCheck` can be fed by the faster loop of
+:mod:`histaudit.verify.scan`, which does not build an ``Entry`` for a row that is
+plainly well-formed but hands over its fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from histaudit.errors import FormatError
 from histaudit.ledger.records import Entry, StoredEntry, parse_entry
@@ -32,6 +36,14 @@ class ChainCheck(Protocol):
 
     def finish(self) -> Iterable[Finding]:
         """The findings, once every row has been observed."""
+
+
+class ValidEntryCheck(ChainCheck, Protocol):
+    """A check that can also be fed the fields of a row known to parse."""
+
+    def observe_valid(self, row: StoredEntry, instance: str, seq: int, kind: str, kid: str,
+                      ts: str, data: Mapping[str, Any]) -> None:
+        """Exactly ``observe(row, parse_entry(row.body))`` for such a row."""
 
 
 _UNPARSED = FormatError("not parsed")

@@ -26,7 +26,7 @@ carry one (it tells apart tasks of different generations of a ``continue_as_new`
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,12 +82,16 @@ class EngineCrossCheck:
         self.signed: list[_Signed] = []
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
-        if not isinstance(parsed, Entry) or parsed.kind != Kind.ACTIVITY_COMPLETED:
-            return  # the integrity check reports malformed entries
-        data = parsed.data
-        self.signed.append(_Signed(parsed.seq, str(data.get("activity", "?")),
-                                   data.get("task_id"), str(data.get("execution_id") or ""),
-                                   data.get("output")))
+        if isinstance(parsed, Entry):  # the integrity check reports malformed entries
+            self.observe_valid(row, parsed.instance, parsed.seq, parsed.kind, parsed.kid,
+                               parsed.ts, parsed.data)
+
+    def observe_valid(self, row: StoredEntry, instance: str, seq: int, kind: str, kid: str,
+                      ts: str, data: Mapping[str, Any]) -> None:
+        if kind == Kind.ACTIVITY_COMPLETED:
+            self.signed.append(_Signed(seq, str(data.get("activity", "?")),
+                                       data.get("task_id"), str(data.get("execution_id") or ""),
+                                       data.get("output")))
 
     def finish(self) -> Iterable[Finding]:
         return _crosscheck(self.instance, self.signed, self.history, self.lookup)

@@ -5,6 +5,11 @@ entries form one chain — contiguous ``seq`` from 1, each ``prev`` the hash of 
 before, increasing ledger-wide ``leaf`` — and (in full mode) that the bytes are in
 canonical form. :class:`HeadCheck` then compares the instance's signed head with the
 newest entry, so a cut tail or a head left behind is caught.
+
+The canonical-form check of an entry may be done elsewhere (a worker process, see
+:mod:`histaudit.verify.parallel`) and its finding handed back later with
+:meth:`IntegrityCheck.not_canonical`: it takes the place in the findings it would have
+had, so the report does not depend on where the check ran.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ class IntegrityCheck:
         self.findings: list[Finding] = []
         self.tip_seq, self.tip_hash, self.tip_leaf = 0, rec.GENESIS_PREV, -1
         """The newest entry seen: its seq, hash and leaf (what the head must sign)."""
-        self._last_leaf = -1  # leaf of the previous row
+        self.last_leaf = -1
+        """Leaf of the previous row."""
+        self._late: list[tuple[int, Finding]] = []  # (place in findings, finding)
 
     def _add(self, code: str, seq: int | None, message: str) -> None:
         self.findings.append(Finding.make(code, self.instance, seq, message))
@@ -49,10 +56,8 @@ class IntegrityCheck:
                 self.tip_seq, self.tip_hash = row.seq, digest
             return
         entry = parsed
-        if self.canonical and not _is_canonical(entry):
-            self._add("entry-malformed", entry.seq, f"entry {entry.seq}: bytes are not in "
-                                                    f"canonical form (docs/format.md "
-                                                    f"§Canonical JSON)")
+        if self.canonical and not is_canonical(entry.body):
+            self._add("entry-malformed", entry.seq, _NOT_CANONICAL.format(seq=entry.seq))
         if entry.instance != self.instance:
             self._add("instance-mismatch", entry.seq,
                       f"entry {entry.seq} names instance {shown_id(entry.instance)}")
@@ -78,28 +83,46 @@ class IntegrityCheck:
         if entry.leaf != row.leaf:
             self._add("leaf-mismatch", entry.seq, f"entry {entry.seq} says ledger leaf "
                                                   f"{entry.leaf}, stored as leaf {row.leaf}")
-        if entry.leaf <= self._last_leaf:
+        if entry.leaf <= self.last_leaf:
             self._add("seq-reordered", entry.seq,
                       f"entry {entry.seq} has ledger leaf {entry.leaf}, not after the "
-                      f"previous entry's leaf {self._last_leaf}")
+                      f"previous entry's leaf {self.last_leaf}")
         # A stray older entry (reordered) must not replace the hash of the newest entry:
         # the next entry links to, and the head signs, the newest one.
         if entry.seq >= self.tip_seq:
             self.tip_seq, self.tip_hash, self.tip_leaf = entry.seq, digest, entry.leaf
-        self._last_leaf = entry.leaf
+        self.last_leaf = entry.leaf
+
+    def not_canonical(self, place: int, seq: int) -> None:
+        """An entry checked elsewhere is not in canonical form; ``place`` is how many
+        findings this check held when the entry was observed (the entry had none)."""
+        self._late.append((place, Finding.make("entry-malformed", self.instance, seq,
+                                               _NOT_CANONICAL.format(seq=seq))))
 
     def finish(self) -> Iterable[Finding]:
-        return self.findings
+        if not self._late:
+            return self.findings
+        out: list[Finding] = []
+        done = 0
+        for place, finding in sorted(self._late, key=lambda late: late[0]):
+            out += self.findings[done:place]
+            out.append(finding)
+            done = place
+        return out + self.findings[done:]
 
 
-def _is_canonical(entry: rec.Entry) -> bool:
+_NOT_CANONICAL = "entry {seq}: bytes are not in canonical form (docs/format.md §Canonical JSON)"
+
+
+def is_canonical(body: bytes, doc: object = None) -> bool:
     """Do the stored bytes equal the canonical form of what they parse to?
 
     Signatures hold over any bytes; this catches bodies that two parsers could read
-    differently (duplicate keys, whitespace, ``-0``). Checked in full mode.
+    differently (duplicate keys, whitespace, ``-0``). Checked in full mode. ``doc``:
+    ``orjson.loads(body)`` when the caller has it already.
     """
     try:
-        return canonical_bytes(orjson.loads(entry.body)) == entry.body
+        return canonical_bytes(orjson.loads(body) if doc is None else doc) == body
     except (FormatError, orjson.JSONDecodeError):
         return False
 
@@ -110,14 +133,15 @@ class HeadCheck:
     def __init__(self, instance: str, head: rec.StoredHead | None, chain: IntegrityCheck,
                  trust: TrustStore) -> None:
         self.instance, self.head, self.chain, self.trust = instance, head, chain, trust
-        self._rows = 0
+        self.rows = 0
+        """Rows observed (a loop that does not call ``observe`` for each adds its count)."""
 
     def observe(self, row: rec.StoredEntry, parsed: Parsed) -> None:
-        self._rows += 1
+        self.rows += 1
 
     def finish(self) -> Iterable[Finding]:
         instance, head = self.instance, self.head
-        if self._rows == 0 and head is None:
+        if self.rows == 0 and head is None:
             return [Finding.make("instance-missing", instance, None,
                                  f"no entries and no head stored for {shown_id(instance)}")]
         last_seq, last_hash, last_leaf = (self.chain.tip_seq, self.chain.tip_hash,

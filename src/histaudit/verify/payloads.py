@@ -12,7 +12,8 @@ the chain ends and reported then.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.records import Entry, StoredEntry, commitment_matches
@@ -39,26 +40,29 @@ class PayloadCheck:
         self._erased: set[str] = set()
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
-        if not isinstance(parsed, Entry):
-            return
-        if parsed.kind == Kind.PAYLOAD_ERASED:
-            commitment = parsed.data.get("commitment")
+        if isinstance(parsed, Entry):
+            self.observe_valid(row, parsed.instance, parsed.seq, parsed.kind, parsed.kid,
+                               parsed.ts, parsed.data)
+
+    def observe_valid(self, row: StoredEntry, instance: str, seq: int, kind: str, kid: str,
+                      ts: str, data: Mapping[str, Any]) -> None:
+        if kind == Kind.PAYLOAD_ERASED:
+            commitment = data.get("commitment")
             if isinstance(commitment, str):
                 self._erased.add(commitment)
-        for name, ref in parsed.data.items():
+        for name, ref in data.items():
             if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
                 continue
             stored = self.lookup(ref["c"])
             if stored is None:
                 if is_kept(ref):
-                    self._missing.setdefault(ref["c"], (parsed.instance, parsed.seq, name))
+                    self._missing.setdefault(ref["c"], (instance, seq, name))
                 continue
-            salt, data = stored
-            if not commitment_matches(ref["c"], data, salt):
+            salt, payload = stored
+            if not commitment_matches(ref["c"], payload, salt):
                 self.findings.append(Finding.make(
-                    "payload-mismatch", parsed.instance, parsed.seq,
-                    f"entry {parsed.seq}: stored {name} payload does not match its "
-                    f"commitment"))
+                    "payload-mismatch", instance, seq,
+                    f"entry {seq}: stored {name} payload does not match its commitment"))
 
     def finish(self) -> Iterable[Finding]:
         for commitment, (instance, seq, name) in self._missing.items():

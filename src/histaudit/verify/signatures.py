@@ -2,20 +2,25 @@
 
 :class:`KeyCheck` reports an entry signed by a key outside the trust store or outside
 that key's validity window; :class:`SignatureCheck` (full mode) verifies every entry's
-Ed25519 signature over exactly its stored bytes, in parallel
-(:class:`histaudit.ledger.keys.BatchVerifier`).
+Ed25519 signature over exactly its stored bytes, on every core
+(:class:`histaudit.verify.parallel.EntryPool`), and — given the integrity check — has the
+same workers re-check the canonical form of the entries the fast loop passed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from histaudit.errors import FormatError
-from histaudit.ledger.keys import BatchVerifier, TrustStore
+from histaudit.ledger.keys import TrustStore
 from histaudit.ledger.records import Entry, StoredEntry
 
 from .check import Parsed
 from .findings import Finding
+
+if TYPE_CHECKING:
+    from .integrity import IntegrityCheck
 
 
 def key_findings(kid: str, ts: str, seq: int | None, instance: str, trust: TrustStore,
@@ -37,6 +42,13 @@ def key_findings(kid: str, ts: str, seq: int | None, instance: str, trust: Trust
                          f"{key.not_before or '-∞'} .. {key.not_after or '+∞'}")]
 
 
+def never_findings(kid: str, trust: TrustStore) -> bool:
+    """Whether :func:`key_findings` is empty for ``kid`` whatever the timestamp: a trusted
+    key without a validity window never looks at it."""
+    key = trust.get(kid)
+    return key is not None and key.not_before is None and key.not_after is None
+
+
 class KeyCheck:
     """Every entry's key is trusted and was valid when the entry was made."""
 
@@ -46,8 +58,12 @@ class KeyCheck:
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
         if isinstance(parsed, Entry):
-            self.findings += key_findings(parsed.kid, parsed.ts, parsed.seq, self.instance,
-                                          self.trust, "entry")
+            self.observe_valid(row, parsed.instance, parsed.seq, parsed.kind, parsed.kid,
+                               parsed.ts, parsed.data)
+
+    def observe_valid(self, row: StoredEntry, instance: str, seq: int, kind: str, kid: str,
+                      ts: str, data: Mapping[str, Any]) -> None:
+        self.findings += key_findings(kid, ts, seq, self.instance, self.trust, "entry")
 
     def finish(self) -> Iterable[Finding]:
         return self.findings
@@ -56,15 +72,51 @@ class KeyCheck:
 class SignatureCheck:
     """Every entry signed by a trusted key carries a valid signature over its bytes."""
 
-    def __init__(self, instance: str, trust: TrustStore, workers: int) -> None:
-        self.instance, self.trust = instance, trust
-        self._batch = BatchVerifier(trust, workers)
+    def __init__(self, instance: str, trust: TrustStore, workers: int, *,
+                 canonical: IntegrityCheck | None = None) -> None:
+        self.instance = instance
+        from .parallel import EntryPool  # imports .integrity, which imports this module
+
+        self._trusted = frozenset(k.kid for k in trust)
+        self._pool = EntryPool(trust, workers)
+        self._canonical = canonical
+        self._done = False
+
+    @property
+    def checks_canonical(self) -> bool:
+        """Whether entries passed by the fast loop get their canonical form checked here."""
+        return self._canonical is not None
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
-        if isinstance(parsed, Entry) and parsed.kid in self.trust:
-            self._batch.add(parsed.seq, parsed.kid, row.body, row.sig)
+        """A row the fast loop did not pass: its canonical form was checked already."""
+        if isinstance(parsed, Entry) and parsed.kid in self._trusted:
+            self._pool.add((-1, parsed.seq, parsed.kid, row.body, row.sig))
+
+    def observe_valid(self, row: StoredEntry, instance: str, seq: int, kind: str, kid: str,
+                      ts: str, data: Mapping[str, Any]) -> None:
+        """A row the fast loop passed (so it has no integrity finding of its own)."""
+        canonical = self._canonical
+        place = -1 if canonical is None else len(canonical.findings)
+        trusted = kid in self._trusted
+        if trusted or place >= 0:
+            self._pool.add((place, seq, kid if trusted else None, row.body, row.sig))
+
+    def drain(self) -> None:
+        """Wait for the workers; hand canonical-form findings to the integrity check.
+        Must run before that check's ``finish`` (``finish`` here runs it if not)."""
+        if self._done:
+            return
+        self._done = True
+        self._pool.finish()
+        if self._canonical is not None:
+            for place, seq in self._pool.loose:
+                self._canonical.not_canonical(place, seq)
+
+    def close(self) -> None:
+        self._pool.close()
 
     def finish(self) -> Iterable[Finding]:
+        self.drain()
         return [Finding.make("signature-invalid", self.instance, seq,
                              f"entry {seq}: Ed25519 signature does not verify")
-                for seq in self._batch.finish()]
+                for seq in self._pool.bad]

@@ -1,7 +1,8 @@
 """Verification of one instance's chain: integrity first, then behaviour across crashes.
 
 :func:`verify_chain` streams the stored rows once, in constant memory, through the
-checks (:mod:`histaudit.verify.check`): integrity (hash of the exact stored bytes,
+checks (:mod:`histaudit.verify.check`, fed by the loop of :mod:`histaudit.verify.scan`):
+integrity (hash of the exact stored bytes,
 parse, sequence, links, leaves), keys, payloads and Ed25519 signatures (``full=True``,
 in parallel across cores), the signed head (so a cut tail is caught), behaviour across
 crashes, and — when the engine's history is given — the engine cross-check.
@@ -21,12 +22,13 @@ from histaudit.ledger.keys import TrustStore
 from histaudit.ledger.records import StoredEntry, StoredHead
 
 from .behaviour import BehaviourCheck
-from .check import ChainCheck, run_checks
+from .check import ChainCheck
 from .consistency import leaf_index_report
 from .crosscheck import EngineCrossCheck
 from .integrity import HeadCheck, IntegrityCheck
 from .payloads import PayloadCheck, PayloadLookup
 from .report import Report, finding_order
+from .scan import ChainScan
 from .signatures import KeyCheck, SignatureCheck
 
 if TYPE_CHECKING:
@@ -47,18 +49,33 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
     cross-check, which compares results through ``engine_lookup`` (stored payloads).
     """
     integrity = IntegrityCheck(instance, canonical=full)
-    checks: list[ChainCheck] = [integrity, KeyCheck(instance, trust)]
+    keys = KeyCheck(instance, trust)
+    checks: list[ChainCheck] = [integrity, keys]
     if payload_lookup is not None:
         checks.append(PayloadCheck(payload_lookup))
+    signatures = None
     if full:
-        checks.append(SignatureCheck(instance, trust, workers or os.cpu_count() or 1))
-    checks += [HeadCheck(instance, head, integrity, trust), BehaviourCheck(instance)]
+        signatures = SignatureCheck(instance, trust, workers or os.cpu_count() or 1,
+                                    canonical=integrity)
+        checks.append(signatures)
+    head_check, behaviour = HeadCheck(instance, head, integrity, trust), BehaviourCheck(instance)
+    checks += [head_check, behaviour]
     mode = "full" if full else "default"
     if engine_history is not None:
         checks.append(EngineCrossCheck(instance, engine_history,
                                        engine_lookup or (lambda _c: None)))
         mode += "+engine"
-    count, findings = run_checks(rows, checks)
+    scan = ChainScan(instance, trust, integrity=integrity, keys=keys, head=head_check,
+                     behaviour=behaviour, checks=checks)
+    try:
+        count = scan.run(rows)
+        if signatures is not None:
+            signatures.drain()
+        findings = [f for check in checks for f in check.finish()]
+    finally:
+        behaviour.close()
+        if signatures is not None:
+            signatures.close()
     findings.sort(key=finding_order)
     return Report(instance_id=instance, entries=count, mode=mode, findings=tuple(findings))
 

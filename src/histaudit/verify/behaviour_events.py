@@ -1,0 +1,289 @@
+"""The behaviour check's input, reduced: one small tuple per tracked entry.
+
+:class:`Events` turns each ``activity.started``, ``activity.completed`` (with a digest)
+and ``effect.*`` entry into a tuple numbered by ``o`` (its place among the events, which
+decides the order of the findings) and keeps them in three lists; once a list reaches
+``spill_at`` everything moves to a :class:`~histaudit.verify.behaviour_spill.Spill`.
+
+Task keys are compared as the original analyzer's dict compared them: by Python
+equality, where ``1 == 1.0 == True``. :func:`task_key` maps such values to one
+representative (an ``int``) and keeps how the first one was written (``"True"``), so a
+dict and SQLite agree on which events belong to one task. A key that cannot be hashed
+(a JSON object or array as ``task_id``) raises :class:`TypeError` where the original
+raised it: at once for a start or completion, at ``finish`` for an open intent.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from histaudit.ledger.kinds import Kind
+
+if TYPE_CHECKING:
+    from .behaviour_spill import Spill
+
+STARTED, COMPLETED, MISMATCH, EFFECT = 1, 2, 3, 4
+"""Routes: which behaviour event a kind makes (0: none)."""
+INTENT, DONE, SKIPPED, CLOSING = 0, 1, 2, 3
+"""Effect event kinds; CLOSING is any other ``effect.*`` (it may close an intent)."""
+
+Start = tuple[int, Any, Any, int, str, "str | None"]
+"""(o, task_id, execution_id, seq, activity, task_id as first written or None)."""
+Result = tuple[int, Any, Any, int, str, str, "str | None"]
+"""(o, task_id, execution_id, seq, kid, output digest, task_id as written or None)."""
+EffectEvent = tuple[int, str, str, int, int, "int | None", Any, Any]
+"""(o, name, key, effect kind, seq, intent seq closed, task_id, execution_id)."""
+
+_UNHASHABLE = b"\x01"
+
+
+@dataclass(slots=True)
+class TaskView:
+    """What the findings of one task need (only tasks that have findings get one)."""
+
+    first_o: int  # the event that first named the task: the task's place in the report
+    task_id: str
+    activity: str
+    starts: int
+    first_starts: list[int]  # seqs of its first six starts
+    nondeterministic: list[tuple[int, list[int]]]  # per key: (results, six lowest seqs)
+
+
+@dataclass(slots=True)
+class EffectView:
+    """What the findings of one effect (``name``, ``key``) need."""
+
+    first_o: int
+    name: str
+    key: str
+    done: int
+    first_done: list[int]
+    uncertain: list[int]  # intent seqs, ascending
+    skipped: int
+    first_skipped: int
+
+
+def route_of(kind: str) -> int:
+    if kind == Kind.ACTIVITY_STARTED:
+        return STARTED
+    if kind == Kind.ACTIVITY_COMPLETED:
+        return COMPLETED
+    if kind == Kind.REPLAY_MISMATCH:
+        return MISMATCH
+    return EFFECT if kind.startswith("effect.") else 0
+
+
+def _representative(value: Any) -> Any:
+    if value.__class__ is bool:
+        return int(value)
+    if value.__class__ is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def task_key(task_id: Any, execution_id: Any, *, strict: bool) -> tuple[Any, Any, str | None]:
+    """(task_id, execution_id, task_id as written when that differs from its stand-in).
+
+    Unhashable: ``strict`` raises the original's TypeError; otherwise the key becomes a
+    marker that :func:`refuse_unhashable` raises from later.
+    """
+    try:
+        hash((task_id, execution_id))
+    except TypeError as exc:
+        if strict:
+            raise
+        return _UNHASHABLE + str(exc).encode(), None, None
+    tid = _representative(task_id)
+    return tid, _representative(execution_id), None if tid is task_id else f"{task_id}"
+
+
+def refuse_unhashable(task_id: Any) -> None:
+    if task_id.__class__ is bytes and task_id[:1] == _UNHASHABLE:
+        raise TypeError(task_id[1:].decode())
+
+
+def _intent(value: Any) -> int | None:
+    if value.__class__ is int:
+        return int(value)
+    return int(value) if value.__class__ is bool else None
+
+
+class Events:
+    """The tracked entries of one instance as event tuples, in memory or spilled."""
+
+    def __init__(self, spill_at: int) -> None:
+        self.spill_at = max(1, spill_at)
+        self.o = 0
+        self.starts: list[Start] = []
+        self.results: list[Result] = []
+        self.effects: list[EffectEvent] = []
+        self.spill: Spill | None = None
+
+    def started(self, seq: int, data: Mapping[str, Any]) -> None:
+        tid, eid, shown = data.get("task_id"), data.get("execution_id"), None
+        if tid.__class__ is not int or eid.__class__ is not str:
+            tid, eid, shown = task_key(tid, eid, strict=True)
+        self.o += 1
+        self.starts.append((self.o, tid, eid, seq, str(data.get("activity", "?")), shown))
+        if len(self.starts) >= self.spill_at:
+            self._move()
+
+    def completed(self, seq: int, kid: str, data: Mapping[str, Any]) -> None:
+        digest = data.get("output_digest")
+        if digest.__class__ is not str:
+            return
+        tid, eid, shown = data.get("task_id"), data.get("execution_id"), None
+        if tid.__class__ is not int or eid.__class__ is not str:
+            tid, eid, shown = task_key(tid, eid, strict=True)
+        self.o += 1
+        self.results.append((self.o, tid, eid, seq, kid, digest, shown))
+        if len(self.results) >= self.spill_at:
+            self._move()
+
+    def effect(self, seq: int, kind: str, data: Mapping[str, Any]) -> None:
+        name, key = str(data.get("name")), str(data.get("key"))
+        self.o += 1
+        if kind == Kind.EFFECT_INTENT:
+            tid, eid, _ = task_key(data.get("task_id"), data.get("execution_id"), strict=False)
+            self.effects.append((self.o, name, key, INTENT, seq, None, tid, eid))
+        else:
+            code = DONE if kind == Kind.EFFECT_DONE else (
+                SKIPPED if kind == Kind.EFFECT_SKIPPED else CLOSING)
+            self.effects.append((self.o, name, key, code, seq, _intent(data.get("intent_seq")),
+                                 None, None))
+        if len(self.effects) >= self.spill_at:
+            self._move()
+
+    def _move(self) -> None:
+        """Past the threshold: every event so far, and from now on each full list, to disk."""
+        if self.spill is None:
+            from .behaviour_spill import Spill
+
+            self.spill = Spill()
+        self.spill.add(self.starts, self.results, self.effects)
+        self.starts, self.results, self.effects = [], [], []
+
+    def spilled_views(self) -> tuple[list[TaskView], list[EffectView]]:
+        """The views, from the spill files (the rest of the events are moved there first)."""
+        assert self.spill is not None
+        self._move()
+        try:
+            return self.spill.views()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.spill is not None:
+            self.spill.close()
+
+
+# --- the in-memory analysis: the original analyzer's dicts ----------------------------
+
+def views_in_memory(events: Events) -> tuple[list[TaskView], list[EffectView]]:
+    """The views of events that never left memory."""
+    tasks = tasks_in_memory(events.starts, events.results)
+    return task_views(tasks), effects_in_memory(events.effects, tasks)
+
+
+class Task:
+    """One task as the original analyzer kept it."""
+
+    __slots__ = ("activity", "first_o", "results", "shown", "starts")
+
+    def __init__(self, o: int, shown: object) -> None:
+        self.first_o, self.shown, self.activity = o, shown, "?"
+        self.starts: list[int] = []
+        self.results: dict[tuple[str, str], int] = {}  # (kid, digest) -> first seq
+
+    def touched(self, o: int, shown: object) -> None:
+        if o < self.first_o:
+            self.first_o, self.shown = o, shown
+
+    def view(self) -> TaskView | None:
+        by_key: dict[str, list[int]] = defaultdict(list)
+        for (kid, _digest), seq in self.results.items():
+            by_key[kid].append(seq)
+        nondet = [(len(seqs), sorted(seqs)[:6]) for seqs in by_key.values() if len(seqs) > 1]
+        if len(self.starts) <= 1 and not nondet:
+            return None
+        return TaskView(self.first_o, f"{self.shown}", self.activity, len(self.starts),
+                        self.starts[:6], nondet)
+
+
+Tasks = dict[tuple[Any, Any], Task]
+
+
+def tasks_in_memory(starts: Iterable[Start], results: Iterable[Result]) -> Tasks:
+    """Each task's starts and results; ``first_o`` is its first event of either kind."""
+    tasks: Tasks = {}
+    for o, tid, eid, seq, activity, show in starts:
+        task = tasks.get((tid, eid))
+        if task is None:
+            task = tasks[(tid, eid)] = Task(o, tid if show is None else show)
+        task.activity = activity
+        task.starts.append(seq)
+    for o, tid, eid, seq, kid, digest, show in results:
+        task = tasks.get((tid, eid))
+        shown = tid if show is None else show
+        if task is None:
+            task = tasks[(tid, eid)] = Task(o, shown)
+        else:
+            task.touched(o, shown)
+        task.results.setdefault((kid, digest), seq)
+    return tasks
+
+
+def task_views(tasks: Tasks) -> list[TaskView]:
+    """The tasks that have findings, in the order they were first named."""
+    views = [view for task in tasks.values() if (view := task.view()) is not None]
+    views.sort(key=lambda v: v.first_o)
+    return views
+
+
+def ran_again(tasks: Tasks, task_key: tuple[Any, Any], intent: int) -> bool:
+    """Did the task of an open intent start after it? (Raises for an unhashable key.)"""
+    refuse_unhashable(task_key[0])
+    started = tasks.get(task_key)
+    return started is not None and any(s > intent for s in started.starts)
+
+
+class _Effect:
+    __slots__ = ("closed", "done", "intents", "skipped", "view")
+
+    def __init__(self, view: EffectView) -> None:
+        self.view = view
+        self.intents: dict[int, tuple[Any, Any]] = {}  # intent seq -> task key
+        self.closed: set[int] = set()
+        self.done: list[int] = []
+        self.skipped: list[int] = []
+
+
+def effects_in_memory(effects: Iterable[EffectEvent], tasks: Tasks) -> list[EffectView]:
+    """The effects that have findings, in the order they were first named."""
+    state: dict[tuple[str, str], _Effect] = {}
+    for o, name, key, kind, seq, intent, tid, eid in effects:
+        eff = state.get((name, key))
+        if eff is None:
+            eff = state[(name, key)] = _Effect(EffectView(o, name, key, 0, [], [], 0, 0))
+        if kind == INTENT:
+            eff.intents[seq] = (tid, eid)
+            continue
+        if intent is not None:
+            eff.closed.add(intent)
+        if kind == DONE:
+            eff.done.append(seq)
+        elif kind == SKIPPED:
+            eff.skipped.append(seq)
+    out = []
+    for eff in state.values():
+        view = eff.view
+        view.done, view.first_done = len(eff.done), eff.done[:6]
+        view.skipped, view.first_skipped = len(eff.skipped), eff.skipped[0] if eff.skipped else 0
+        view.uncertain = [intent for intent, task_key in sorted(eff.intents.items())
+                          if intent not in eff.closed and ran_again(tasks, task_key, intent)]
+        if view.done > 1 or view.uncertain or view.skipped:
+            out.append(view)
+    return out

@@ -1,0 +1,189 @@
+"""The loop that verifies one chain: each row hashed and parsed once, and checked with a
+handful of comparisons unless something about it is off.
+
+:meth:`ChainScan.run` is what :func:`~histaudit.verify.verifier.verify_chain` runs in place
+of :func:`~histaudit.verify.check.run_checks`, with the same findings. For each row it
+hashes the body and ``orjson.loads`` it once, then tests in one expression that the row
+is the next link of a well-formed chain of this instance:
+
+* the body hashes to the ``hash`` column, is a ten-name object (names looked up below),
+  ``v`` is the integer 1 and ``type`` is ``"entry"``, ``data`` an object;
+* ``seq`` is the integer one past the newest entry and equals the ``seq`` column;
+  ``prev`` equals that entry's hash — itself 64 lowercase hex digits, so ``prev`` is too;
+* ``leaf`` is an integer equal to the ``leaf`` column and above the previous row's leaf
+  (which is at least -1, so ``leaf`` >= 0);
+* ``instance`` equals the (non-empty) instance verified, ``ts`` matches the format;
+* ``kind`` and ``kid`` are in a cache of values that passed ``parse_entry``'s rules, with
+  what they need: the behaviour event a kind makes, whether a key ever has findings.
+
+Such a row is one ``parse_entry`` accepts with exactly these fields, on which
+``IntegrityCheck.observe`` would report nothing and move the tip to it, so the other
+checks get its fields (:class:`~histaudit.verify.check.ValidEntryCheck`) and no ``Entry``
+is built. Any other row — malformed, tampered, out of order — takes the slow path:
+``parse_entry`` and every check's ``observe``, exactly the loop of ``run_checks``, with
+the integrity check's state written back first. tests/unit/verify/test_scan.py compares
+both loops on tables of malformed bodies and on random chains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from histaudit.errors import FormatError
+from histaudit.ledger import records
+from histaudit.ledger.keys import TrustStore
+from histaudit.ledger.records import StoredEntry, parse_entry
+
+from . import behaviour_events as ev
+from .behaviour import BehaviourCheck
+from .check import ChainCheck, ValidEntryCheck
+from .integrity import HeadCheck, IntegrityCheck, is_canonical
+from .signatures import KeyCheck, never_findings
+
+_CACHED = 256
+"""Distinct kinds (and key ids) remembered; past that each new one is worked out again."""
+_NO_INSTANCE = object()
+"""Stands for an instance id no body can equal: every row then takes the slow path."""
+_ONE = 1
+"""``v is _ONE`` is cheaper than ``v == 1 and type(v) is int``; should orjson not hand
+back CPython's cached 1, rows merely take the slow path."""
+
+
+class _Timestamps:
+    """``ts`` checked against the entry format with a regex once per second of entries:
+    the same ``YYYY-MM-DDTHH:MM:SS.`` as the last one that passed, six decimal digits
+    (``str.isdecimal`` is the regex's ``\\d``: Unicode category Nd) and ``Z`` is a match."""
+
+    def __init__(self) -> None:
+        self.prefix = "\x00" * 28  # longer than any match: nothing starts with it
+
+    def ok(self, ts: Any) -> bool:
+        if (ts.__class__ is str and len(ts) == 27 and ts.startswith(self.prefix)
+                and ts[20:26].isdecimal() and ts[26] == "Z"):
+            return True
+        if records._TS.fullmatch(ts) is None:  # TypeError for a non-str: the slow path
+            return False
+        self.prefix = ts[:20]
+        return True
+
+
+def _valid_kid(kid: object) -> bool:
+    return isinstance(kid, str) and len(kid) == 16 and not kid.strip("0123456789abcdef")
+
+
+class ChainScan:
+    """Feeds one instance's rows to its checks, ``run_checks``-equivalent but cheaper."""
+
+    def __init__(self, instance: str, trust: TrustStore, *, integrity: IntegrityCheck,
+                 keys: KeyCheck, head: HeadCheck, behaviour: BehaviourCheck,
+                 checks: Sequence[ChainCheck]) -> None:
+        """``checks``: every check of the chain, in report order, including the four named
+        ones; the others must be :class:`ValidEntryCheck`."""
+        self.instance, self.trust = instance, trust
+        self.integrity, self.keys, self.head, self.behaviour = integrity, keys, head, behaviour
+        self.checks = list(checks)
+        named = {id(integrity), id(keys), id(head), id(behaviour)}
+        order = [c for c in self.checks if id(c) not in named or c is behaviour]
+        split = order.index(behaviour)
+        self._before: list[ValidEntryCheck] = order[:split]  # type: ignore[assignment]
+        self._after: list[ValidEntryCheck] = order[split + 1:]  # type: ignore[assignment]
+        self._routes: dict[Any, int] = {}
+        self._kids: dict[Any, bool] = {}
+
+    def _learn(self, kind: Any, kid: Any) -> tuple[int | None, bool | None]:
+        """(route, key needs checking) for a kind and kid not cached; (None, None) when
+        one of them breaks ``parse_entry``'s rules."""
+        route = self._routes.get(kind)
+        if route is None:
+            if kind.__class__ is not str or not kind:
+                return None, None
+            route = ev.route_of(kind)
+            if len(self._routes) < _CACHED:
+                self._routes[kind] = route
+        checked = self._kids.get(kid)
+        if checked is None:
+            if not _valid_kid(kid):
+                return None, None
+            checked = not never_findings(kid, self.trust)
+            if len(self._kids) < _CACHED:
+                self._kids[kid] = checked
+        return route, checked
+
+    def _slow(self, row: StoredEntry) -> None:
+        parsed: Any
+        try:
+            parsed = parse_entry(row.body)
+        except FormatError as exc:
+            parsed = exc
+        for check in self.checks:
+            check.observe(row, parsed)
+
+    def run(self, rows: Iterable[StoredEntry]) -> int:
+        """Feed every row; return how many there were."""
+        integrity, behaviour, events = self.integrity, self.behaviour, self.behaviour.events
+        instance: Any = self.instance
+        if instance.__class__ is not str or not instance:
+            instance = _NO_INSTANCE
+        inline_canonical = integrity.canonical and not any(
+            getattr(c, "checks_canonical", False) for c in self._before)
+        before = tuple(c.observe_valid for c in self._before)
+        after = tuple(c.observe_valid for c in self._after)
+        key_valid, routes, kids = self.keys.observe_valid, self._routes, self._kids
+        sha, loads, ts_ok, one = hashlib.sha256, orjson.loads, _Timestamps().ok, _ONE
+        tip_seq, tip_hash = integrity.tip_seq, integrity.tip_hash
+        tip_leaf, last_leaf = integrity.tip_leaf, integrity.last_leaf
+        count = slow = 0
+        for count, row in enumerate(rows, 1):  # noqa: B007 - the count is the result
+            body = row.body
+            digest = sha(body).hexdigest()
+            route = checked = None
+            try:
+                doc = loads(body)
+                seq, leaf, data, v = doc["seq"], doc["leaf"], doc["data"], doc["v"]
+                kind, kid, ts = doc["kind"], doc["kid"], doc["ts"]
+                ok = (digest == row.hash and seq == tip_seq + 1 and seq.__class__ is int
+                      and seq == row.seq and doc["prev"] == tip_hash
+                      and leaf.__class__ is int and leaf == row.leaf and leaf > last_leaf
+                      and doc["instance"] == instance and len(doc) == 10 and v is one
+                      and doc["type"] == "entry" and data.__class__ is dict and ts_ok(ts))
+                if ok:
+                    route, checked = routes.get(kind), kids.get(kid)
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                ok = False
+            if ok and (route is None or checked is None):
+                route, checked = self._learn(kind, kid)
+                ok = route is not None
+            if not ok:
+                integrity.tip_seq, integrity.tip_hash = tip_seq, tip_hash
+                integrity.tip_leaf, integrity.last_leaf = tip_leaf, last_leaf
+                self._slow(row)
+                slow += 1
+                tip_seq, tip_hash = integrity.tip_seq, integrity.tip_hash
+                tip_leaf, last_leaf = integrity.tip_leaf, integrity.last_leaf
+                continue
+            if inline_canonical and not is_canonical(body, doc):
+                integrity.not_canonical(len(integrity.findings), seq)
+            if checked:
+                key_valid(row, instance, seq, kind, kid, ts, data)
+            for observe in before:
+                observe(row, instance, seq, kind, kid, ts, data)
+            if route:
+                if route == ev.STARTED:
+                    events.started(seq, data)
+                elif route == ev.COMPLETED:
+                    events.completed(seq, kid, data)
+                elif route == ev.EFFECT:
+                    events.effect(seq, kind, data)
+                else:
+                    behaviour.mismatch(seq, data)
+            for observe in after:
+                observe(row, instance, seq, kind, kid, ts, data)
+            tip_seq, tip_hash, tip_leaf, last_leaf = seq, digest, leaf, leaf
+        integrity.tip_seq, integrity.tip_hash = tip_seq, tip_hash
+        integrity.tip_leaf, integrity.last_leaf = tip_leaf, last_leaf
+        self.head.rows += count - slow
+        return count
