@@ -578,3 +578,20 @@ def test_unflagged_payload_deleted_still_verifies_as_before(built: Built) -> Non
     for commitment in built.commitments[VICTIM].values():
         _delete_payload(built.url, commitment)
     assert_clean(built, *INSTANCES)
+
+
+@pytest.mark.parametrize("task_id", [[1], {"a": [1]}, [1, {"b": None}]])
+def test_forged_structured_task_ids_are_reported_not_crashed_on(db_url: str,
+                                                                 task_id: Any) -> None:
+    """Whoever holds a key (or a stranger, signing with their own) can sign any data: a
+    task id that is a JSON array or object must not crash the verifier's behaviour check,
+    and a task started twice under it is reported like any other."""
+    signer = Signer.generate()
+    with Ledger.open(db_url, create=True) as ledger:
+        for kind in ("activity.started", "activity.started", "effect.intent"):
+            chain.append(ledger, "forged", kind, {"task_id": task_id, "execution_id": task_id,
+                                                  "activity": "charge", "name": "mail",
+                                                  "key": "k"}, signer=signer)
+    for full in (False, True):
+        report = verify(db_url, "forged", TrustStore([signer.public]), full=full)
+        assert [f.code for f in report.findings] == ["activity-reexecuted"], report.findings

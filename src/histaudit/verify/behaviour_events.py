@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from histaudit.ledger.kinds import Kind
 
 if TYPE_CHECKING:
@@ -84,25 +86,35 @@ def _representative(value: Any) -> Any:
     return value
 
 
-def task_key(task_id: Any, execution_id: Any, *, strict: bool) -> tuple[Any, Any, str | None]:
+def task_key(task_id: Any, execution_id: Any) -> tuple[Any, Any, str | None]:
     """(task_id, execution_id, task_id as written when that differs from its stand-in).
 
-    Unhashable: ``strict`` raises the original's TypeError; otherwise the key becomes a
-    marker that :func:`refuse_unhashable` raises from later.
+    A part that is a JSON array or object (a forged entry: the interceptor writes ints
+    and strings) is unhashable, so it stands in as bytes — never a value JSON parses to,
+    so it cannot merge with a genuine id — holding its canonical JSON text; the verifier
+    reports the task under that text instead of crashing on it.
     """
+    shown = None
     try:
-        hash((task_id, execution_id))
-    except TypeError as exc:
-        if strict:
-            raise
-        return _UNHASHABLE + str(exc).encode(), None, None
+        hash(task_id)
+    except TypeError:
+        task_id = _stand_in(task_id)
+        shown = task_id[1:].decode("utf-8", "replace")
+    try:
+        hash(execution_id)
+    except TypeError:
+        execution_id = _stand_in(execution_id)
     tid = _representative(task_id)
-    return tid, _representative(execution_id), None if tid is task_id else f"{task_id}"
+    if shown is None and tid is not task_id:
+        shown = f"{task_id}"
+    return tid, _representative(execution_id), shown
 
 
-def refuse_unhashable(task_id: Any) -> None:
-    if task_id.__class__ is bytes and task_id[:1] == _UNHASHABLE:
-        raise TypeError(task_id[1:].decode())
+def _stand_in(value: Any) -> bytes:
+    try:
+        return _UNHASHABLE + orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return _UNHASHABLE + repr(value).encode("utf-8", "replace")
 
 
 def _intent(value: Any) -> int | None:
@@ -125,7 +137,7 @@ class Events:
     def started(self, seq: int, data: Mapping[str, Any]) -> None:
         tid, eid, shown = data.get("task_id"), data.get("execution_id"), None
         if tid.__class__ is not int or eid.__class__ is not str:
-            tid, eid, shown = task_key(tid, eid, strict=True)
+            tid, eid, shown = task_key(tid, eid)
         self.o += 1
         self.starts.append((self.o, tid, eid, seq, str(data.get("activity", "?")), shown))
         if len(self.starts) >= self.spill_at:
@@ -137,7 +149,7 @@ class Events:
             return
         tid, eid, shown = data.get("task_id"), data.get("execution_id"), None
         if tid.__class__ is not int or eid.__class__ is not str:
-            tid, eid, shown = task_key(tid, eid, strict=True)
+            tid, eid, shown = task_key(tid, eid)
         self.o += 1
         self.results.append((self.o, tid, eid, seq, kid, digest, shown))
         if len(self.results) >= self.spill_at:
@@ -147,7 +159,7 @@ class Events:
         name, key = str(data.get("name")), str(data.get("key"))
         self.o += 1
         if kind == Kind.EFFECT_INTENT:
-            tid, eid, _ = task_key(data.get("task_id"), data.get("execution_id"), strict=False)
+            tid, eid, _ = task_key(data.get("task_id"), data.get("execution_id"))
             self.effects.append((self.o, name, key, INTENT, seq, None, tid, eid))
         else:
             code = DONE if kind == Kind.EFFECT_DONE else (
@@ -244,8 +256,7 @@ def task_views(tasks: Tasks) -> list[TaskView]:
 
 
 def ran_again(tasks: Tasks, task_key: tuple[Any, Any], intent: int) -> bool:
-    """Did the task of an open intent start after it? (Raises for an unhashable key.)"""
-    refuse_unhashable(task_key[0])
+    """Did the task of an open intent start after it?"""
     started = tasks.get(task_key)
     return started is not None and any(s > intent for s in started.starts)
 

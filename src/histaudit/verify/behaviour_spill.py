@@ -48,7 +48,6 @@ from .behaviour_events import (
     Tasks,
     TaskView,
     ran_again,
-    refuse_unhashable,
     task_views,
     tasks_in_memory,
 )
@@ -151,12 +150,10 @@ class Spill:
 
     def _open_intents(self) -> list[tuple[str, str, int, Any, Any]]:
         """Every intent never closed, ordered as the analyzer visits them (effect by first
-        event, then by entry number); refuses an unhashable task key like it does."""
+        event, then by entry number)."""
         found = [(self._first_o(name, key), _number(seq), name, key, _key(tid), _key(eid))
                  for name, key, seq, tid, eid in self.db.execute(_OPEN_INTENTS)]
         found.sort(key=lambda f: f[:2])
-        for found_intent in found:
-            refuse_unhashable(found_intent[4])
         return [(name, key, seq, tid, eid) for _o, seq, name, key, tid, eid in found]
 
     def _tasks(self, wanted: set[int]) -> Tasks:

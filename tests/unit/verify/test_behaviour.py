@@ -52,8 +52,15 @@ def outcome(check: Any, chain_entries: list[Entry]) -> Any:
 
 
 def assert_all_agree(chain_entries: list[Entry]) -> Any:
+    """The new analyser, in memory and spilled, finds what the original found — except
+    where the original crashed (a forged task id that is a JSON array or object): there
+    the new one must not, and its two paths must agree."""
     expected = outcome(OriginalBehaviourCheck(INSTANCE), chain_entries)
-    assert outcome(BehaviourCheck(INSTANCE, spill_at=10**9), chain_entries) == expected
+    in_memory = outcome(BehaviourCheck(INSTANCE, spill_at=10**9), chain_entries)
+    if isinstance(expected, tuple):
+        assert isinstance(in_memory, list), in_memory
+        expected = in_memory
+    assert in_memory == expected
     for spill_at in (1, 2, 3):
         spilled = BehaviourCheck(INSTANCE, spill_at=spill_at)
         assert outcome(spilled, chain_entries) == expected, spill_at
@@ -112,6 +119,8 @@ CASES: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "unhashable task on an open intent": [intent([2]), started(1)],
     "unhashable task on a closed intent": [intent([2]), closing("effect.done", 1)],
     "unhashable execution id": [intent(1, eid={"x": 1}), started(1)],
+    "unhashable task run twice": [started([1, {"b": 2, "a": 1}]), started([1, {"a": 1, "b": 2}]),
+                                  started([1])],
     "digest not a string": [started(1), completed(1, 5), completed(1, None)],
     "other effect kinds close intents": [intent(1), closing("effect.bogus", 1), started(1)],
 }
@@ -133,9 +142,11 @@ def test_the_cases_find_what_they_are_named_after() -> None:
     assert codes("uncertain effect") == ["activity-reexecuted", "effect-uncertain"]
     assert codes("skipped") == ["activity-reexecuted", "effect-deduplicated"]
     assert codes("replay mismatch") == ["replay-mismatch", "replay-mismatch"]
-    assert codes("unhashable task on an open intent") == ("TypeError",
-                                                          "unhashable type: 'list'")
+    assert codes("unhashable task on an open intent") == []  # never ran again: nothing to say
     assert codes("unhashable task on a closed intent") == []
+    twice = assert_all_agree(entries(CASES["unhashable task run twice"]))
+    assert [f.code for f in twice] == ["activity-reexecuted"]
+    assert '(task [1,{"a":1,"b":2}]) ran 2 times' in twice[0].message
 
 
 def test_forked_and_huge_entry_numbers_agree() -> None:

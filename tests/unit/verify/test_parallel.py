@@ -9,6 +9,7 @@ process), whatever the chunk size and the number of workers.
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Iterator
 
 import orjson
 import pytest
@@ -89,9 +90,14 @@ def test_an_error_in_the_loop_leaves_no_worker_behind(monkeypatch: pytest.Monkey
         started.append(self)
 
     monkeypatch.setattr(EntryPool, "_send", send)
-    rows = chain([("note", {}), ("note", {}), ("activity.started", {"task_id": [1]})])
-    with pytest.raises(TypeError, match="unhashable type: 'list'"):
-        verify_chain(INSTANCE, rows, head_of(rows), trust=TRUST, full=True, workers=2)
+    rows = chain([("note", {}), ("note", {}), ("note", {})])
+
+    def stream() -> Iterator[StoredEntry]:  # the store fails mid-stream
+        yield from rows[:2]
+        raise OSError("disk I/O error")
+
+    with pytest.raises(OSError, match="disk I/O error"):
+        verify_chain(INSTANCE, stream(), head_of(rows), trust=TRUST, full=True, workers=2)
     assert started and started[0]._pending  # workers had work when the error came
     assert started[0]._pool is None
     assert multiprocessing.active_children() == []
