@@ -13,7 +13,7 @@ from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 
 from .columns import _blob, _int, _text, _top_leaf
 from .schema import checkpoints, entries, heads
-from .sql import entry_row, statements
+from .sql import entry_row, instance_rows, statements
 
 _cursor_names = itertools.count(1)
 
@@ -68,8 +68,7 @@ class Snapshot:
             rows = self._stream(self._sql.entries_of_after, (instance, after_seq))
         else:
             rows = self._stream(self._sql.entries_of, (instance,))
-        for r in rows:
-            yield entry_row(r)
+        return instance_rows(instance, rows)
 
     def all_entries(self) -> Iterator[StoredEntry]:
         """Every row in leaf order — negative, duplicate or non-integer leaves included."""

@@ -9,6 +9,7 @@ The statements are written once with ``?`` and rewritten to psycopg's ``%s``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from histaudit.ledger.records import StoredEntry
 from .columns import _blob, _int, _text
 
 _ENTRY_COLUMNS = "leaf, instance, seq, hash, body, sig"
+_as_entry = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +46,12 @@ class Statements:
 
 
 _QMARK = Statements(
-    entries_of=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries WHERE instance = ? "
-               f"ORDER BY leaf",
-    entries_of_after=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries WHERE instance = ? "
-                     f"AND seq > ? ORDER BY leaf",
+    # One instance's rows: the instance column is the one asked for (``=`` compares
+    # storage class and bytes), so it is not read back: see Snapshot.entries.
+    entries_of="SELECT leaf, seq, hash, body, sig FROM histaudit_entries WHERE instance = ? "
+               "ORDER BY leaf",
+    entries_of_after="SELECT leaf, seq, hash, body, sig FROM histaudit_entries "
+                     "WHERE instance = ? AND seq > ? ORDER BY leaf",
     all_entries=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries ORDER BY leaf",
     leaves="SELECT leaf, body FROM histaudit_entries ORDER BY leaf",
     leaves_below="SELECT leaf, body FROM histaudit_entries WHERE leaf < ? ORDER BY leaf",
@@ -75,11 +79,28 @@ def statements(dialect: str) -> Statements:
     return _QMARK if dialect == "sqlite" else _FORMAT
 
 
+def instance_rows(instance: str, rows: Iterable[Any]) -> Iterator[StoredEntry]:
+    """(leaf, seq, hash, body, sig) rows of ``instance`` as StoredEntry values (the same
+    tests as :func:`entry_row`, inlined: this is the verifier's per-row path)."""
+    plain = type(instance) is str and instance.isascii()
+    for leaf, seq, digest, body, sig in rows:
+        if plain and type(leaf) is int and type(seq) is int and type(body) is bytes and \
+                type(sig) is bytes and type(digest) is str and digest.isascii():
+            yield _as_entry(StoredEntry, (leaf, instance, seq, digest, body, sig))
+        else:
+            yield entry_row((leaf, instance, seq, digest, body, sig))
+
+
 def entry_row(r: Any) -> StoredEntry:
     """A (leaf, instance, seq, hash, body, sig) row as a StoredEntry, whatever the
     columns hold: the common case (the types the schema declares) is tested first and
-    costs nothing; anything else goes through the tolerant converters of ``columns``."""
+    becomes the entry as it is; anything else goes through the tolerant converters of
+    ``columns``."""
     leaf, instance, seq, digest, body, sig = r
+    if type(leaf) is int and type(seq) is int and type(body) is bytes and \
+            type(sig) is bytes and type(instance) is str and type(digest) is str and \
+            instance.isascii() and digest.isascii():
+        return _as_entry(StoredEntry, r)
     return StoredEntry(
         leaf if type(leaf) is int else _int(leaf),
         instance if type(instance) is str and instance.isascii() else _text(instance),
