@@ -66,15 +66,6 @@ class Rig(AppRig):
         path = self.data / f"{name}.runs"
         return len(path.read_text().splitlines()) if path.exists() else 0
 
-    def history(self, instance: str) -> list[Any]:
-        from dapr.ext.workflow._durabletask.client import TaskHubGrpcClient
-
-        client = TaskHubGrpcClient(host_address=self.engine.address)
-        try:
-            return list(client.get_instance_history(instance))
-        finally:
-            client.close()
-
     def engine_codes(self, url: str, instance: str) -> set[str]:
         from histaudit.verify.verifier import verify_instance
 

@@ -73,16 +73,6 @@ class Audit(AppRig):
         path = self.data / f"{name}.runs"
         return len(path.read_text().splitlines()) if path.exists() else 0
 
-    def history(self, instance: str) -> list[Any]:
-        """The engine's own history events (protobuf), for cross-checking payloads."""
-        from dapr.ext.workflow._durabletask.client import TaskHubGrpcClient
-
-        client = TaskHubGrpcClient(host_address=self.engine.address)
-        try:
-            return list(client.get_instance_history(instance))
-        finally:
-            client.close()
-
 
 @pytest.fixture
 def audit(engine: EngineProcess, tmp_path: Path) -> Iterator[Audit]:

@@ -147,6 +147,16 @@ class AppRig:
         host, port = self.engine.address.rsplit(":", 1)
         return wf.DaprWorkflowClient(host=host, port=port)
 
+    def history(self, instance: str) -> list[Any]:
+        """The engine's own history events of ``instance`` (protobuf)."""
+        from dapr.ext.workflow._durabletask.client import TaskHubGrpcClient
+
+        client = TaskHubGrpcClient(host_address=self.engine.address)
+        try:
+            return list(client.get_instance_history(instance))
+        finally:
+            client.close()
+
     def schedule(self, workflow: Any, payload: Any = None, *, queue: bool = False) -> str:
         """Start ``workflow`` (a name or a function) as instance ``<name>-<8 hex>``.
 
