@@ -62,3 +62,7 @@ def test_crashtest_addresses_points_by_step(engine_binary: Path, tmp_path: Path)
     for p in got.values():
         assert p["outcome"] in ("identical", "findings") and not p["failing"], p
         assert p["effects"] == {"send-report": 1}, p
+    # Not a terminal: one progress line per point, with the time still to go.
+    lines = run.stderr.splitlines()
+    assert [line.split(" ")[0] for line in lines] == ["[1/3]", "[2/3]", "[3/3]"], lines
+    assert "about" in lines[0] and "s to go" in lines[0] and "to go" not in lines[2]

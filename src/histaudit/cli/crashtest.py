@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import time
+
 import click
 
 from histaudit.errors import UsageError
@@ -45,13 +48,28 @@ def crashtest(target: str, input_json: str, app: str | None, jobs: int,
     inp = ct.parse_input(input_json)
     env = ct.parse_env(env_pairs)
 
+    began = time.monotonic()
+
     def progress(p: ct.PointResult, done: int, total: int) -> None:
-        click.echo(f"[{done}/{total}] {p.point} ({p.kind}): {p.outcome} {p.wall:.1f}s",
-                   err=True)
+        spent = time.monotonic() - began
+        eta = (spent / done) * (total - done)
+        click.echo(f"[{done}/{total}] {p.point} ({p.kind}): {p.outcome} {p.wall:.1f}s"
+                   f"{f' · about {eta:.0f}s to go' if done < total else ''}", err=True)
 
     spec = ct.CrashSpec(target=target, input=inp, app=app, env=env, timeout=timeout)
+    # On a terminal, say what happens from the first second (the clean run can take a
+    # while); piped output stays one line per point.
+    tty = sys.stderr.isatty()
+    if tty:
+        click.echo(f"clean run of {target} (no crash): recording every point it passes…",
+                   err=True)
+    clean = ct.run_clean(spec)
+    if tty:
+        click.echo(f"clean run: {clean.status} in {clean.wall:.1f}s, {len(clean.points)} "
+                   f"points; crashing at them now", err=True)
+    began = time.monotonic()
     result = ct.run_matrix(spec, jobs=jobs, points=points or None, app_points=not engine_crash,
-                           engine_points=not no_engine_points, progress=progress)
+                           engine_points=not no_engine_points, progress=progress, clean=clean)
     ct.render(result, render.console())
     if json_file:
         write_file(json_file, ct.json_report(result))

@@ -21,7 +21,13 @@ from histaudit.verify.findings import BEHAVIOUR_CODES, Finding, Severity
 from .results import DIVERGED, FAILED, FINDINGS, IDENTICAL, CleanRun, PointResult, short
 from .sandbox import RunState
 
-__all__ = ["Evidence", "decode_output", "evidence", "judge"]
+__all__ = ["INSTANCE_PLACEHOLDER", "Evidence", "decode_output", "evidence",
+           "first_difference", "judge", "without_instance"]
+
+INSTANCE_PLACEHOLDER = "<instance-id>"
+"""What a run's own instance id becomes in its output before outputs are compared: each
+run of a matrix gets a fresh random id, so an output that names its instance (a report
+title, a URL) would otherwise differ at every point."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,44 @@ def decode_output(text: str | None) -> Any:
         return text
 
 
+def without_instance(value: Any, instance: str | None) -> Any:
+    """``value`` with every occurrence of ``instance`` inside its strings (object keys
+    too) replaced by :data:`INSTANCE_PLACEHOLDER`."""
+    if not instance:
+        return value
+    if isinstance(value, str):
+        return value.replace(instance, INSTANCE_PLACEHOLDER)
+    if isinstance(value, list):
+        return [without_instance(v, instance) for v in value]
+    if isinstance(value, dict):
+        return {without_instance(k, instance): without_instance(v, instance)
+                for k, v in value.items()}
+    return value
+
+
+def first_difference(a: Any, b: Any, path: str = "$") -> str | None:
+    """Where ``a`` and ``b`` first differ, as ``$.field[3]: old -> new``; None if equal."""
+    if type(a) is type(b) and isinstance(a, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if key not in a or key not in b:
+                missing = "(absent)"
+                return (f"{path}.{key}: {short(a.get(key, missing), 60)} -> "
+                        f"{short(b.get(key, missing), 60)}")
+            found = first_difference(a[key], b[key], f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if type(a) is type(b) and isinstance(a, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = first_difference(x, y, f"{path}[{i}]")
+            if found:
+                return found
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items -> {len(b)} items"
+        return None
+    return None if a == b else f"{path}: {short(a, 60)} -> {short(b, 60)}"
+
+
 def judge(result: PointResult, clean: CleanRun, state: RunState, ev: Evidence) -> PointResult:
     """``result`` with the outcome of a run that reached the terminal ``state``."""
     output = decode_output(state.output_text)
@@ -87,10 +131,13 @@ def judge(result: PointResult, clean: CleanRun, state: RunState, ev: Evidence) -
         return replace(result, outcome=FAILED, detail=f"workflow {state.status}" + (
             f": {state.failure}" if state.failure else ""))
     integrity = sorted({f.code for f in ev.findings if f.code not in BEHAVIOUR_CODES})
-    output_matches = output == clean.output
+    expected = without_instance(clean.output, clean.instance)
+    got = without_instance(output, result.instance)
+    where = first_difference(expected, got)
+    output_matches = where is None
     diff: list[str] = []
-    if not output_matches:
-        diff.append(f"output {short(clean.output)} -> {short(output)}")
+    if where is not None:
+        diff.append(f"output {where}")
     changed = sorted(n for n in set(clean.effects) | set(ev.effects)
                      if clean.effects.get(n, 0) != ev.effects.get(n, 0))
     for name in changed:
