@@ -219,15 +219,24 @@ class Ledger:
         never look at rows stored after the head, and rows nobody signed into a head are
         exactly what a verifier must report. A database failure is a StoreError.
         """
+        driver_error = self.db.dialect.loaded_dbapi.Error
         try:
-            with self.db.connect() as conn:
-                if self.dialect == "postgresql":
-                    conn = conn.execution_options(isolation_level="REPEATABLE READ",
-                                                  postgresql_readonly=True)
-                with conn.begin():
-                    yield Snapshot(conn, chunk)
-        except (self.db.dialect.loaded_dbapi.Error, SQLAlchemyError, OverflowError) as exc:
+            raw = self.db.raw_connection()
+        except SQLAlchemyError as exc:
             raise StoreError(f"ledger {_redact_url(self.url)}: {_one_line(exc)}") from None
+        try:
+            cur = raw.cursor()
+            # psycopg opens the transaction with this statement's BEGIN; SET TRANSACTION
+            # must be its first statement.
+            cur.execute("BEGIN" if self.dialect == "sqlite" else
+                        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cur.close()
+            yield Snapshot(raw, self.dialect, chunk)
+        except (driver_error, SQLAlchemyError, OverflowError) as exc:
+            raise StoreError(f"ledger {_redact_url(self.url)}: {_one_line(exc)}") from None
+        finally:
+            _rollback(raw, self.dialect == "sqlite")  # it only read
+            raw.close()
 
     def entries(self, instance: str, *, chunk: int = 5000,
                 after_seq: int = 0) -> Iterator[StoredEntry]:

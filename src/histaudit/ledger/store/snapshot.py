@@ -6,13 +6,9 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 
 from .columns import _blob, _int, _text, _top_leaf
-from .schema import checkpoints, entries, heads
 from .sql import entry_row, instance_rows, statements
 
 _cursor_names = itertools.count(1)
@@ -32,14 +28,11 @@ class Snapshot:
     Point lookups (a payload, a head) are one prepared statement each.
     """
 
-    def __init__(self, conn: Connection, chunk: int) -> None:
-        self._conn = conn
+    def __init__(self, raw: Any, dialect: str, chunk: int) -> None:
+        self._raw = raw  # the driver's connection, inside the snapshot's transaction
         self._chunk = chunk
-        raw = conn.connection.dbapi_connection
-        assert raw is not None
-        self._raw: Any = raw
-        self._pg = conn.dialect.name == "postgresql"
-        self._sql = statements(conn.dialect.name)
+        self._pg = dialect == "postgresql"
+        self._sql = statements(dialect)
 
     def _stream(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
         if self._pg:
@@ -108,25 +101,28 @@ class Snapshot:
         r = self._one(self._sql.payload, (commitment,))
         return None if r is None else (_blob(r[0]), _blob(r[1]))
 
-    # -- cold paths: once per command, through SQLAlchemy ----------------------------
+    # -- once per command ----------------------------------------------------------
+
+    def _all(self, sql: str) -> list[Any]:
+        cur = self._raw.cursor()
+        try:
+            cur.execute(sql)
+            return list(cur.fetchall())
+        finally:
+            cur.close()
 
     def checkpoint_notes(self) -> list[tuple[int, bytes]]:
         """Every stored checkpoint as (size, signed note), oldest first."""
-        rows = self._conn.execute(sa.select(checkpoints.c.size, checkpoints.c.note)
-                                  .order_by(checkpoints.c.size)).all()
-        return [(_int(r.size), _blob(r.note)) for r in rows]
+        return [(_int(size), _blob(note)) for size, note in self._all(self._sql.checkpoints)]
 
     def instances(self) -> list[InstanceSummary]:
         """Every instance that has entries or a head, with entry counts."""
-        q = (sa.select(entries.c.instance, sa.func.count(), sa.func.max(entries.c.seq),
-                       sa.func.min(entries.c.leaf), sa.func.max(entries.c.leaf))
-             .group_by(entries.c.instance).order_by(sa.func.max(entries.c.leaf).desc()))
         found: dict[str, InstanceSummary] = {}
-        for r in self._conn.execute(q):
-            name = _text(r[0])
-            found.setdefault(name, InstanceSummary(name, _int(r[1]), _int(r[2]), _int(r[3]),
-                                                   _int(r[4])))
-        for (name,) in self._conn.execute(sa.select(heads.c.instance)):
+        for name, count, top_seq, first, last in self._all(self._sql.instances):
+            name = _text(name)
+            found.setdefault(name, InstanceSummary(name, _int(count), _int(top_seq),
+                                                   _int(first), _int(last)))
+        for (name,) in self._all(self._sql.head_instances):
             found.setdefault(_text(name), InstanceSummary(_text(name), 0, 0, -1, -1))
         return list(found.values())
 

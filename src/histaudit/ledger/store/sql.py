@@ -43,6 +43,9 @@ class Statements:
     delete_payload: str
     checkpoint_at: str
     insert_checkpoint: str
+    checkpoints: str
+    instances: str
+    head_instances: str
 
 
 _QMARK = Statements(
@@ -69,6 +72,10 @@ _QMARK = Statements(
     delete_payload="DELETE FROM histaudit_payloads WHERE commitment = ?",
     checkpoint_at="SELECT note FROM histaudit_checkpoints WHERE size = ?",
     insert_checkpoint="INSERT INTO histaudit_checkpoints (size, root, note) VALUES (?, ?, ?)",
+    checkpoints="SELECT size, note FROM histaudit_checkpoints ORDER BY size",
+    instances="SELECT instance, count(*), max(seq), min(leaf), max(leaf) FROM histaudit_entries "
+              "GROUP BY instance ORDER BY max(leaf) DESC",
+    head_instances="SELECT instance FROM histaudit_heads",
 )
 _FORMAT = Statements(**{name: getattr(_QMARK, name).replace("?", "%s")
                         for name in _QMARK.__dataclass_fields__})
