@@ -219,12 +219,8 @@ class Ledger:
         never look at rows stored after the head, and rows nobody signed into a head are
         exactly what a verifier must report. A database failure is a StoreError.
         """
-        driver_error = self.db.dialect.loaded_dbapi.Error
-        try:
-            raw = self.db.raw_connection()
-        except SQLAlchemyError as exc:
-            raise StoreError(f"ledger {_redact_url(self.url)}: {_one_line(exc)}") from None
-        try:
+        with self._driver(lambda exc: f"ledger {_redact_url(self.url)}: {_one_line(exc)}"
+                          ) as raw:
             cur = raw.cursor()
             # psycopg opens the transaction with this statement's BEGIN; SET TRANSACTION
             # must be its first statement.
@@ -232,10 +228,26 @@ class Ledger:
                         "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             cur.close()
             yield Snapshot(raw, self.dialect, chunk)
-        except (driver_error, SQLAlchemyError, OverflowError) as exc:
-            raise StoreError(f"ledger {_redact_url(self.url)}: {_one_line(exc)}") from None
+
+    @contextlib.contextmanager
+    def _driver(self, failed: Callable[[BaseException], str]) -> Iterator[Any]:
+        """The driver's own connection from the pool, for one transaction.
+
+        Any database failure becomes a StoreError whose message ``failed(exc)`` writes;
+        whatever the transaction left open is rolled back before the connection goes
+        back to the pool (after a commit, or a read, that is nothing).
+        """
+        errors = (self.db.dialect.loaded_dbapi.Error, SQLAlchemyError, OverflowError)
+        try:
+            raw = self.db.raw_connection()
+        except SQLAlchemyError as exc:
+            raise StoreError(failed(exc)) from None
+        try:
+            yield raw
+        except errors as exc:
+            raise StoreError(failed(exc)) from None
         finally:
-            _rollback(raw, self.dialect == "sqlite")  # it only read
+            _rollback(raw, self.dialect == "sqlite")
             raw.close()
 
     def entries(self, instance: str, *, chunk: int = 5000,
@@ -324,26 +336,14 @@ class Ledger:
                              f"written: {self.read_only}")
         if not self._guards_checked:
             self._upgrade_guards()
-        driver_error = self.db.dialect.loaded_dbapi.Error
-        try:
-            raw = self.db.raw_connection()
-        except SQLAlchemyError as exc:
-            raise StoreError(f"{what} failed: {_one_line(exc)}") from None
-        try:
+        with self._driver(lambda exc: f"{what} failed: {self._explain(exc)}") as raw:
             cur = raw.cursor()
             try:
                 self._begin(raw, cur, durable=durable)
                 yield WriteTx(cur, self._sql)
                 cur.execute("COMMIT") if self.dialect == "sqlite" else raw.commit()
-            except BaseException:
-                _rollback(raw, self.dialect == "sqlite")
-                raise
             finally:
                 cur.close()
-        except (driver_error, SQLAlchemyError, OverflowError) as exc:
-            raise StoreError(f"{what} failed: {self._explain(exc)}") from None
-        finally:
-            raw.close()  # back to the pool
 
     def _begin(self, raw: Any, cur: Any, *, durable: bool) -> None:
         """Start a write transaction holding the append lock (SQLite: the database write
