@@ -77,12 +77,9 @@ class GroupWriter:
             self._leading = True
             self._lock.notify()
         if not lead:
-            req.done.wait()
-            if req.lead:
-                self._lead()
-                req.done.wait()
-        else:
-            self._lead()
+            req.done.wait()  # woken with its result, or to lead the next batch (which holds req)
+        if lead or req.lead:
+            self._lead()  # req is in the batch it commits: its result is set when this returns
         if req.error is not None:
             raise req.error
         assert req.entry is not None
