@@ -1,9 +1,10 @@
 """One error tree for histaudit.
 
 Every error the library raises derives from :class:`HistauditError`. The CLI's one error
-boundary (:func:`histaudit.cli.main`) turns any of them into one line on stderr and exit
-status 2; they never escape as tracebacks. Parsers raise these errors themselves, so no
-caller has to re-wrap a ``ValueError``.
+boundary (:func:`histaudit.cli.main`) turns any of them into one line on stderr: exit
+status 1 for a :class:`VerificationError` (a check ran and failed), 2 for every other
+(the input could not be read or used); they never escape as tracebacks. Parsers raise
+these errors themselves, so no caller has to re-wrap a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -43,3 +44,10 @@ class VerificationError(HistauditError):
     def __init__(self, message: str, report: object | None = None) -> None:
         super().__init__(message)
         self.report = report
+
+
+class SignatureError(VerificationError):
+    """A signed document that reads (a bundle manifest, a checkpoint note) carries no valid
+    signature by a trusted key: a wrong trust store, or the document was altered. Nothing
+    in it can be attributed, so verification stops; but the check failed, so it is a
+    verification failure (exit 1), not unreadable input (exit 2)."""

@@ -9,8 +9,8 @@ show the documents are enough to check a bundle.
 
     python tests/independent/verifier.py BUNDLE_DIR TRUST_PATH
 
-prints one problem per line and exits 0 (no problem), 1 (problems) or 2 (the bundle could
-not be read or authenticated).
+prints one problem per line and exits 0 (no problem), 1 (problems, or a manifest or
+checkpoint note not signed by a trusted key) or 2 (the bundle could not be read).
 """
 
 from __future__ import annotations
@@ -55,7 +55,12 @@ class Problem(NamedTuple):
 
 
 class Unreadable(Exception):
-    """An input error: the bundle cannot be read or authenticated (bundle.md §9)."""
+    """An input error: the bundle cannot be read (bundle.md §9)."""
+
+
+class Untrusted(Exception):
+    """An authentication failure: the manifest or checkpoint note reads, but no signature
+    on it verifies with the trust store (bundle.md §9)."""
 
 
 # --- primitives -----------------------------------------------------------------------
@@ -493,7 +498,7 @@ def read_note(data: bytes, trust: dict[str, Key]) -> Note:
         key = by_hash.get(blob[:4]) if name == origin and len(blob) == 68 else None
         if key is not None and ed25519_ok(key.raw, blob[4:], body.encode("utf-8")):
             return Note(origin, int(size), root, key.kid)
-    raise Unreadable("checkpoint.note is not signed by a trusted key")
+    raise Untrusted("checkpoint.note is not signed by a trusted key")
 
 
 # --- the bundle (bundle.md §9) --------------------------------------------------------
@@ -528,11 +533,14 @@ def _read(path: Path, limit: int | None = None) -> bytes:
 
 
 def verify_bundle(bundle: str | Path, trust: dict[str, Key]) -> list[Problem]:
-    """Every problem found in the bundle; a single ``input-error`` when it is unreadable."""
+    """Every problem found in the bundle; a single ``input-error`` when it is unreadable,
+    a single ``untrusted`` when its manifest or checkpoint note does not verify."""
     try:
         return _verify(Path(bundle), trust)
     except Unreadable as exc:
         return [Problem("input-error", "(bundle)", None, str(exc))]
+    except Untrusted as exc:
+        return [Problem("untrusted", "(bundle)", None, str(exc))]
 
 
 def _verify(root: Path, trust: dict[str, Key]) -> list[Problem]:
@@ -563,7 +571,7 @@ def _verify(root: Path, trust: dict[str, Key]) -> list[Problem]:
             signed = True
             break
     if not signed:
-        raise Unreadable("manifest is not signed by a trusted key")
+        raise Untrusted("manifest is not signed by a trusted key")
     manifest = _json(payload, "manifest payload")                              # step 4
     if not isinstance(manifest, dict) or manifest.get("format") != "histaudit-bundle":
         raise Unreadable("not a histaudit bundle manifest")

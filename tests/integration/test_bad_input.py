@@ -1299,7 +1299,8 @@ def test_key_text_in_the_environment_is_never_printed(ledger_ctx: Ctx, command: 
 def test_runtime_given_key_text_never_shows_it(tmp_path: Path, how: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """In the app: neither the exception text nor its formatted traceback (the one a
-    crashing app prints, with its chain) holds the key; the ledger is not even opened."""
+    crashing app prints, with its chain) holds the key; the ledger is not even opened.
+    Building the runtime reads no key: ``start()`` does, and refuses it."""
     import traceback
 
     from histaudit.dapr import AuditedWorkflowRuntime
@@ -1313,8 +1314,9 @@ def test_runtime_given_key_text_never_shows_it(tmp_path: Path, how: str,
         kwargs["key"] = key.read_text()
     else:
         monkeypatch.setenv("HISTAUDIT_KEY", key.read_text())
+    wfr = AuditedWorkflowRuntime(host="127.0.0.1", port="1", **kwargs)
     with pytest.raises(KeyMaterialError, match="holds key material, not a path") as info:
-        AuditedWorkflowRuntime(**kwargs)
+        wfr.start()
     shown = "".join(traceback.format_exception(info.value))
     assert "AuditedWorkflowRuntime" in shown
     _assert_not_shown(shown, key)
@@ -1329,7 +1331,7 @@ def test_app_started_with_key_text_prints_no_key(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
     env["HISTAUDIT_KEY"] = key.read_text()
     r = subprocess.run([sys.executable, "-c", "from histaudit.dapr import "
-                        "AuditedWorkflowRuntime\nAuditedWorkflowRuntime()"],
+                        "AuditedWorkflowRuntime\nAuditedWorkflowRuntime().start()"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "holds key material, not a path" in r.stderr, r.stderr
     _assert_not_shown(r.stdout + r.stderr, key)

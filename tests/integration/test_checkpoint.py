@@ -28,7 +28,7 @@ import pytest
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from histaudit.errors import InputError
+from histaudit.errors import InputError, SignatureError
 from histaudit.ledger import chain, merkle
 from histaudit.ledger.chain import make_checkpoint
 from histaudit.ledger.checkpoint import (
@@ -42,7 +42,7 @@ from histaudit.ledger.checkpoint import (
 from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
 from histaudit.verify.consistency import check_consistency
-from support.cli import cli, exits, one_error_line
+from support.cli import cli, exits, one_error_line, verification_failed
 from support.ledgers import LedgerDb
 from support.repo import DOCS
 
@@ -301,17 +301,20 @@ def test_note_from_another_ledger_is_a_finding_not_a_pass(world: World) -> None:
     assert "another ledger" in result.findings[0].message and not result.ok
 
 
-def test_altered_or_untrusted_notes_are_input_errors(world: World) -> None:
+def test_unreadable_notes_are_input_errors_and_unverified_ones_signature_errors(
+        world: World) -> None:
+    """A note that does not read (docs/bundle.md §4.2 steps 1-3) is an InputError (exit 2);
+    one that reads but whose signatures do not verify with the trust store (step 4: an
+    altered note, a stranger's key) is a SignatureError, a failed check (exit 1)."""
     cp = checkpoint(world.url, world.signer)
     note, origin, root64 = cp.note, cp.origin, base64.b64encode(cp.root).decode()
     blob = _sig_blob(note)
     stranger = Signer.generate()
     text = f"{origin}\n{cp.size}\n{root64}\n"
-    bad: dict[str, bytes] = {
+    untrusted: dict[str, bytes] = {
         "signature byte flipped": _with_blob(note, blob[:40] + bytes([blob[40] ^ 1]) + blob[41:]),
         "key hash altered": _with_blob(note, bytes([blob[0] ^ 0x80]) + blob[1:]),
         "signature cut short": _with_blob(note, blob[:-1]),
-        "signature not base64": note.replace(note.split(b" ")[-1], b"%%%%\n"),
         "size line altered": note.replace(f"\n{cp.size}\n".encode(),
                                           f"\n{cp.size - 1}\n".encode()),
         "root line altered": note.replace(root64.encode(), base64.b64encode(
@@ -320,6 +323,9 @@ def test_altered_or_untrusted_notes_are_input_errors(world: World) -> None:
         "signature line names another key": note.replace(f"\u2014 {origin} ".encode(),
                                                          f"\u2014 {origin}x ".encode()),
         "signed by an untrusted key": sign_note(origin, cp.size, cp.root, stranger),
+    }
+    unreadable: dict[str, bytes] = {
+        "signature not base64": note.replace(note.split(b" ")[-1], b"%%%%\n"),
         "no signature lines": text.encode() + b"\n",
         "no blank line": text.encode() + note.split(b"\n\n")[1],
         "signature line without em dash": note.replace("\u2014 ".encode(), b"- "),
@@ -337,15 +343,18 @@ def test_altered_or_untrusted_notes_are_input_errors(world: World) -> None:
             f"{origin}\n{cp.size}\n{base64.b64encode(cp.root[:31]).decode()}\n", origin,
             world.signer),
     }
-    for name, variant in bad.items():
-        assert variant != note, name
-        try:
-            parse_note(variant, world.trust)
-        except InputError:
-            continue
-        pytest.fail(f"accepted: {name}")
+    for expected, cases in ((SignatureError, untrusted), (InputError, unreadable)):
+        for name, variant in cases.items():
+            assert variant != note, name
+            try:
+                parse_note(variant, world.trust)
+            except expected:
+                continue
+            except (InputError, SignatureError) as exc:
+                pytest.fail(f"{name}: {type(exc).__name__}, not {expected.__name__}: {exc}")
+            pytest.fail(f"accepted: {name}")
     # The right note under a trust store that lacks its key.
-    with pytest.raises(InputError, match="no valid signature by a trusted key"):
+    with pytest.raises(SignatureError, match="no valid signature by a trusted key"):
         parse_note(note, TrustStore([stranger.public]))
 
 
@@ -470,7 +479,7 @@ def test_cli_rollback_after_checkpoint_exits_1(world: World) -> None:
     assert [f["code"] for f in json.loads(r.stdout)["findings"]] == ["checkpoint-rollback"]
 
 
-def test_cli_bad_checkpoint_files_exit_2_with_one_line(world: World) -> None:
+def test_cli_bad_checkpoint_files_exit_2_unverified_ones_exit_1(world: World) -> None:
     garbage = world.tmp / "garbage.note"
     garbage.write_bytes(b"\x00\x01 not a note at all \xff\n")
     other_url = f"sqlite:///{world.tmp / 'other.db'}"
@@ -492,8 +501,12 @@ def test_cli_bad_checkpoint_files_exit_2_with_one_line(world: World) -> None:
     r = verify(foreign)  # a readable, trusted note: a finding about this ledger (exit 1)
     exits(r, 1)
     assert "ledger-id-mismatch" in r.stdout and "checkpoint-inconsistent" in r.stdout
-    one_error_line(verify(altered), "no valid signature by a trusted key")
-    one_error_line(verify(own, stranger_keys), "no valid signature by a trusted key")
+    # Readable notes whose signature fails the trust store: a failed check, exit 1.
+    verification_failed(verify(altered), "no valid signature by a trusted key")
+    verification_failed(verify(own, stranger_keys), "no valid signature by a trusted key")
+    r = cli("verify", "--since-checkpoint", altered, "--trust", world.pub, "--db", world.url,
+            "--json", cwd=world.tmp)
+    verification_failed(r, "no valid signature by a trusted key")
     one_error_line(verify(world.tmp / "missing.note"), "missing.note")
     exits(verify(own), 0)
 

@@ -29,7 +29,7 @@ from jsonschema import Draft202012Validator
 from histaudit.bundle.envelope import MANIFEST_TYPE, pae
 from histaudit.bundle.export import export
 from histaudit.bundle.verify import verify_bundle
-from histaudit.errors import InputError, UsageError
+from histaudit.errors import InputError, SignatureError, UsageError
 from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
@@ -44,7 +44,7 @@ from support.bundles import (
     read_lines,
     write_lines,
 )
-from support.cli import cli, exits, one_error_line
+from support.cli import cli, exits, one_error_line, verification_failed
 from support.ledgers import LedgerDb, committed
 from support.repo import SCHEMAS
 
@@ -414,8 +414,6 @@ BAD_INPUT: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
     "manifest missing": (_remove("manifest.dsse.json"), "manifest.dsse.json is missing"),
     "manifest not an envelope": (_write("manifest.dsse.json", b'{"payload": "e30="}'),
                                  "not a histaudit DSSE envelope"),
-    "manifest payload altered": (_alter_payload, "not signed by a trusted key"),
-    "signature keyid not a string": (_keyid_not_a_string, "not signed by a trusted key"),
     "unknown bundle version": (lambda b, ex: _resign(b, ex.signer, lambda m: m.update(
         version=99)), "unknown version 99"),
     "version true": (lambda b, ex: _resign(b, ex.signer, lambda m: m.update(version=True)),
@@ -433,6 +431,29 @@ BAD_INPUT: dict[str, tuple[Callable[[Path, Exported], None], str]] = {
 }
 
 
+UNAUTHENTIC: dict[str, Callable[[Path, Exported], None]] = {
+    "manifest payload altered": _alter_payload,
+    "signature keyid not a string": _keyid_not_a_string,
+    "checkpoint.note altered": lambda b, ex: (b / "checkpoint.note").write_bytes(
+        (b / "checkpoint.note").read_bytes().replace(b"\n", b"\n1", 1)),
+}
+"""Bundles that read but fail authentication: a failed check (exit 1), not bad input."""
+
+
+@pytest.mark.parametrize("case", list(UNAUTHENTIC))
+def test_bundle_not_signed_by_a_trusted_key_fails_verification_exit_1(
+        exported: Exported, tmp_path: Path, case: str) -> None:
+    b = exported.copy(tmp_path / "spoiled")
+    UNAUTHENTIC[case](b, exported)
+    needle = ("checkpoint.note: no valid signature by a trusted key" if "checkpoint" in case
+              else "bundle manifest is not signed by a trusted key")
+    with pytest.raises(SignatureError, match=re.escape(needle)):
+        verify_bundle(b, exported.trust)
+    for json_flag in ((), ("--json",)):
+        verification_failed(cli("verify", "--bundle", b, "--trust", exported.pub,
+                                *json_flag, cwd=tmp_path), needle)
+
+
 @pytest.mark.parametrize("case", list(BAD_INPUT))
 def test_bad_bundle_is_an_input_error_exit_2(exported: Exported, tmp_path: Path,
                                             case: str) -> None:
@@ -444,17 +465,17 @@ def test_bad_bundle_is_an_input_error_exit_2(exported: Exported, tmp_path: Path,
     one_error_line(cli("verify", "--bundle", b, "--trust", exported.pub, cwd=tmp_path), needle)
 
 
-def test_missing_bundle_and_wrong_trust_are_input_errors(exported: Exported,
-                                                        tmp_path: Path) -> None:
+def test_missing_bundle_is_an_input_error_wrong_trust_a_failed_check(
+        exported: Exported, tmp_path: Path) -> None:
     missing = tmp_path / "no-such-bundle"
     one_error_line(cli("verify", "--bundle", missing, "--trust", exported.pub,
                        cwd=tmp_path), "is not a directory")
     with pytest.raises(InputError, match="is not a directory"):
         verify_bundle(missing, exported.trust)
     _, other_pub, other = generate_keypair(tmp_path / "other-keys", name="someone-else")
-    one_error_line(cli("verify", "--bundle", exported.bundle, "--trust", other_pub,
-                       cwd=tmp_path), "not signed by a trusted key")
-    with pytest.raises(InputError, match="not signed by a trusted key"):
+    verification_failed(cli("verify", "--bundle", exported.bundle, "--trust", other_pub,
+                            cwd=tmp_path), "not signed by a trusted key")
+    with pytest.raises(SignatureError, match="not signed by a trusted key"):
         verify_bundle(exported.bundle, TrustStore([other.public]))
     one_error_line(cli("verify", "--bundle", exported.bundle, cwd=tmp_path), "--trust")
 

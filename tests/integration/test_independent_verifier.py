@@ -33,7 +33,7 @@ import pytest
 from histaudit.bundle.envelope import MANIFEST_TYPE, pae
 from histaudit.bundle.export import export
 from histaudit.bundle.verify import verify_bundle
-from histaudit.errors import InputError
+from histaudit.errors import InputError, SignatureError
 from histaudit.ledger import chain
 from histaudit.ledger.chain import make_checkpoint
 from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
@@ -336,7 +336,6 @@ def _cut(name: str, keep: int) -> Callable[[Path, Made], None]:
 
 
 UNREADABLE: dict[str, Callable[[Path, Made], None]] = {
-    "manifest payload altered": _alter_payload,
     "manifest truncated": _cut("manifest.dsse.json", 100),
     "unknown version, properly signed": lambda b, m: _resign(
         b, m, lambda d: d.update(version=99)),
@@ -359,11 +358,30 @@ def test_unreadable_copy_is_refused_by_both(made: Made, case: str) -> None:
     assert r.returncode == 2, (r.stdout, r.stderr)
 
 
-def test_wrong_trust_store_is_refused_by_both(made: Made) -> None:
+UNTRUSTED: dict[str, Callable[[Path, Made], None]] = {
+    "manifest payload altered": _alter_payload,
+    "checkpoint.note size altered": lambda b, m: (b / "checkpoint.note").write_bytes(
+        (b / "checkpoint.note").read_bytes().replace(b"\n", b"\n1", 1)),
+}
+
+
+@pytest.mark.parametrize("case", list(UNTRUSTED))
+def test_unauthentic_copy_fails_both_with_exit_1(made: Made, case: str) -> None:
+    """It reads, but no signature verifies: a failed check (bundle.md §9), exit 1."""
+    b = made.copy("untrusted")
+    UNTRUSTED[case](b, made)
+    with pytest.raises(SignatureError):
+        verify_bundle(b, made.trust)
+    assert [p.code for p in made.independent(b)] == ["untrusted"]
+    r = run_blocked(b, made.pub)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+
+
+def test_wrong_trust_store_fails_both(made: Made) -> None:
     _, other_pub, other = generate_keypair(made.tmp / "other", name="someone-else")
-    with pytest.raises(InputError):
+    with pytest.raises(SignatureError):
         verify_bundle(made.bundle, TrustStore([other.public]))
-    assert [p.code for p in made.independent(made.bundle, other_pub)] == ["input-error"]
+    assert [p.code for p in made.independent(made.bundle, other_pub)] == ["untrusted"]
 
 
 # --- the documents' own examples ----------------------------------------------------------
@@ -380,7 +398,7 @@ def test_docs_examples_check_out_with_the_independent_verifier() -> None:
     assert (parsed.origin, parsed.size) == ("histaudit/00000000-0000-4000-8000-000000000000", 3)
     assert parsed.root.hex() == (
         "36642e73c2540ab121e3a6bf9545b0a24982cd830eb13d3cd19de3ce6c021ec1")
-    with pytest.raises(iv.Unreadable):
+    with pytest.raises(iv.Untrusted):
         iv.read_note(note.replace(b"\n3\n", b"\n4\n"), {golden.kid: golden})
     # §15: the inclusion paths of the tree of a, b, c verify against its root.
     la, lb, lc = (iv.leaf_hash(x) for x in (b"a", b"b", b"c"))

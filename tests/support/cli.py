@@ -1,8 +1,10 @@
 """Running the real ``histaudit`` console script from tests, and checking how it exits.
 
 The one way tests run the command: :func:`cli` (a clean environment, so no HISTAUDIT_*
-setting of the test run leaks in), then :func:`exits` for a verdict (0 clean, 1 findings)
-or :func:`one_error_line` for bad input (2, one ``histaudit: error:`` line).
+setting of the test run leaks in), then :func:`exits` for a verdict (0 clean, 1 findings),
+:func:`one_error_line` for bad input (2, one ``histaudit: error:`` line) or
+:func:`verification_failed` for a check that stopped verification (1, one
+``histaudit: verification failed:`` line).
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["HISTAUDIT", "TIMEOUT", "cli", "exits", "one_error_line"]
+__all__ = ["HISTAUDIT", "TIMEOUT", "cli", "exits", "one_error_line", "verification_failed"]
 
 _SCRIPT = Path(sys.executable).with_name("histaudit")
 #: argv prefix of the command: the installed console script, else ``python -m``.
 HISTAUDIT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "histaudit.cli"]
 TIMEOUT = 180
 _ERROR = "histaudit: error: "
+_FAILED = "histaudit: verification failed: "
 
 
 def cli(*args: str | os.PathLike[str], cwd: Path,
@@ -55,14 +58,26 @@ def exits(result: subprocess.CompletedProcess[str], code: int = 0) -> None:
 def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
     """It exited 2 with nothing on stdout and exactly one ``histaudit: error: ...`` line
     on stderr, which says something and names every needle; returns that line."""
+    return _one_line(result, 2, _ERROR, needles)
+
+
+def verification_failed(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """It exited 1 with nothing on stdout and exactly one ``histaudit: verification
+    failed: ...`` line on stderr naming every needle (a signature that does not verify
+    with the trust store); returns that line."""
+    return _one_line(result, 1, _FAILED, needles)
+
+
+def _one_line(result: subprocess.CompletedProcess[str], code: int, prefix: str,
+              needles: tuple[str, ...]) -> str:
     assert "Traceback" not in result.stdout + result.stderr, result.stderr[-3000:]
-    assert result.returncode == 2, (result.returncode, result.stdout[-2000:],
-                                    result.stderr[-2000:])
+    assert result.returncode == code, (result.returncode, result.stdout[-2000:],
+                                       result.stderr[-2000:])
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     line = lines[0]
-    assert line.startswith(_ERROR), line
-    assert len(line) > len(_ERROR) + 10, line
+    assert line.startswith(prefix), line
+    assert len(line) > len(prefix) + 10, line
     for needle in needles:
         assert needle in line, f"{needle!r} not in {line!r}"
     assert result.stdout == "", result.stdout[-2000:]

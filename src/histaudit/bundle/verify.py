@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from histaudit.errors import FormatError, InputError, KeyMaterialError
+from histaudit.errors import FormatError, InputError, KeyMaterialError, SignatureError
 from histaudit.ledger import merkle
 from histaudit.ledger import records as rec
 from histaudit.ledger.checkpoint import Checkpoint, parse_note
@@ -143,7 +143,11 @@ def _jsonl(data: bytes, name: str) -> list[dict[str, Any]]:
 
 
 def load_manifest(root: Path, trust: TrustStore) -> tuple[dict[str, Any], str]:
-    """Read and authenticate the DSSE-wrapped manifest; return (manifest, signer kid)."""
+    """Read and authenticate the DSSE-wrapped manifest; return (manifest, signer kid).
+
+    InputError when it cannot be read; SignatureError when it reads but no signature
+    verifies with a trusted key.
+    """
     if not root.is_dir():
         raise InputError(f"bundle {root} is not a directory")
     env = _json(_read(root, "manifest.dsse.json", MANIFEST_MAX_BYTES), "bundle manifest")
@@ -168,8 +172,8 @@ def load_manifest(root: Path, trust: TrustStore) -> tuple[dict[str, Any], str]:
             signer_kid = key.kid
             break
     if signer_kid is None:
-        raise InputError("bundle manifest is not signed by a trusted key (wrong --trust, "
-                         "or the manifest was altered)")
+        raise SignatureError("bundle manifest is not signed by a trusted key (wrong --trust, "
+                             "or the manifest was altered)")
     manifest = _json(payload, "bundle manifest payload")
     if not isinstance(manifest, dict) or manifest.get("format") != "histaudit-bundle":
         raise InputError("bundle manifest is not a histaudit bundle manifest")
@@ -182,7 +186,11 @@ def load_manifest(root: Path, trust: TrustStore) -> tuple[dict[str, Any], str]:
 
 def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
                   full: bool = True) -> BundleResult:
-    """Verify a bundle offline: manifest, files, checkpoint, inclusion proofs, every chain."""
+    """Verify a bundle offline: manifest, files, checkpoint, inclusion proofs, every chain.
+
+    Raises InputError for a bundle that cannot be read (docs/bundle.md §9), and
+    SignatureError when its manifest or checkpoint note is not signed by a trusted key.
+    """
     root = Path(path)
     manifest, _ = load_manifest(root, trust)
     findings: list[Finding] = []

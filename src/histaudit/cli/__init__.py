@@ -1,8 +1,10 @@
 """The ``histaudit`` command: parse, call the library, render. No logic lives only here.
 
 Each command is a function in its own module that returns an exit status; :func:`main`
-is the one error boundary, turning every library error into one line on stderr and exit
-status 2. Findings exit 1; a clean result exits 0. Command modules import the heavy
+is the one error boundary, turning every library error into one line on stderr: exit
+status 1 for a verification that failed outright (:class:`VerificationError`, such as a
+bundle not signed by a trusted key), 2 for input that cannot be read or used. Findings
+exit 1; a clean result exits 0 (README, "Exit status"). Command modules import the heavy
 parts (the store, the Dapr SDK) inside the command, so ``verify --bundle`` loads neither.
 """
 
@@ -14,7 +16,7 @@ from typing import NoReturn
 import click
 
 from histaudit import __version__
-from histaudit.errors import HistauditError
+from histaudit.errors import HistauditError, VerificationError
 
 from .crashtest import crashtest
 from .keys import keys
@@ -36,15 +38,17 @@ for command in (keys, verify, export, checkpoint, list_, show, redact, replay, c
     cli.add_command(command)
 
 
-def _fail(message: str) -> NoReturn:
-    """Print ``message`` as exactly one line (newlines in paths or URLs escaped); exit 2."""
+def _fail(message: str, *, status: int = EXIT_BAD_INPUT, what: str = "error") -> NoReturn:
+    """Print ``message`` as exactly one line (newlines in paths or URLs escaped); exit
+    ``status`` (2: bad input; 1: ``what`` is "verification failed")."""
     one_line = message.replace("\r", "\\r").replace("\n", "\\n")
-    click.echo(f"histaudit: error: {one_line}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
+    click.echo(f"histaudit: {what}: {one_line}", err=True)
+    sys.exit(status)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    """Run the CLI with one error boundary: library errors become one line and exit 2."""
+    """Run the CLI with one error boundary: library errors become one line; exit 1 when
+    a verification failed, 2 when the input could not be read or used."""
     try:
         rv = cli.main(args=argv, prog_name="histaudit", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -54,6 +58,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.exceptions.Abort:
         click.echo("histaudit: aborted", err=True)
         sys.exit(130)
+    except VerificationError as exc:
+        _fail(str(exc), status=EXIT_FINDINGS, what="verification failed")
     except HistauditError as exc:
         _fail(str(exc))
     except OSError as exc:

@@ -69,7 +69,7 @@ def _write_info(path: str, module: ModuleType, runtime: Any, target_module: str 
                        (target_module if is_file else None))
     Path(path).write_text(json.dumps({
         "workflows": workflows, "activities": activities,
-        "audited": isinstance(runtime, AuditedWorkflowRuntime),
+        "audited": isinstance(runtime, AuditedWorkflowRuntime) and runtime.audited,
         "sources": [s for s in dict.fromkeys(sources) if s]}), encoding="utf-8")
 
 
@@ -105,7 +105,11 @@ def worker_main(argv: Sequence[str]) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    runtime.start()
+    try:
+        runtime.start()  # an audited runtime opens its key and ledger here
+    except HistauditError as exc:
+        print(f"{WORKER_ERROR}{one_line(str(exc))}", flush=True)
+        return EXIT_WORKER_SETUP
     print(WORKER_READY, flush=True)
     while not stop.wait(0.5):
         pass

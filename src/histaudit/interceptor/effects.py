@@ -45,7 +45,7 @@ from histaudit.errors import UsageError
 from histaudit.ledger.kinds import Kind
 
 from .activity import ActivityRun, current_activity
-from .recorder import sdk_decode, sdk_json
+from .recorder import audit_enabled, sdk_decode, sdk_json
 
 __all__ = ["SideEffect", "once", "side_effect"]
 
@@ -105,6 +105,17 @@ def _require_run(ctx: Any, name: str, key: str | None) -> tuple[ActivityRun, str
     return run, key
 
 
+def _unaudited(name: str, key: str | None) -> SideEffect:
+    """HISTAUDIT_ENABLED=0: activities run unwrapped, so there is no ledger to ask or write.
+    The effect runs every time (nothing is known to be done or uncertain); skip() does
+    nothing; no crash point fires."""
+    if not isinstance(name, str) or not name:
+        raise UsageError("side_effect(): name must be a non-empty string")
+    if key is not None and (not isinstance(key, str) or not key):
+        raise UsageError("side_effect(): key must be a non-empty string")
+    return SideEffect(name, key or "", already_done=False, uncertain=False)
+
+
 def _state(run: ActivityRun, name: str, key: str) -> _State:
     """Scan the instance's chain for this effect's earlier records."""
     done_seq: int | None = None
@@ -133,6 +144,9 @@ def side_effect(ctx: Any, name: str, *, key: str | None = None) -> Iterator[Side
     the idempotency key, by default the activity call's execution id, so retries and
     re-deliveries of one call share it.
     """
+    if current_activity() is None and not audit_enabled():
+        yield _unaudited(name, key)
+        return
     run, key = _require_run(ctx, name, key)
     recorder = run.recorder
     state = _state(run, name, key)

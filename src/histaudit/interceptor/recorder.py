@@ -19,6 +19,10 @@ Durability (docs/adr/0004-durability.md): every append goes through one
 :class:`~histaudit.ledger.writer.GroupWriter`, so concurrent activities and workflow
 turns share commits, and only the kinds in :data:`MUST_BE_DURABLE` wait for stable
 storage; the rest ride on the next durable commit.
+
+A recorder can be made before its ledger and key exist (:meth:`AuditRecorder.deferred`)
+and bound to them later: a runtime built at import time holds one from the start, hands
+it to every wrapper it registers, and opens the ledger and key only in ``start()``.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 from histaudit.ledger.writer import GroupWriter
 
-__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "MUST_BE_DURABLE", "AuditRecorder", "Payload",
-           "max_payload_bytes", "payload_digest", "sdk_decode", "sdk_json", "worker_id"]
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "ENABLED_ENV", "MUST_BE_DURABLE", "AuditRecorder",
+           "Payload", "audit_enabled", "max_payload_bytes", "payload_digest", "sdk_decode",
+           "sdk_json", "worker_id"]
 
 _DIGEST_DOMAIN = b"histaudit.digest-key.v1\x00"
 
@@ -85,6 +90,23 @@ def max_payload_bytes(environ: Mapping[str, str] = os.environ) -> int:
         raise UsageError(f"HISTAUDIT_MAX_PAYLOAD_BYTES must be a positive number of bytes, "
                          f"got {text[:40]!r}")
     return int(text)
+
+
+ENABLED_ENV = "HISTAUDIT_ENABLED"
+"""The off switch: ``0``/``false``/``no``/``off`` runs an app's AuditedWorkflowRuntime
+unaudited (no key, no ledger, nothing wrapped)."""
+_ON, _OFF = ("", "1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def audit_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``$HISTAUDIT_ENABLED`` leaves auditing on (unset or empty: on)."""
+    text = environ.get(ENABLED_ENV, "").strip()
+    if text.lower() in _ON:
+        return True
+    if text.lower() in _OFF:
+        return False
+    raise UsageError(f"{ENABLED_ENV} must be 1, true, yes or on (audit; also when unset) or "
+                     f"0, false, no or off (run unaudited), got {text[:40]!r}")
 
 
 def sdk_json(value: Any) -> str | None:
@@ -209,21 +231,94 @@ class _Decisions:
         return token in self.tokens or (self.legacy_open and token[0] == "started")
 
 
+_NOT_STARTED = ("histaudit: this recorder has no ledger and key yet: "
+                "AuditedWorkflowRuntime.start() opens them, before any workflow or "
+                "activity runs")
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """What a recorder appends with, once bound."""
+
+    ledger: Ledger
+    signer: Signer
+    writer: GroupWriter
+    max_payload: int
+
+
 class AuditRecorder:
-    """Signs events into one ledger with one key; shared by a runtime's threads."""
+    """Signs events into one ledger with one key; shared by a runtime's threads.
+
+    ``AuditRecorder(ledger, signer)`` is ready at once; :meth:`deferred` makes one that
+    :meth:`bind` readies later. Until then ``ledger``, ``signer``, ``writer`` and
+    ``max_payload`` (and so every append) raise a one-line :class:`UsageError`.
+    """
 
     def __init__(self, ledger: Ledger, signer: Signer, *, keep_payloads: bool = True,
                  max_payload: int | None = None) -> None:
-        self.ledger = ledger
-        self.signer = signer
+        self._setup(keep_payloads)
+        self.bind(ledger, signer, max_payload=max_payload)
+
+    @classmethod
+    def deferred(cls, *, keep_payloads: bool = True) -> AuditRecorder:
+        """A recorder without a ledger and key yet (see :meth:`bind`)."""
+        recorder = cls.__new__(cls)
+        recorder._setup(keep_payloads)
+        return recorder
+
+    def _setup(self, keep_payloads: bool) -> None:
         self.keep_payloads = keep_payloads
-        self.max_payload = max_payload_bytes() if max_payload is None else max_payload
-        """Activity outputs larger than this (bytes) fail instead of completing."""
+        self._bound: _Bound | None = None
         self._secret = functools.lru_cache(maxsize=4096)(self._derive_secret)
         self._folds: OrderedDict[tuple[str, str], _Fold] = OrderedDict()
         self._folds_lock = threading.Lock()
-        self.writer = GroupWriter(ledger, signer)
+
+    def bind(self, ledger: Ledger, signer: Signer, *, max_payload: int | None = None) -> None:
+        """Append to ``ledger`` with ``signer`` from now on.
+
+        ``max_payload`` defaults to :func:`max_payload_bytes` (read now, so a bad
+        ``$HISTAUDIT_MAX_PAYLOAD_BYTES`` is reported here). What was cached for another
+        ledger or key is dropped.
+        """
+        limit = max_payload_bytes() if max_payload is None else max_payload
+        self._secret.cache_clear()
+        with self._folds_lock:
+            self._folds.clear()
+        self._bound = _Bound(ledger, signer, GroupWriter(ledger, signer), limit)
+
+    def unbind(self) -> Ledger | None:
+        """Stop appending; return the ledger it was bound to (None if unbound), unclosed."""
+        bound, self._bound = self._bound, None
+        return None if bound is None else bound.ledger
+
+    @property
+    def bound(self) -> bool:
+        """Whether it has a ledger and key to append with."""
+        return self._bound is not None
+
+    def _binding(self) -> _Bound:
+        bound = self._bound
+        if bound is None:
+            raise UsageError(_NOT_STARTED)
+        return bound
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._binding().ledger
+
+    @property
+    def signer(self) -> Signer:
+        return self._binding().signer
+
+    @property
+    def writer(self) -> GroupWriter:
         """Every append of this recorder: threads share commits (and fsyncs)."""
+        return self._binding().writer
+
+    @property
+    def max_payload(self) -> int:
+        """Activity outputs larger than this (bytes) fail instead of completing."""
+        return self._binding().max_payload
 
     def _derive_secret(self, instance: str) -> bytes:
         return _instance_secret(self.signer, instance)

@@ -3,6 +3,8 @@
 Every activity and workflow registered on it (by decorator, ``register_activity`` or
 ``register_workflow``) is audited (:mod:`.activity`, :mod:`.workflow`), and every
 history the worker replays goes through the live replay check (:mod:`.replaycheck`).
+The wrappers share one recorder, made unbound with the runtime and bound to the key and
+ledger by ``start()``: registering (at import, by decorator) touches neither, running does.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from histaudit.ledger.keys import Signer, signer_from_env
 from histaudit.ledger.store import Ledger, resolve_url
 
 from .activity import audit_activity
-from .recorder import AuditRecorder
+from .recorder import AuditRecorder, audit_enabled
 from .replaycheck import ReplayedResultCheck
 from .workflow import audit_workflow
 
@@ -36,21 +38,58 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
     Takes the same arguments, plus keyword-only ``ledger`` (URL; default
     ``$HISTAUDIT_DB``, else ``sqlite:///histaudit.db``), ``key`` (private key path;
     default ``$HISTAUDIT_KEY``) and ``keep_payloads`` (store payload bytes beside their
-    commitments; False keeps only commitments, as if erased at once). The key is loaded
-    and the ledger opened here, so an unusable one stops the app at start-up, before any
-    workflow runs.
+    commitments; False keeps only commitments, as if erased at once).
+
+    Building one touches neither the key nor the ledger, so a module that builds it at
+    import time (Dapr's docs' style) imports anywhere: ``histaudit replay``, the crash
+    matrix's discovery, a test collecting it. :meth:`start` loads the key and opens the
+    ledger, before the worker takes any work item, so an unusable one stops the app
+    there, with the same one-line error. ``HISTAUDIT_ENABLED=0`` (read here) makes it a
+    plain ``WorkflowRuntime``: nothing is wrapped, no key is needed, no ledger opened.
     """
 
     def __init__(self, *args: Any, ledger: str | None = None, key: str | None = None,
                  keep_payloads: bool = True, **kwargs: Any) -> None:
-        signer = _load_signer(key)
-        self.ledger = _open_ledger(ledger)
-        self.signer = signer
-        self.recorder = AuditRecorder(self.ledger, signer, keep_payloads=keep_payloads)
+        self.audited = audit_enabled()
+        """False when ``$HISTAUDIT_ENABLED`` switched auditing off for this process."""
+        self._ledger_url = ledger
+        self._key = key
+        self.recorder = AuditRecorder.deferred(keep_payloads=keep_payloads)
+        """Shared by every wrapper registered here; bound to the ledger and key by
+        :meth:`start`."""
         super().__init__(*args, **kwargs)
-        self.wire_inputs = self._capture_wire_inputs()
         self.replay_check = ReplayedResultCheck(self.recorder)
-        self.checks_replayed_results = self._check_replayed_results()
+        self.wire_inputs = self.audited and self._capture_wire_inputs()
+        self.checks_replayed_results = self.audited and self._check_replayed_results()
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger :meth:`start` opened (UsageError before that)."""
+        return self.recorder.ledger
+
+    @property
+    def signer(self) -> Signer:
+        """The signing key :meth:`start` loaded (UsageError before that)."""
+        return self.recorder.signer
+
+    def start(self) -> None:
+        """Load the key and open the ledger (unless unaudited), then start the worker.
+
+        The key comes first: an unusable one leaves no ledger file behind.
+        """
+        if self.audited and not self.recorder.bound:
+            signer = _load_signer(self._key)
+            ledger = _open_ledger(self._ledger_url)
+            try:
+                self.recorder.bind(ledger, signer)
+            except BaseException:
+                ledger.close()
+                raise
+        try:
+            super().start()  # type: ignore[no-untyped-call]
+        except BaseException:
+            self._close_ledger()
+            raise
 
     def _capture_wire_inputs(self) -> bool:
         """Let activities see the exact input text the engine sent (True if possible).
@@ -89,7 +128,10 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         return hooked
 
     def register_activity(self, fn: Callable[..., Any], *, name: str | None = None) -> None:
-        """Register an activity (``def`` or ``async def``), audited."""
+        """Register an activity (``def`` or ``async def``), audited (as is, unaudited)."""
+        if not self.audited:
+            super().register_activity(fn, name=name)
+            return
         wrapper: Callable[..., Any]
         wrapper = audit_activity(self.recorder, fn,
                                   lambda: sdk.registered_name(wrapper) if name is None else name)
@@ -97,7 +139,10 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         sdk.copy_registration_marks(wrapper, fn)
 
     def register_workflow(self, fn: Callable[..., Any], *, name: str | None = None) -> None:
-        """Register a workflow, audited."""
+        """Register a workflow, audited (as is, unaudited)."""
+        if not self.audited:
+            super().register_workflow(fn, name=name)
+            return
         wrapper: Callable[..., Any]
         wrapper = audit_workflow(self.recorder, fn,
                                   lambda: sdk.registered_name(wrapper) if name is None else name)
@@ -108,17 +153,26 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
                                     version_name: str | None = None,
                                     is_latest: bool) -> None:
         """Register one version of a workflow, audited (recorded under ``name``)."""
+        if not self.audited:
+            super().register_versioned_workflow(fn, name=name, version_name=version_name,
+                                                is_latest=is_latest)
+            return
         wrapper = audit_workflow(self.recorder, fn, lambda: name)
         super().register_versioned_workflow(wrapper, name=name, version_name=version_name,
                                             is_latest=is_latest)
         sdk.copy_registration_marks(wrapper, fn)
 
     def shutdown(self) -> None:
-        """Stop the worker, then release the ledger's connections."""
+        """Stop the worker, then release the ledger's connections (if it was opened)."""
         try:
             super().shutdown()  # type: ignore[no-untyped-call]
         finally:
-            self.ledger.close()
+            self._close_ledger()
+
+    def _close_ledger(self) -> None:
+        ledger = self.recorder.unbind()
+        if ledger is not None:
+            ledger.close()
 
 
 def _load_signer(key: str | None) -> Signer:

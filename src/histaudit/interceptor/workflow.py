@@ -9,6 +9,10 @@ scheduled activity or child whose record the ledger does not hold is appended th
 marked ``"replayed": true``. Whether the ledger holds it is answered from what this
 process appended or read before, else by the recorder's incremental fold: a replay costs
 no ledger read unless something is missing from memory.
+
+A workflow run while its runtime's recorder has no ledger yet (the app's runtime handed,
+never started, to ``histaudit replay``) records nothing: there is nothing to sign into,
+and a replay is not an execution.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class AuditedWorkflowContext:
         self._recorder = recorder
         self._workflow = workflow
         self._continued = False
+        self._recording = recorder.bound
+        """False when the runtime was never started (an offline replay): record nothing."""
         self._generation = _engine_time(ctx)
         """When this generation of the workflow started, by the engine's clock: the SDK
         calls the workflow function at its ``ExecutionStarted`` event, on every replay
@@ -81,6 +87,8 @@ class AuditedWorkflowContext:
 
     def _needed(self, kind: str, fields: dict[str, Any]) -> bool:
         """Whether to record this decision: always when new; on replay only if missing."""
+        if not self._recording:
+            return False
         if not self._ctx.is_replaying:
             return True
         token = decision_token(kind, fields, self._generation)
@@ -128,14 +136,18 @@ class AuditedWorkflowContext:
         self._decide(Kind.WORKFLOW_STARTED,
                      {**fields, "input": inp.ref, "input_digest": inp.digest}, inp)
 
+    def _replaying_or_idle(self) -> bool:
+        """Nothing to record for a workflow's end: replaying, or not recording at all."""
+        return not self._recording or self.is_replaying
+
     def record_end(self, result: Any) -> None:
-        if self.is_replaying:
+        if self._replaying_or_idle():
             return
         out = self._commit(sdk_json(result))
         self._decide(Kind.WORKFLOW_COMPLETED, {"output": out.ref, "output_digest": out.digest}, out)
 
     def record_failure(self, exc: BaseException) -> None:
-        if self.is_replaying:
+        if self._replaying_or_idle():
             return
         err = self._commit(str(exc))
         self._decide(Kind.WORKFLOW_FAILED, {"error_type": type(exc).__name__, "error": err.ref,
@@ -189,7 +201,7 @@ class AuditedWorkflowContext:
         """Restart the workflow with new input (recorded), as the SDK method does."""
         self._ctx.continue_as_new(new_input, **kwargs)
         self._continued = True
-        if self.is_replaying:
+        if self._replaying_or_idle():
             return
         inp = self._commit(sdk_json(new_input))
         self._decide(Kind.WORKFLOW_CONTINUED_AS_NEW, {"input": inp.ref, "input_digest": inp.digest},

@@ -24,7 +24,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
-from histaudit.errors import InputError
+from histaudit.errors import InputError, SignatureError
 
 from .keys import PublicKey, Signer, TrustStore
 
@@ -72,7 +72,11 @@ def sign_note(origin: str, size: int, root: bytes, signer: Signer) -> bytes:
 
 
 def parse_note(note: bytes, trust: TrustStore, *, source: str = "checkpoint") -> Checkpoint:
-    """Parse a checkpoint note and verify one of its signatures with a trusted key."""
+    """Parse a checkpoint note and verify one of its signatures with a trusted key.
+
+    InputError when it does not read as a signed note (docs/bundle.md §4.2 steps 1-3);
+    SignatureError when it reads but no signature verifies with a trusted key (step 4).
+    """
     try:
         text_str = note.decode("utf-8")
     except UnicodeDecodeError:
@@ -119,4 +123,4 @@ def _verify_signatures(text: bytes, block: str, origin: str, trust: TrustStore,
         key = by_hash.get(blob[:4]) if name == origin and len(blob) == 68 else None
         if key is not None and key.verify(blob[4:], text):
             return key.kid
-    raise InputError(f"{source}: no valid signature by a trusted key for origin {origin}")
+    raise SignatureError(f"{source}: no valid signature by a trusted key for origin {origin}")
