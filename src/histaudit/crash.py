@@ -17,6 +17,15 @@ names a file, every point reached is appended to it as one line (the crash point
 included; aliases after a tab), so a crash matrix can run the workload once and
 enumerate every point there is to crash at.
 
+Inside a *scope* — :func:`crash_scope`, which the interceptor opens around each activity
+execution with the key ``<instance>/<task id>`` — every point also gets a *scoped* alias,
+``name@<instance>/<task id>`` (``#n`` added for its n-th pass in that one execution). A
+scoped alias names the same pass in every process and every run of the same instance,
+which is what a sweep needs: with ``$HISTAUDIT_CRASH_SWEEP`` naming a file of scoped
+aliases (one per line, read once per process), a process crashes at the first of them it
+reaches and appends that alias to ``<file>.fired`` first; the harness takes it off the
+list and lets the next process run into the next one (:mod:`histaudit.crashtest.sweep`).
+
 ``$HISTAUDIT_CRASH_MODE=engine`` turns the point into a place to crash the *engine* at
 (the crash matrix does this): instead of exiting, the process writes a marker file named
 by ``$HISTAUDIT_CRASH_SIGNAL`` (holding the point's name) and waits, polling, until the
@@ -29,16 +38,20 @@ All variables are read on every call, so a test can set them after import.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 __all__ = ["CRASH_EXIT_CODE", "CRASH_MODE_ENGINE", "ENV_CRASH_AT", "ENV_CRASH_MODE",
-           "ENV_CRASH_SIGNAL", "ENV_CRASH_TRACE", "crash_point", "read_trace",
-           "read_trace_entries", "step_aliases"]
+           "ENV_CRASH_SIGNAL", "ENV_CRASH_SWEEP", "ENV_CRASH_TRACE", "crash_point",
+           "crash_scope", "fired_path", "read_trace", "read_trace_entries", "scoped_name",
+           "step_aliases"]
 
 ENV_CRASH_AT = "HISTAUDIT_CRASH_AT"
 """Environment variable naming the crash point(s) to die at."""
@@ -51,6 +64,9 @@ ENV_CRASH_MODE = "HISTAUDIT_CRASH_MODE"
 
 ENV_CRASH_SIGNAL = "HISTAUDIT_CRASH_SIGNAL"
 """Marker file written at the point in engine mode; the process waits until it is gone."""
+
+ENV_CRASH_SWEEP = "HISTAUDIT_CRASH_SWEEP"
+"""A file of scoped aliases: crash at the first one reached, noting it in ``<file>.fired``."""
 
 CRASH_MODE_ENGINE = "engine"
 
@@ -69,6 +85,57 @@ _reached: Counter[str] = Counter()
 _lock = threading.Lock()
 
 
+class _Scope:
+    """One activity execution: its key, and the points passed in it so far."""
+
+    __slots__ = ("key", "seen")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.seen: Counter[str] = Counter()
+
+
+_SCOPE: ContextVar[_Scope | None] = ContextVar("histaudit_crash_scope", default=None)
+_sweep_todo: dict[str, set[str]] = {}
+"""The sweep file's aliases still to fire in this process, by file (read once)."""
+
+
+@contextlib.contextmanager
+def crash_scope(key: str) -> Iterator[None]:
+    """Points passed inside get the scoped alias ``name@key`` (see the module docstring)."""
+    token = _SCOPE.set(_Scope(key))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def scoped_name(name: str, key: str, n: int = 1) -> str:
+    """The scoped alias of the ``n``-th pass of point ``name`` in scope ``key``."""
+    return f"{name}@{key}" if n == 1 else f"{name}@{key}#{n}"
+
+
+def fired_path(sweep_file: str | os.PathLike[str]) -> Path:
+    """Where the processes of a sweep note each alias they crashed at."""
+    return Path(f"{os.fspath(sweep_file)}.fired")
+
+
+def _sweep_fires(sweep: str, scoped: str) -> bool:
+    """True (once) if ``scoped`` is on the sweep's list; notes it as fired."""
+    todo = _sweep_todo.get(sweep)
+    if todo is None:
+        try:
+            todo = set(Path(sweep).read_text(encoding="utf-8").split())
+        except OSError:
+            todo = set()
+        _sweep_todo[sweep] = todo
+    if scoped not in todo:
+        return False
+    todo.discard(scoped)
+    _append_trace(str(fired_path(sweep)), scoped)
+    return True
+
+
 def _targets(spec: str) -> set[str]:
     return {part.strip() for part in spec.split(",") if part.strip()}
 
@@ -85,21 +152,29 @@ def crash_point(name: str, aliases: tuple[str, ...] = ()) -> None:
     """Mark a crash point; exit with :data:`CRASH_EXIT_CODE` if ``$HISTAUDIT_CRASH_AT`` names
     it (as ``name``, ``name#N`` for its N-th pass in this process, or one of ``aliases``).
 
-    Costs one environment lookup when neither variable is set, so it can stay in
+    Costs three environment lookups when none of the variables is set, so it can stay in
     production code.
     """
     spec = os.environ.get(ENV_CRASH_AT, "")
     trace = os.environ.get(ENV_CRASH_TRACE, "")
-    if not spec and not trace:
+    sweep = os.environ.get(ENV_CRASH_SWEEP, "")
+    if not spec and not trace and not sweep:
         return
     with _lock:
         _reached[name] += 1
         count = _reached[name]
+        scope = _SCOPE.get()
+        scoped = None
+        if scope is not None:
+            scope.seen[name] += 1
+            scoped = scoped_name(name, scope.key, scope.seen[name])
+            aliases = (*aliases, scoped)
         if trace:
             _append_trace(trace, "\t".join((name, *aliases)))
         targets = _targets(spec)
         if name not in targets and f"{name}#{count}" not in targets and \
-                targets.isdisjoint(aliases):
+                targets.isdisjoint(aliases) and \
+                not (sweep and scoped is not None and _sweep_fires(sweep, scoped)):
             return
         marker = os.environ.get(ENV_CRASH_SIGNAL, "")
         if os.environ.get(ENV_CRASH_MODE, "") != CRASH_MODE_ENGINE or not marker:

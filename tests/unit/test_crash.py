@@ -17,9 +17,12 @@ import pytest
 from histaudit.crash import (
     CRASH_EXIT_CODE,
     ENV_CRASH_AT,
+    ENV_CRASH_SWEEP,
     ENV_CRASH_TRACE,
+    fired_path,
     read_trace,
     read_trace_entries,
+    scoped_name,
 )
 from histaudit.crashtest.discovery import point_aliases, select_points
 from histaudit.errors import UsageError
@@ -178,3 +181,70 @@ def test_importing_histaudit_does_not_load_the_dapr_sdk(tmp_path: Path) -> None:
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+SCOPED = textwrap.dedent("""
+    from histaudit import crash_point
+    from histaudit.crash import crash_scope
+
+    crash_point("outside")
+    for task in (1, 2):
+        with crash_scope(f"wf-1/{task}"):
+            crash_point("before:act")
+            crash_point("tick")
+            crash_point("tick")
+            print(f"task {task} done", flush=True)
+""")
+
+
+def run_scoped(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_CRASH")}
+    return subprocess.run([sys.executable, "-c", SCOPED], env={**base, **env}, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_points_in_a_scope_get_an_alias_counted_within_the_scope(tmp_path: Path) -> None:
+    trace = tmp_path / "points.txt"
+    assert run_scoped(tmp_path, **{ENV_CRASH_TRACE: str(trace)}).returncode == 0
+    assert read_trace_entries(trace) == [
+        ("outside", ()),
+        ("before:act", ("before:act@wf-1/1",)), ("tick", ("tick@wf-1/1",)),
+        ("tick", ("tick@wf-1/1#2",)),
+        ("before:act", ("before:act@wf-1/2",)), ("tick", ("tick@wf-1/2",)),
+        ("tick", ("tick@wf-1/2#2",))]
+    assert scoped_name("tick", "wf-1/2", 2) == "tick@wf-1/2#2"
+
+
+def test_a_scoped_alias_names_its_pass_as_crash_at_does(tmp_path: Path) -> None:
+    proc = run_scoped(tmp_path, **{ENV_CRASH_AT: "tick@wf-1/2#2"})
+    assert proc.returncode == CRASH_EXIT_CODE
+    assert proc.stdout.splitlines() == ["task 1 done"]
+
+
+def test_a_sweep_crashes_each_process_at_the_next_listed_pass(tmp_path: Path) -> None:
+    """What the sweep harness does: list the passes, let each process die at the first one
+    it reaches, take the fired one off the list, start the next process."""
+    todo = tmp_path / "sweep.txt"
+    wanted = ["before:act@wf-1/1", "tick@wf-1/1#2", "tick@wf-1/2"]
+    todo.write_text("\n".join(wanted) + "\n")
+    printed = []
+    for expected in wanted:
+        proc = run_scoped(tmp_path, **{ENV_CRASH_SWEEP: str(todo)})
+        assert proc.returncode == CRASH_EXIT_CODE, proc.stderr
+        printed.append(proc.stdout.splitlines())
+        fired = fired_path(todo).read_text().split()
+        assert fired[-1] == expected
+        todo.write_text("".join(f"{k}\n" for k in wanted if k not in fired))
+    assert printed == [[], [], ["task 1 done"]]
+    last = run_scoped(tmp_path, **{ENV_CRASH_SWEEP: str(todo)})
+    assert last.returncode == 0
+    assert last.stdout.splitlines() == ["task 1 done", "task 2 done"]
+    assert fired_path(todo).read_text().split() == wanted
+
+
+def test_a_sweep_never_fires_outside_a_scope(tmp_path: Path) -> None:
+    todo = tmp_path / "sweep.txt"
+    todo.write_text("outside\noutside@\n")
+    proc = run_scoped(tmp_path, **{ENV_CRASH_SWEEP: str(todo)})
+    assert proc.returncode == 0
+    assert not fired_path(todo).exists()

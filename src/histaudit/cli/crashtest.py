@@ -19,8 +19,13 @@ from .options import write_file
               help="The workflow input, as JSON.")
 @click.option("--app", metavar="MODULE", help="Module (or .py file) holding the "
               "WorkflowRuntime, when it is not the target's module.")
+@click.option("--mode", type=click.Choice(["sweep", "isolated"]), default="sweep",
+              show_default=True, help="sweep: one instance crashed at every point in "
+              "turn (a restart per point; whatever is not clean is confirmed in a run of "
+              "its own); isolated: every point a run of its own, from the start.")
 @click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Points run at once, each with its own engine and workers.")
+              help="Runs at once, each with its own engine and workers (sweep: the app "
+              "and the engine sweep side by side).")
 @click.option("--junit", "junit_file", metavar="FILE", help="Also write JUnit XML.")
 @click.option("--json", "json_file", metavar="FILE", help="Also write the result as JSON.")
 @click.option("--point", "--points", "points", multiple=True, metavar="P",
@@ -35,10 +40,18 @@ from .options import write_file
               help="Seconds a run may take to crash, and then to complete.")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V",
               help="Environment for the workers (repeatable), e.g. IDEMPOTENT=1.")
-def crashtest(target: str, input_json: str, app: str | None, jobs: int,
+@click.option("--ignore", multiple=True, metavar="JSONPATH",
+              help="Leave these output fields out when outputs are compared (repeatable, "
+              "RFC 9535 JSONPath), e.g. '$.generated_at' or '$..id'.")
+@click.option("--sample", type=click.IntRange(min=1), metavar="K",
+              help="Run only K of the selected points, chosen with --seed.")
+@click.option("--seed", type=int, metavar="N", help="Seed of the --sample choice "
+              "(default: a random one, shown in the reports).")
+def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: int,
               junit_file: str | None, json_file: str | None, points: tuple[str, ...],
               engine_crash: bool, no_engine_points: bool, timeout: float,
-              env_pairs: tuple[str, ...]) -> int:
+              env_pairs: tuple[str, ...], ignore: tuple[str, ...], sample: int | None,
+              seed: int | None) -> int:
     """Crash the workflow at every crash point it reaches, recover, compare with a clean
     run. Exit 1 if any point diverged, got stuck, failed or has an error finding."""
     from histaudit import crashtest as ct
@@ -51,12 +64,23 @@ def crashtest(target: str, input_json: str, app: str | None, jobs: int,
     began = time.monotonic()
 
     def progress(p: ct.PointResult, done: int, total: int) -> None:
-        spent = time.monotonic() - began
-        eta = (spent / done) * (total - done)
+        if mode == "sweep":  # a confirmation or fallback: how many there are is not known
+            click.echo(f"[alone] {p.point} ({p.kind}): {p.outcome} {p.wall:.1f}s", err=True)
+            return
         click.echo(f"[{done}/{total}] {p.point} ({p.kind}): {p.outcome} {p.wall:.1f}s"
-                   f"{f' · about {eta:.0f}s to go' if done < total else ''}", err=True)
+                   f"{_eta(done, total)}", err=True)
 
-    spec = ct.CrashSpec(target=target, input=inp, app=app, env=env, timeout=timeout)
+    def on_crash(point: str, kind: ct.CrashKind, done: int, total: int) -> None:
+        click.echo(f"[{done}/{total}] {kind} sweep: crashed at {point}, resuming"
+                   f"{_eta(done, total)}", err=True)
+
+    def _eta(done: int, total: int) -> str:
+        if done >= total:
+            return ""
+        return f" · about {(time.monotonic() - began) / done * (total - done):.0f}s to go"
+
+    spec = ct.CrashSpec(target=target, input=inp, app=app, env=env, timeout=timeout,
+                        ignore=ignore, sample=sample, seed=seed)
     # On a terminal, say what happens from the first second (the clean run can take a
     # while); piped output stays one line per point.
     tty = sys.stderr.isatty()
@@ -67,9 +91,15 @@ def crashtest(target: str, input_json: str, app: str | None, jobs: int,
     if tty:
         click.echo(f"clean run: {clean.status} in {clean.wall:.1f}s, {len(clean.points)} "
                    f"points; crashing at them now", err=True)
+    chosen: list[str] | None = list(points) or None
+    if spec.sample is not None and spec.seed is not None:  # a spec's sample has its seed
+        selected = ct.select_points(points, clean.points, clean.aliases) if points \
+            else clean.points
+        chosen = ct.sample_points(selected, spec.sample, spec.seed)
     began = time.monotonic()
-    result = ct.run_matrix(spec, jobs=jobs, points=points or None, app_points=not engine_crash,
-                           engine_points=not no_engine_points, progress=progress, clean=clean)
+    result = ct.run_matrix(spec, jobs=jobs, points=chosen, app_points=not engine_crash,
+                           engine_points=not no_engine_points, progress=progress, clean=clean,
+                           mode=mode, on_crash=on_crash)
     ct.render(result, render.console())
     if json_file:
         write_file(json_file, ct.json_report(result))

@@ -11,18 +11,23 @@ The package, one idea a module:
 * :mod:`~histaudit.crashtest.spec` — :class:`CrashSpec`, what to run; ``parse_input``,
   ``parse_env``;
 * :mod:`~histaudit.crashtest.matrix` — how a matrix runs: ``run_clean``, ``run_point``,
-  ``run_matrix`` and the app and engine crashes;
+  ``run_matrix`` and the app and engine crashes of an isolated run;
+* :mod:`~histaudit.crashtest.sweep` — the default mode: one instance crashed at every
+  point in turn, and what it cannot vouch for confirmed in isolated runs;
 * :mod:`~histaudit.crashtest.results` — the frozen results, the :class:`Outcome` of a
   crash and what each means, the assertions;
 * :mod:`~histaudit.crashtest.judge` — a run's ledger evidence and its judging;
-* :mod:`~histaudit.crashtest.discovery` — crash point names, and the declared points;
+* :mod:`~histaudit.crashtest.discovery` — crash point names, their selection and
+  sampling, and the declared points;
+* :mod:`~histaudit.crashtest.ignore` — the output fields (JSONPaths) left out of
+  comparisons;
 * :mod:`~histaudit.crashtest.reports` — the table, JSON and JUnit XML;
 * :mod:`~histaudit.crashtest.sandbox` — one run's engine, ledger, key and workers;
 * :mod:`~histaudit.crashtest.worker` — the worker process;
 * :mod:`~histaudit.crashtest.engine` — the real workflow engine as a child process.
 """
 
-from .discovery import declared_points, number_points
+from .discovery import declared_points, number_points, sample_points, select_points
 from .matrix import run_clean, run_matrix, run_point
 from .reports import json_report, junit_xml, render
 from .results import (
@@ -49,5 +54,5 @@ __all__ = [
     "STUCK", "CleanRun", "CrashKind", "CrashSpec", "MatrixResult", "Outcome", "PointResult",
     "assert_no_duplicate_effects", "assert_recovered", "declared_points", "json_report",
     "junit_xml", "number_points", "parse_env", "parse_input", "render", "run_clean",
-    "run_matrix", "run_point",
+    "run_matrix", "run_point", "sample_points", "select_points",
 ]

@@ -5,9 +5,10 @@ in the clean run's one worker process (:func:`number_points`). Points may also b
 by their aliases — ``before:step:87``, ``after:step:87`` / ``step:87`` for the points
 around the workflow's 87th activity (:func:`histaudit.crash.step_aliases`) — and chosen
 by glob (``after:*``) or step range (``step:80-90``): :func:`select_points` turns what a
-user asks for into the numbered points of the clean run. :func:`declared_points` reads
-the app's source, without running it, for the points it should reach, so a clean run
-can say which it never did.
+user asks for into the numbered points of the clean run, and :func:`sample_points` picks
+a reproducible few of those (``--sample``). :func:`declared_points` reads the app's
+source, without running it, for the points it should reach, so a clean run can say which
+it never did.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import os
+import random
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,7 +25,7 @@ from pathlib import Path
 from histaudit.errors import UsageError
 
 __all__ = ["base_point", "crash_at", "declared_points", "number_points", "point_aliases",
-           "select_points", "split_point"]
+           "sample_points", "select_points", "split_point"]
 
 _STEP_RANGE = re.compile(
     r"(?P<prefix>(?:before:|after:)?step:)(?P<lo>[0-9]{1,6})-(?P<hi>[0-9]{1,6})")
@@ -86,6 +88,18 @@ def select_points(patterns: Iterable[str], points: Sequence[str],
                              f"the clean run reached (see them with --json)")
         chosen.update(dict.fromkeys(found))
     return sorted(chosen, key=lambda p: order.get(p, len(order)))
+
+
+def sample_points(points: Sequence[str], k: int, seed: int) -> list[str]:
+    """``k`` of ``points`` chosen by ``random.Random(seed)``, kept in their order: the same
+    seed chooses the same points. All of them when ``k`` is at least their number;
+    UsageError when ``k`` is below 1."""
+    if k < 1:
+        raise UsageError(f"--sample must be at least 1, not {k}")
+    if k >= len(points):
+        return list(points)
+    chosen = random.Random(seed).sample(range(len(points)), k)
+    return [points[i] for i in sorted(chosen)]
 
 
 def _expand(pattern: str, points: Sequence[str], aliases: Mapping[str, str]

@@ -3,13 +3,16 @@
 :func:`evidence` counts the ``effect.done`` records per effect name and verifies every
 instance in the ledger (child workflows too); :func:`judge` turns a run that reached a
 terminal state, with its evidence, into its :class:`~histaudit.crashtest.results.Outcome`
-(the rules are in :mod:`histaudit.crashtest.results`).
+(the rules are in :mod:`histaudit.crashtest.results`). Outputs are compared modulo each
+run's instance id and without the fields the spec ignores
+(:mod:`histaudit.crashtest.ignore`).
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from histaudit.errors import HistauditError
 from histaudit.ledger.kinds import EFFECT_KINDS, Kind
 from histaudit.verify.findings import BEHAVIOUR_CODES, Finding, Severity
 
+from .ignore import without_paths
 from .results import DIVERGED, FAILED, FINDINGS, IDENTICAL, CleanRun, PointResult, short
 from .sandbox import RunState
 
@@ -122,8 +126,11 @@ def first_difference(a: Any, b: Any, path: str = "$") -> str | None:
     return None if a == b else f"{path}: {short(a, 60)} -> {short(b, 60)}"
 
 
-def judge(result: PointResult, clean: CleanRun, state: RunState, ev: Evidence) -> PointResult:
-    """``result`` with the outcome of a run that reached the terminal ``state``."""
+def judge(result: PointResult, clean: CleanRun, state: RunState, ev: Evidence, *,
+          ignore: Sequence[str] = ()) -> PointResult:
+    """``result`` with the outcome of a run that reached the terminal ``state``; the nodes
+    the JSONPaths ``ignore`` select are left out of both outputs before they are compared
+    (UsageError for a path that is not JSONPath)."""
     output = decode_output(state.output_text)
     result = replace(result, status=state.status, output=output, effects=ev.effects,
                      findings=ev.findings, finding_effects=ev.finding_effects)
@@ -131,8 +138,8 @@ def judge(result: PointResult, clean: CleanRun, state: RunState, ev: Evidence) -
         return replace(result, outcome=FAILED, detail=f"workflow {state.status}" + (
             f": {state.failure}" if state.failure else ""))
     integrity = sorted({f.code for f in ev.findings if f.code not in BEHAVIOUR_CODES})
-    expected = without_instance(clean.output, clean.instance)
-    got = without_instance(output, result.instance)
+    expected = without_instance(without_paths(clean.output, ignore), clean.instance)
+    got = without_instance(without_paths(output, ignore), result.instance)
     where = first_difference(expected, got)
     output_matches = where is None
     diff: list[str] = []

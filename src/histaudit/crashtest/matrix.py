@@ -21,6 +21,10 @@ and is crashed at P:
   :class:`histaudit.crashtest.engine.EngineProcess`), removes the marker, and the worker
   carries on. The step it was in the middle of is handed out again by the restarted engine.
 
+That is the ``isolated`` mode. The default, ``sweep``
+(:mod:`histaudit.crashtest.sweep`), crashes one instance at every point in turn and runs
+points alone only where the sweep cannot vouch for them.
+
 After completion every instance in the ledger (child workflows too) is verified, and the
 run is compared with the clean one (:mod:`histaudit.crashtest.judge`); the outcomes are
 described in :mod:`histaudit.crashtest.results`. The worker process and what it needs of
@@ -33,8 +37,9 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import TypeVar
 
 from histaudit.crash import (
     CRASH_EXIT_CODE,
@@ -63,8 +68,12 @@ from .results import (
 )
 from .sandbox import RunError, RunState, Sandbox
 from .spec import CrashSpec
+from .sweep import CrashSeen, SweepRun, sweep_points
 
-__all__ = ["run_clean", "run_matrix", "run_point"]
+__all__ = ["MODES", "run_clean", "run_matrix", "run_point"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 Progress = Callable[[PointResult, int, int], None]
 """``progress(result, done, total)``, called as each point of a matrix finishes."""
@@ -153,7 +162,8 @@ def _crash_once(spec: CrashSpec, clean: CleanRun, point: str, kind: CrashKind) -
                                             f"(status {status or 'unknown'})",
                                      log_tail=sb.last_tail())
             if state is not None and state.terminal:
-                result = judge(result, clean, state, evidence(sb.db_url, sb.keys))
+                result = judge(result, clean, state, evidence(sb.db_url, sb.keys),
+                               ignore=spec.ignore)
                 if result.outcome in (FAILED, DIVERGED) and sb.workers:
                     result = replace(result, log_tail=sb.last_tail())
     except EngineError as exc:
@@ -225,20 +235,31 @@ def run_point(spec: CrashSpec, point: str, *, engine_crash: bool = False,
     return _crash_once(spec, clean, point, KIND_ENGINE if engine_crash else KIND_APP)
 
 
+MODES = ("sweep", "isolated")
+"""How a matrix crashes its points: one instance swept over them all
+(:mod:`histaudit.crashtest.sweep`), or a run of its own for each."""
+
+
 def run_matrix(spec: CrashSpec, *, jobs: int = 1, engine_points: bool = True,
                app_points: bool = True, points: Sequence[str] | None = None,
-               clean: CleanRun | None = None, progress: Progress | None = None
-               ) -> MatrixResult:
+               clean: CleanRun | None = None, progress: Progress | None = None,
+               mode: str = "sweep", on_crash: CrashSeen | None = None) -> MatrixResult:
     """Clean run, then every point (or ``points``) as an app crash and an engine crash.
 
     ``points`` are names, aliases, globs or step ranges
-    (:func:`~histaudit.crashtest.discovery.select_points`).
+    (:func:`~histaudit.crashtest.discovery.select_points`). ``mode`` is ``"sweep"`` (one
+    instance crashed at every point in turn; points it cannot vouch for are run alone) or
+    ``"isolated"`` (every point a run of its own).
 
-    ``jobs`` runs that many points at once, each with its own engine and workers.
-    ``progress(result, done, total)`` is called as each point finishes.
+    ``jobs`` runs that many runs at once, each with its own engine and workers (a sweep:
+    the app and the engine sweep side by side). ``progress(result, done, total)`` is
+    called as each isolated run finishes; ``on_crash(point, kind, done, total)`` at each
+    crash of a sweep.
     """
     if jobs < 1:
         raise UsageError(f"jobs must be at least 1, not {jobs}")
+    if mode not in MODES:
+        raise UsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     if not (app_points or engine_points):
         raise UsageError("nothing to run: both app and engine points are off")
     began = time.monotonic()
@@ -247,27 +268,40 @@ def run_matrix(spec: CrashSpec, *, jobs: int = 1, engine_points: bool = True,
     chosen = select_points(points, clean.points, clean.aliases) if points \
         else list(clean.points)
     kinds = [k for k, on in ((KIND_APP, app_points), (KIND_ENGINE, engine_points)) if on]
-    todo = [(p, k) for k in kinds for p in chosen]
-    results: list[PointResult | None] = [None] * len(todo)
     done = 0
     lock = threading.Lock()
 
-    def one(i: int) -> None:
+    def finished(res: PointResult, total: int) -> PointResult:
         nonlocal done
-        point, kind = todo[i]
-        res = _crash_once(spec, clean, point, kind)
         with lock:
-            results[i] = res
             done += 1
             if progress is not None:
-                progress(res, done, len(todo))
+                progress(res, done, total)
+        return res
 
-    if jobs == 1 or len(todo) <= 1:
-        for i in range(len(todo)):
-            one(i)
+    if mode == "sweep":
+        def sweep(kind: CrashKind) -> tuple[list[PointResult], list[SweepRun]]:
+            return sweep_points(spec, clean, chosen, kind,
+                                lambda p, k: _crash_once(spec, clean, p, k),
+                                on_crash=on_crash, on_isolated=lambda r: finished(r, 0))
+
+        parts = _each(sweep, kinds, min(jobs, len(kinds)))
+        results = [r for found, _ in parts for r in found]
+        sweeps = [s for _, made in parts for s in made]
+        runs = {"sweeps": len(sweeps), "sweep_crashes": sum(len(s.crashes) for s in sweeps),
+                "isolated": done}
     else:
-        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="crashtest") as pool:
-            for fut in as_completed([pool.submit(one, i) for i in range(len(todo))]):
-                fut.result()
-    return MatrixResult(spec=spec, clean=clean, points=tuple(r for r in results if r is not None),
-                        wall=time.monotonic() - began, jobs=jobs)
+        todo = [(p, k) for k in kinds for p in chosen]
+        results = _each(lambda pk: finished(_crash_once(spec, clean, *pk), len(todo)),
+                        todo, jobs)
+        runs = {"sweeps": 0, "sweep_crashes": 0, "isolated": done}
+    return MatrixResult(spec=spec, clean=clean, points=tuple(results),
+                        wall=time.monotonic() - began, jobs=jobs, mode=mode, runs=runs)
+
+
+def _each(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
+    """``[fn(x) for x in items]``, ``jobs`` at a time."""
+    if jobs == 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="crashtest") as pool:
+        return list(pool.map(fn, items))

@@ -24,6 +24,7 @@ def render(result: MatrixResult, console: Any = None) -> None:
     console.print(f"clean run of {result.target}: {clean.status} in {clean.wall:.1f}s, "
                   f"output {short(clean.output, 80)}, effects "
                   f"{short(clean.effects, 80)}, {len(clean.points)} crash points")
+    console.print(_provenance_line(result))
     table = Table(header_style="bold")
     for col in ("point", "kind", "outcome", "codes", "wall"):
         table.add_column(col, overflow="fold", justify="right" if col == "wall" else "left")
@@ -42,13 +43,38 @@ def render(result: MatrixResult, console: Any = None) -> None:
         console.print("declared but never reached in the clean run: "
                       + ", ".join(clean.not_reached))
     summary = ", ".join(f"{n} {o}" for o, n in result.summary.items())
-    console.print(f"{len(result.points)} crash runs in {result.wall:.1f}s "
+    runs = result.runs
+    how = (f"in {runs['sweeps']} sweep(s) of {runs['sweep_crashes']} crashes and "
+           f"{runs['isolated']} isolated run(s)" if result.mode == "sweep" else
+           f"in {runs.get('isolated', len(result.points))} isolated runs")
+    console.print(f"{len(result.points)} points {how}, {result.wall:.1f}s "
                   f"(jobs {result.jobs}): {summary}")
 
 
+def _provenance_line(result: MatrixResult) -> str:
+    """``commit 1a2b…, sample 5 points (seed 42), ignoring $.at`` for the header."""
+    about = result.provenance
+    parts = [f"commit {about['commit'] or 'unknown'}"]
+    if about["sample"] is not None:
+        parts.append(f"sample {about['sample']} points (seed {about['seed']})")
+    if about["ignore"]:
+        parts.append("ignoring " + ", ".join(about["ignore"]))
+    return ", ".join(parts)
+
+
 def json_report(result: MatrixResult) -> bytes:
-    """The ``--json`` file: one object (target, input, clean run, points, coverage)."""
+    """The ``--json`` file: one object (target, input, provenance, clean run, points,
+    coverage)."""
     return (json.dumps(result.to_json(), indent=2, default=str) + "\n").encode("utf-8")
+
+
+def _provenance_properties(result: MatrixResult) -> list[tuple[str, str]]:
+    """commit, sample, seed and ignore as JUnit properties ("" for none; ignore as JSON)."""
+    about = result.provenance
+    return [("commit", about["commit"] or ""),
+            ("sample", "" if about["sample"] is None else str(about["sample"])),
+            ("seed", "" if about["seed"] is None else str(about["seed"])),
+            ("ignore", json.dumps(about["ignore"]))]
 
 
 def junit_xml(result: MatrixResult) -> bytes:
@@ -65,7 +91,8 @@ def junit_xml(result: MatrixResult) -> bytes:
     for name, value in (("input", json.dumps(result.input, sort_keys=True)),
                         ("clean.output", json.dumps(result.clean.output, sort_keys=True)),
                         ("clean.effects", json.dumps(result.clean.effects, sort_keys=True)),
-                        ("coverage.not_reached", ", ".join(result.clean.not_reached))):
+                        ("coverage.not_reached", ", ".join(result.clean.not_reached)),
+                        *_provenance_properties(result)):
         ET.SubElement(props, "property", {"name": name, "value": value})
     workflow = result.target.rpartition(":")[2]
     for p in result.points:

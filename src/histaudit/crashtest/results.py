@@ -257,6 +257,10 @@ class MatrixResult:
     points: tuple[PointResult, ...]
     wall: float
     jobs: int = 1
+    mode: str = "isolated"
+    """``sweep`` or ``isolated`` (:func:`histaudit.crashtest.matrix.run_matrix`)."""
+    runs: dict[str, int] = field(default_factory=dict)
+    """What it took: ``{"sweeps": …, "sweep_crashes": …, "isolated": …}``."""
 
     def __post_init__(self) -> None:
         _freeze(self, "points")
@@ -278,6 +282,13 @@ class MatrixResult:
         return dict(self.spec.env)
 
     @property
+    def provenance(self) -> dict[str, Any]:
+        """What makes the matrix reproducible and comparable: the commit of the code under
+        test, the sample size and its seed, the output paths left out of comparisons."""
+        return {"commit": self.spec.commit, "sample": self.spec.sample,
+                "seed": self.spec.seed, "ignore": list(self.spec.ignore)}
+
+    @property
     def coverage(self) -> dict[str, list[str]]:
         return {"declared": list(self.clean.declared), "reached": list(self.clean.reached),
                 "not_reached": list(self.clean.not_reached)}
@@ -295,7 +306,9 @@ class MatrixResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "app": self.app, "input": self.input,
-                "env": self.env, "jobs": self.jobs, "clean": self.clean.to_json(),
+                "env": self.env, "jobs": self.jobs, "mode": self.mode, "runs": self.runs,
+                **self.provenance,
+                "clean": self.clean.to_json(),
                 "points": [p.to_json() for p in self.points], "coverage": self.coverage,
                 "summary": self.summary, "exit_code": self.exit_code,
                 "wall_s": round(self.wall, 3)}

@@ -85,6 +85,9 @@ class Worker:
     def tail(self, chars: int = _TAIL_CHARS) -> str:
         return self.output()[-chars:]
 
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
     def setup_error(self) -> str | None:
         """The worker's one-line reason when it could not load the app."""
         for line in self.output().splitlines():

@@ -1,15 +1,21 @@
 """What a crash matrix runs: :class:`CrashSpec`, and the parsers of its command-line parts.
 
 A spec is everything every run of one matrix shares — the workflow, its input, the app
-holding the runtime, the workers' environment and the time limits. It is checked when it
-is made (the target's module or file exists, the input is JSON-serialisable, the timeout
-is positive), so a bad one fails before any engine starts.
+holding the runtime, the workers' environment, the time limits, the output fields left out
+of comparisons and the sample of points to run. It is checked when it is made (the
+target's module or file exists, the input is JSON-serialisable, the timeout is positive,
+the ignored paths are JSONPath), so a bad one fails before any engine starts. It also
+records the git commit of the code under test (:func:`git_commit`), for the reports.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import secrets
 import shlex
+import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +23,10 @@ from typing import Any
 from histaudit import usercode
 from histaudit.errors import InputError, UsageError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "ENGINE_LOCK_TIMEOUT_S", "CrashSpec", "parse_env",
-           "parse_input"]
+from .ignore import check_paths
+
+__all__ = ["DEFAULT_TIMEOUT_S", "ENGINE_LOCK_TIMEOUT_S", "CrashSpec", "git_commit",
+           "parse_env", "parse_input"]
 
 DEFAULT_TIMEOUT_S = 60.0
 """Seconds a run may take to crash, and then to complete (``--timeout``'s default)."""
@@ -47,6 +55,21 @@ def parse_env(pairs: Iterable[str]) -> dict[str, str]:
     return env
 
 
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
+    """``git rev-parse HEAD`` in ``cwd`` (default: the current directory); None when it is
+    not a git checkout, has no commit yet, or git is missing or fails."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "HEAD"], cwd=cwd,
+                              capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and _COMMIT.fullmatch(commit) else None
+
+
 def _input_json(value: Any) -> str:
     try:
         return json.dumps(value, separators=(",", ":"), allow_nan=False)
@@ -63,7 +86,12 @@ class CrashSpec:
     environment for the workers; ``timeout`` the seconds a run may take to crash, and
     then to complete; ``lock_timeout`` the engine's lock timeout in engine-crash runs;
     ``engine_binary`` the durabletask-go binary (default: see
-    :func:`histaudit.crashtest.engine.find_engine_binary`).
+    :func:`histaudit.crashtest.engine.find_engine_binary`); ``ignore`` RFC 9535 JSONPaths
+    of output fields left out when outputs are compared
+    (:mod:`~histaudit.crashtest.ignore`); ``sample`` how
+    many of the selected points to run, chosen with ``seed``
+    (:func:`~histaudit.crashtest.discovery.sample_points`; a seed is picked, and kept
+    here, when ``sample`` is given without one).
 
     Made, it is checked: UsageError or InputError (one line) when it cannot run.
     """
@@ -75,8 +103,12 @@ class CrashSpec:
     timeout: float = DEFAULT_TIMEOUT_S
     lock_timeout: float = ENGINE_LOCK_TIMEOUT_S
     engine_binary: str | None = None
+    ignore: tuple[str, ...] = ()
+    sample: int | None = None
+    seed: int | None = None
 
-    # Derived when the spec is made (not arguments): the target resolved, the input's text.
+    # Derived when the spec is made (not arguments): the target resolved, the input's text,
+    # the commit.
     module: str = field(init=False, repr=False, compare=False)
     """The target's module: a dotted name, or the absolute path of a ``.py`` file."""
     workflow: str = field(init=False, repr=False, compare=False)
@@ -85,10 +117,20 @@ class CrashSpec:
     """The module (or absolute file path) whose runtime the workers start."""
     input_json: str = field(init=False, repr=False, compare=False)
     """The input as compact JSON text (what a rerun command passes to ``--input``)."""
+    commit: str | None = field(init=False, repr=False, compare=False)
+    """The git commit checked out where the spec was made (:func:`git_commit`)."""
 
     def __post_init__(self) -> None:
         if self.timeout <= 0:
             raise UsageError(f"timeout must be positive, not {self.timeout}")
+        if self.sample is not None and self.sample < 1:
+            raise UsageError(f"--sample must be at least 1, not {self.sample}")
+        if self.seed is not None and self.sample is None:
+            raise UsageError("--seed without --sample: there is no sample to choose")
+        ignore = check_paths(self.ignore)
+        seed = self.seed
+        if self.sample is not None and seed is None:
+            seed = secrets.randbits(32)
         module, sep, workflow = self.target.rpartition(":")
         if not sep or not module or not workflow:
             raise UsageError(f"target {self.target!r}: expected MODULE_OR_FILE:WORKFLOW_NAME")
@@ -97,7 +139,9 @@ class CrashSpec:
         derived = {"env": dict(self.env or {}), "timeout": float(self.timeout),
                    "lock_timeout": float(self.lock_timeout), "module": module_ref,
                    "workflow": workflow, "app_module": app_ref,
-                   "input_json": _input_json(self.input)}
+                   "input_json": _input_json(self.input),
+                   "ignore": ignore, "seed": seed,
+                   "commit": git_commit()}
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
@@ -112,4 +156,6 @@ class CrashSpec:
             argv += ["--env", f"{key}={value}"]
         if self.timeout != DEFAULT_TIMEOUT_S:
             argv += ["--timeout", f"{self.timeout:g}"]
+        for path in self.ignore:
+            argv += ["--ignore", path]
         return shlex.join(argv)

@@ -32,7 +32,7 @@ from typing import Any
 from dapr.ext.workflow import WorkflowActivityContext
 
 from histaudit import sdk
-from histaudit.crash import crash_point, step_aliases
+from histaudit.crash import crash_point, crash_scope, step_aliases
 from histaudit.errors import StoreError, UsageError
 from histaudit.ledger.kinds import Kind
 
@@ -155,6 +155,14 @@ def _completed(run: ActivityRun, result: Any) -> None:
         raise error from exc
 
 
+def _crash_scope(run: ActivityRun) -> contextlib.AbstractContextManager[None]:
+    """Crash points in this execution get aliases scoped to its instance and task id, the
+    same in every process that runs it (:func:`histaudit.crash.crash_scope`)."""
+    if run.task_id < 0:
+        return contextlib.nullcontext()
+    return crash_scope(f"{run.instance}/{run.task_id}")
+
+
 def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
                     name: Callable[[], str]) -> Callable[..., Any]:
     """Wrap one activity function; same signature, so the SDK binds inputs as before."""
@@ -166,13 +174,14 @@ def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
             run = await asyncio.to_thread(_start_activity, recorder, name(), args)
             token = _CURRENT.set(run)
             try:
-                crash_point(f"before:{run.activity}", step_aliases("before", run.task_id))
-                try:
-                    result = await fn(*args, **kwargs)
-                except Exception as exc:
-                    await asyncio.to_thread(_failed, run, exc)
-                    raise
-                crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
+                with _crash_scope(run):
+                    crash_point(f"before:{run.activity}", step_aliases("before", run.task_id))
+                    try:
+                        result = await fn(*args, **kwargs)
+                    except Exception as exc:
+                        await asyncio.to_thread(_failed, run, exc)
+                        raise
+                    crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
                 await asyncio.to_thread(_completed, run, result)
                 return result
             finally:
@@ -185,13 +194,14 @@ def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
         run = _start_activity(recorder, name(), args)
         token = _CURRENT.set(run)
         try:
-            crash_point(f"before:{run.activity}", step_aliases("before", run.task_id))
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                _failed(run, exc)
-                raise
-            crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
+            with _crash_scope(run):
+                crash_point(f"before:{run.activity}", step_aliases("before", run.task_id))
+                try:
+                    result = fn(*args, **kwargs)
+                except Exception as exc:
+                    _failed(run, exc)
+                    raise
+                crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
             _completed(run, result)
             return result
         finally:

@@ -7,28 +7,9 @@ from typing import Any
 
 import pytest
 
-from histaudit.crashtest.judge import (
-    INSTANCE_PLACEHOLDER,
-    Evidence,
-    first_difference,
-    judge,
-    without_instance,
-)
-from histaudit.crashtest.results import DIVERGED, IDENTICAL, KIND_APP, CleanRun, PointResult
-from histaudit.crashtest.sandbox import RunState
-
-
-def clean_run(output: Any, instance: str = "wf-clean-1a2b") -> CleanRun:
-    return CleanRun(target="app.py:wf", instance=instance, status="COMPLETED", output=output,
-                    output_text=None, effects={}, findings=(), points=("after:a",),
-                    workflows=("wf",), activities=("a",), declared=(), wall=1.0,
-                    worker_start=0.5)
-
-
-def judged(clean: CleanRun, output_text: str, instance: str = "wf-app-9f8e") -> PointResult:
-    start = PointResult(point="after:a", kind=KIND_APP, outcome=DIVERGED, detail="",
-                        rerun="", instance=instance)
-    return judge(start, clean, RunState("COMPLETED", output_text, None), Evidence({}, (), ()))
+from histaudit.crashtest.judge import INSTANCE_PLACEHOLDER, first_difference, without_instance
+from histaudit.crashtest.results import DIVERGED, IDENTICAL
+from support.crashtest import clean_run, judged
 
 
 def test_an_output_naming_its_own_instance_is_identical() -> None:
