@@ -1,22 +1,26 @@
-"""Crash-matrix cost on the triage example: per crash point, and with --jobs 1 vs 2.
+"""Crash-matrix cost at the seed's scale: the financial agent at 10, 30 and 100 steps.
 
-    .venv/bin/python benchmarks/bench_crashtest.py            # 2 rounds
-    .venv/bin/python benchmarks/bench_crashtest.py --rounds 3 --engine-points 2 --out r.json
+    .venv/bin/python benchmarks/bench_crashtest.py                 # 10 / 30 / 100 steps
+    .venv/bin/python benchmarks/bench_crashtest.py --steps 10,30 --out r.json
 
-Figures (each a ratio measured within one round, back to back, because the machine is
-shared and noisy; the table shows the median round and the [min–max] spread):
+For each size, in one run (the machine is shared; every figure is a ratio of things
+measured back to back):
 
-* **app point / (clean + restart)** — mean wall time of one app-crash point (fresh
-  engine, ledger, key; crashed worker, second worker, completion, verification) divided
-  by what recovering by hand costs at the least: one clean run of the workflow plus one
-  worker restart (spawn to connected, measured in that clean run). Target ≤ 1.5.
-* **engine point / (clean + restart)** — the same for engine-crash points, which also
-  wait out the engine's lock timeout (3 s) and the SDK's reconnect back-off; shown for
-  information.
-* **jobs 2 speed-up** — wall time of all app points with ``jobs=1`` divided by the same
-  with ``jobs=2`` (both reuse the round's clean run). Two cores: at most 2, and only as
-  much as the machine has idle cores: the CPU seconds per point and the cores kept busy
-  (CPU-s ÷ wall-s, this process and its reaped children) show which it was.
+* the clean run (``c``: seconds) and its crash points (``P``);
+* **the sweep** (the default ``histaudit crashtest`` mode, app crashes): its wall time
+  ``S`` from the first crash to the last result, everything included — the sweep, the
+  isolated runs that confirm what it attributes, the sweep of the others again; per
+  point ``S ÷ P``; and the issue's ratio ``S ÷ (P × c)``, what the whole matrix costs
+  against running the workflow once per point (goal at 30 steps: ≤ 0.25);
+* where a sweep's seconds go: per crash, the restart (crash → next worker connected)
+  and the rest (the engine re-dispatching the step, the workflow replaying its history,
+  running on to the next point);
+* **an isolated point** (``--mode isolated``): at 10 steps the whole isolated matrix is
+  run (``I``, and ``S ÷ I`` measured); at larger sizes ``--sample`` points (first,
+  middle, last, ...) are run and ``I`` is estimated as their mean × ``P``, marked so.
+
+Goal of issue 12: the 100-step agent's sweep (every activity boundary, app crashes)
+within 600 s, with no false divergence (the outcomes are kept, per size).
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import resource
 import statistics
 import sys
 import time
@@ -36,122 +38,113 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from histaudit import crashtest as ct
+from histaudit.crashtest.sweep import SweepRun
 
-TARGET = f"{REPO / 'examples' / 'triage' / 'app.py'}:triage"
-TICKET = {"id": "T-1", "title": "Login page 500s"}
-SPEC = ct.CrashSpec(target=TARGET, input=TICKET)
-TARGET_RATIO = 1.5
+AGENT = f"{REPO / 'examples' / 'financial_agent' / 'app.py'}:financial_agent"
+GOAL_100_S = 600.0
+GOAL_30_RATIO = 0.25
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def cpu_now() -> float:
-    """CPU seconds of this process plus every child it has reaped (workers, engines)."""
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"mean": statistics.mean(values), "median": statistics.median(values),
+            "max": max(values)} if values else {}
 
 
-def matrix(clean: ct.CleanRun, **kw: Any) -> tuple[ct.MatrixResult, float]:
-    """One matrix run and the CPU seconds it took (harness + workers + engines)."""
-    c0 = cpu_now()
-    result = ct.run_matrix(SPEC, clean=clean, **kw)
-    return result, cpu_now() - c0
-
-
-def one_round(r: int, engine_points: int) -> dict[str, Any]:
+def one_size(steps: int, sample: int) -> dict[str, Any]:
+    spec = ct.CrashSpec(target=AGENT, input={"ticker": "ACME", "steps": steps})
+    clean = ct.run_clean(spec)
+    points = len(clean.points)
+    log(f"{steps} steps: clean run {clean.wall:.1f}s, {points} points")
+    sweeps: list[SweepRun] = []
     t0 = time.monotonic()
-    clean = ct.run_clean(SPEC)
-    baseline = clean.wall + clean.worker_start
-    log(f"round {r}: clean {clean.wall:.1f}s + restart {clean.worker_start:.1f}s "
-        f"= {baseline:.1f}s, {len(clean.points)} points")
-    seq, seq_cpu = matrix(clean, jobs=1, engine_points=False)
-    app_walls = [p.wall for p in seq.points]
-    log(f"round {r}: jobs 1, {len(app_walls)} app points in {seq.wall:.1f}s "
-        f"(mean {statistics.mean(app_walls):.1f}s, {seq_cpu:.1f} CPU-s)")
-    par, par_cpu = matrix(clean, jobs=2, engine_points=False)
-    log(f"round {r}: jobs 2, {len(par.points)} app points in {par.wall:.1f}s "
-        f"({par_cpu:.1f} CPU-s)")
-    eng_walls: list[float] = []
-    if engine_points:
-        eng = ct.run_matrix(SPEC, clean=clean, jobs=1, app_points=False,
-                            points=clean.points[:engine_points])
-        eng_walls = [p.wall for p in eng.points]
-        log(f"round {r}: {len(eng_walls)} engine points, mean "
-            f"{statistics.mean(eng_walls):.1f}s")
-    outcomes = [p.outcome for p in seq.points + par.points]
-    return {
-        "clean_s": clean.wall, "restart_s": clean.worker_start, "baseline_s": baseline,
-        "app_point_s": app_walls, "app_point_mean_s": statistics.mean(app_walls),
-        "app_ratio": statistics.mean(app_walls) / baseline,
-        "engine_point_s": eng_walls,
-        "engine_ratio": statistics.mean(eng_walls) / baseline if eng_walls else None,
-        "jobs1_s": seq.wall, "jobs2_s": par.wall, "speedup": seq.wall / par.wall,
-        "cpu_per_app_point_s": seq_cpu / len(seq.points),
-        "cores_used_jobs1": seq_cpu / seq.wall, "cores_used_jobs2": par_cpu / par.wall,
-        "outcomes": {o: outcomes.count(o) for o in ct.OUTCOMES if outcomes.count(o)},
-        "round_s": time.monotonic() - t0,
+    swept = ct.run_matrix(spec, clean=clean, engine_points=False, keep_sweeps=sweeps)
+    sweep_s = time.monotonic() - t0
+    first = sweeps[0]
+    gaps = [b.at - a.at for a, b in zip(first.crashes, first.crashes[1:])]
+    restart = list(first.resumed)
+    log(f"{steps} steps: swept in {sweep_s:.1f}s ({swept.runs}), {swept.summary}")
+    doc: dict[str, Any] = {
+        "steps": steps, "points": points, "clean_s": clean.wall,
+        "sweep_s": sweep_s, "sweep_per_point_s": sweep_s / points,
+        "sweep_over_points_x_clean": sweep_s / (points * clean.wall),
+        "first_sweep_s": first.wall, "runs": swept.runs, "outcomes": swept.summary,
+        "not_identical": {p.point: p.outcome.value for p in swept.points
+                          if p.outcome != ct.IDENTICAL},
+        "per_crash_s": _spread(gaps), "restart_s": _spread(restart),
+        "rest_of_crash_s": _spread([g - r for g, r in zip(gaps, restart[:len(gaps)])]),
     }
+    if steps <= 10:
+        t0 = time.monotonic()
+        iso = ct.run_matrix(spec, clean=clean, engine_points=False, mode="isolated")
+        doc["isolated_s"] = time.monotonic() - t0
+        doc["isolated_measured"] = True
+        doc["isolated_outcomes"] = iso.summary
+        doc["same_outcomes"] = ({p.point: p.outcome for p in iso.points}
+                                == {p.point: p.outcome for p in swept.points})
+    else:
+        n = min(sample, points)
+        chosen = [clean.points[round(i * (points - 1) / max(1, n - 1))] for i in range(n)]
+        iso = ct.run_matrix(spec, clean=clean, engine_points=False, mode="isolated",
+                            points=chosen)
+        per = statistics.mean(p.wall for p in iso.points)
+        doc["isolated_sampled"] = {p.point: round(p.wall, 2) for p in iso.points}
+        doc["isolated_s"] = per * points
+        doc["isolated_measured"] = False
+    doc["isolated_per_point_s"] = doc["isolated_s"] / points
+    doc["sweep_over_isolated"] = sweep_s / doc["isolated_s"]
+    log(f"{steps} steps: isolated {'measured' if doc['isolated_measured'] else 'estimated'}"
+        f" {doc['isolated_s']:.0f}s")
+    return doc
 
 
-def spread(values: list[float], fmt: str = "{:.2f}") -> str:
-    if not values:
-        return "-"
-    return (f"{fmt.format(statistics.median(values))} "
-            f"[{fmt.format(min(values))}–{fmt.format(max(values))}]")
+def run(steps: list[int], sample: int = 3) -> dict[str, Any]:
+    """Every size in turn; the figures of :mod:`benchmarks.run` (figure 6)."""
+    sizes = [one_size(n, sample) for n in steps]
+    by = {d["steps"]: d for d in sizes}
+    return {"target": AGENT, "sizes": sizes, "loadavg": os.getloadavg(),
+            "cores": os.cpu_count(),
+            "goals": {"sweep_100_steps_s": GOAL_100_S,
+                      "sweep_30_steps_over_points_x_clean": GOAL_30_RATIO},
+            "met": {"sweep_100_steps": by[100]["sweep_s"] <= GOAL_100_S if 100 in by
+                    else None,
+                    "sweep_30_steps": by[30]["sweep_over_points_x_clean"] <= GOAL_30_RATIO
+                    if 30 in by else None}}
 
 
-def starved_note(rounds: list[dict[str, Any]]) -> str:
-    """Whether jobs 2 could use a second core at all."""
-    j1 = statistics.median(x["cores_used_jobs1"] for x in rounds)
-    j2 = statistics.median(x["cores_used_jobs2"] for x in rounds)
-    if j2 < 1.25 * j1:
-        return "≈ jobs 1: no idle core for the second job"
-    return f"{j2 / j1:.2f}× the cores of jobs 1"
+def render(doc: dict[str, Any]) -> str:
+    head = ("steps", "points", "clean", "sweep", "per point", "S/(P·c)", "restart",
+            "isolated", "S/I", "not identical")
+    lines = ["  ".join(f"{h:>10}" for h in head)]
+    for d in doc["sizes"]:
+        iso = f"{d['isolated_s']:.0f}s" + ("" if d["isolated_measured"] else "~")
+        lines.append("  ".join(f"{c:>10}" for c in (
+            d["steps"], d["points"], f"{d['clean_s']:.1f}s", f"{d['sweep_s']:.0f}s",
+            f"{d['sweep_per_point_s']:.2f}s", f"{d['sweep_over_points_x_clean']:.3f}",
+            f"{d['restart_s'].get('median', 0):.2f}s", iso, f"{d['sweep_over_isolated']:.2f}",
+            len(d["not_identical"]))))
+    lines.append("(~ estimated from sampled isolated points; restart: crash → next worker "
+                 "connected, median)")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--engine-points", type=int, default=2,
-                   help="how many triage points to also crash the engine at (0: none)")
-    p.add_argument("--out", help="write every round's figures to this JSON file")
+    p.add_argument("--steps", default="10,30,100", help="agent sizes (comma-separated)")
+    p.add_argument("--sample", type=int, default=3,
+                   help="isolated points run per size above 10 steps (cost estimate)")
+    p.add_argument("--out", help="write the figures to this JSON file")
     args = p.parse_args(argv)
-    rounds = [one_round(r + 1, args.engine_points) for r in range(args.rounds)]
-
-    def col(key: str) -> list[float]:
-        return [x[key] for x in rounds if x[key] is not None]
-
-    rows = [
-        ("clean run + one restart (s)", spread(col("baseline_s"), "{:.1f}"), ""),
-        ("app crash point (s, mean)", spread(col("app_point_mean_s"), "{:.1f}"), ""),
-        ("app point / (clean + restart)", spread(col("app_ratio")),
-         f"target ≤ {TARGET_RATIO}"),
-        ("engine point / (clean + restart)", spread(col("engine_ratio")), "info"),
-        ("all app points, jobs 1 (s)", spread(col("jobs1_s"), "{:.1f}"), ""),
-        ("all app points, jobs 2 (s)", spread(col("jobs2_s"), "{:.1f}"), ""),
-        ("jobs 2 speed-up (jobs1 / jobs2)", spread(col("speedup")), "2 cores: ≤ 2"),
-        ("CPU per app point (s)", spread(col("cpu_per_app_point_s"), "{:.1f}"),
-         "harness + workers + engine"),
-        ("cores busy, jobs 1", spread(col("cores_used_jobs1")), "CPU-s / wall-s"),
-        ("cores busy, jobs 2", spread(col("cores_used_jobs2")), starved_note(rounds)),
-    ]
-    width = max(len(r[0]) for r in rows)
-    print(f"crash matrix on {TARGET.rsplit('/', 3)[-3:]} — {args.rounds} round(s), "
-          f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores, "
-          f"python {platform.python_version()}")
-    for name, value, note in rows:
-        print(f"  {name:<{width}}  {value:<22} {note}")
-    ratios = col("app_ratio")
-    verdict = "meets" if statistics.median(ratios) <= TARGET_RATIO else "MISSES"
-    print(f"  median app-point ratio {statistics.median(ratios):.2f} {verdict} the "
-          f"{TARGET_RATIO}× target", flush=True)
+    doc = run([int(s) for s in args.steps.split(",")], args.sample)
+    print(render(doc))
+    for goal, met in doc["met"].items():
+        if met is not None:
+            print(f"{goal}: {'met' if met else 'MISSED'}")
     if args.out:
-        Path(args.out).write_text(json.dumps({
-            "target": TARGET, "rounds": rounds, "loadavg": os.getloadavg(),
-            "cpus": os.cpu_count()}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return 0
 
 

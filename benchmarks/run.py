@@ -46,7 +46,7 @@ from bench_common import (
 
 add_repo_paths()
 
-ALL = ("sqlite", "pg", "verify", "memory", "growth", "interceptor", "profile")
+ALL = ("sqlite", "pg", "verify", "memory", "growth", "interceptor", "crashtest", "profile")
 MIX_VERSION = 2  # bump when bench_synth.workload changes, to invalidate cached ledgers
 
 PRESETS = {
@@ -54,11 +54,11 @@ PRESETS = {
     "quick": {"entries": 100_000, "sqlite_rounds": 5, "n_append": 600, "n_commit": 600,
               "n_sign": 5000, "pg_rounds": 3, "pg_seconds": 2.5, "verify_rounds": 3,
               "full_rounds": 2, "n_ed": 3000, "growth_rounds": 3,
-              "interceptor_n": 100, "interceptor_rounds": 3},
+              "interceptor_n": 100, "interceptor_rounds": 3, "crashtest_steps": [10, 30]},
     "full": {"entries": 1_000_000, "sqlite_rounds": 5, "n_append": 2000, "n_commit": 2000,
              "n_sign": 10000, "pg_rounds": 3, "pg_seconds": 5.0, "verify_rounds": 3,
              "full_rounds": 1, "n_ed": 5000, "growth_rounds": 5,
-             "interceptor_n": 200, "interceptor_rounds": 3},
+             "interceptor_n": 200, "interceptor_rounds": 3, "crashtest_steps": [10, 30, 100]},
 }
 # targets of issue 11 (part 5)
 T_SQLITE, T_PG, T_VERIFY, T_FULL, T_RSS_MIB, T_AUDITED = 0.8, 2000.0, 0.8, 0.9, 64.0, 0.85
@@ -393,6 +393,30 @@ def _rows_interceptor(doc: dict[str, Any], rows: list[list[str]]) -> None:
                      "(info)", ""])
 
 
+def _rows_crashtest(doc: dict[str, Any], rows: list[list[str]]) -> None:
+    by = {d["steps"]: d for d in doc["sizes"]}
+    goals = doc["goals"]
+    if 100 in by:
+        d = by[100]
+        rows.append(["6a", f"crash matrix, 100-step agent, all {d['points']} app points "
+                     f"(sweep, everything included)", fmt_num(d["sweep_s"], " s"), "",
+                     "-", f"≤ {goals['sweep_100_steps_s']:.0f} s",
+                     _status(d["sweep_s"], goals["sweep_100_steps_s"], False)])
+    if 30 in by:
+        d = by[30]
+        r = d["sweep_over_points_x_clean"]
+        rows.append(["6b", f"30-step agent: sweep ÷ ({d['points']} points × one clean run)",
+                     fmt_num(d["sweep_s"], " s"), fmt_num(d["points"] * d["clean_s"], " s"),
+                     f"{r:.3f}", f"≤ {goals['sweep_30_steps_over_points_x_clean']}",
+                     _status(r, goals["sweep_30_steps_over_points_x_clean"], False)])
+    for n, d in sorted(by.items()):
+        iso = "measured" if d["isolated_measured"] else "estimated"
+        rows.append(["6c", f"  {n} steps: sweep ÷ isolated matrix ({iso}); per point",
+                     fmt_num(d["sweep_per_point_s"], " s"),
+                     fmt_num(d["isolated_per_point_s"], " s"), f"{d['sweep_over_isolated']:.3f}",
+                     "(info)", ""])
+
+
 def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["#", "figure", "measured (median)", "baseline (median)", "ratio median [min–max]",
             "target", "status"]
@@ -400,7 +424,8 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     f = results["figures"]
     sections = [("sqlite", "series", _rows_sqlite), ("growth", "series", _rows_growth),
                 ("pg", "ratios", _rows_pg), ("verify", "default", _rows_verify),
-                ("memory", "summary", None), ("interceptor", "variants", _rows_interceptor)]
+                ("memory", "summary", None), ("interceptor", "variants", _rows_interceptor),
+                ("crashtest", "sizes", _rows_crashtest)]
     for name, key, fn in sections:
         if name not in f:
             continue
@@ -705,6 +730,14 @@ def main(argv: list[str]) -> int:
             figs["interceptor"] = interceptor_figure(workdir, preset["interceptor_n"],
                                                      preset["interceptor_rounds"])
             timings["interceptor"] = round(time.perf_counter() - t0, 1)
+        if "crashtest" in which:
+            import bench_crashtest
+
+            t0 = time.perf_counter()
+            log("figure 6: crash matrix of the financial agent at "
+                + " / ".join(map(str, preset["crashtest_steps"])) + " steps")
+            figs["crashtest"] = bench_crashtest.run(preset["crashtest_steps"])
+            timings["crashtest"] = round(time.perf_counter() - t0, 1)
     finally:
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)

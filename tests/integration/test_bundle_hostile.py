@@ -8,7 +8,8 @@
    file, truncations at random offsets, random byte flips, duplicated and missing lines,
    every field of every JSON document replaced by a value of each wrong type, and a
    manifest re-signed by a trusted key with any field of any type. Each must give a finding
-   (``verify_bundle`` returns a result that is not ok: exit 1) or an input error
+   (``verify_bundle`` returns a result that is not ok, or raises :class:`SignatureError`
+   for a signed document whose signature no longer holds: exit 1) or an input error
    (:class:`InputError`: exit 2, one line) — never another exception (a traceback), never
    a clean verdict on changed bytes, never a hang.
 """
@@ -32,7 +33,7 @@ from hypothesis import strategies as st
 
 from histaudit.bundle.envelope import FILE_MAX_BYTES
 from histaudit.bundle.verify import verify_bundle
-from histaudit.errors import InputError
+from histaudit.errors import InputError, SignatureError
 from support.bundles import Built, build_bundle, manifest_of, resign_manifest
 from support.cli import cli, exits, one_error_line
 
@@ -194,12 +195,15 @@ def test_unsafe_names_in_a_signed_manifest(name: str, built: Built, copy: Path,
 # --- 2. families of hostile contents -------------------------------------------------------
 
 def _outcome(bundle: Path, built: Built) -> str:
-    """'finding' or 'input error'; anything else (another exception, a clean verdict on
+    """'finding', 'input error' or 'signature' (a signed document whose signature no
+    longer verifies: exit 1); anything else (another exception, a clean verdict on
     changed bytes) fails the test."""
     try:
         result = verify_bundle(bundle, built.trust)
     except InputError:
         return "input error"
+    except SignatureError:
+        return "signature"
     assert not result.ok, "changed bytes verified clean"
     return "finding"
 

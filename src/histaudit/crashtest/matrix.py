@@ -243,7 +243,8 @@ MODES = ("sweep", "isolated")
 def run_matrix(spec: CrashSpec, *, jobs: int = 1, engine_points: bool = True,
                app_points: bool = True, points: Sequence[str] | None = None,
                clean: CleanRun | None = None, progress: Progress | None = None,
-               mode: str = "sweep", on_crash: CrashSeen | None = None) -> MatrixResult:
+               mode: str = "sweep", on_crash: CrashSeen | None = None,
+               keep_sweeps: list[SweepRun] | None = None) -> MatrixResult:
     """Clean run, then every point (or ``points``) as an app crash and an engine crash.
 
     ``points`` are names, aliases, globs or step ranges
@@ -254,7 +255,7 @@ def run_matrix(spec: CrashSpec, *, jobs: int = 1, engine_points: bool = True,
     ``jobs`` runs that many runs at once, each with its own engine and workers (a sweep:
     the app and the engine sweep side by side). ``progress(result, done, total)`` is
     called as each isolated run finishes; ``on_crash(point, kind, done, total)`` at each
-    crash of a sweep.
+    crash of a sweep. ``keep_sweeps`` receives every sweep made (their timings).
     """
     if jobs < 1:
         raise UsageError(f"jobs must be at least 1, not {jobs}")
@@ -290,6 +291,8 @@ def run_matrix(spec: CrashSpec, *, jobs: int = 1, engine_points: bool = True,
         sweeps = [s for _, made in parts for s in made]
         runs = {"sweeps": len(sweeps), "sweep_crashes": sum(len(s.crashes) for s in sweeps),
                 "isolated": done}
+        if keep_sweeps is not None:
+            keep_sweeps.extend(sweeps)
     else:
         todo = [(p, k) for k in kinds for p in chosen]
         results = _each(lambda pk: finished(_crash_once(spec, clean, *pk), len(todo)),

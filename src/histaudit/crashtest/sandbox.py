@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import os
+import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +32,7 @@ from typing import Any
 
 from .engine import EngineProcess
 from .spec import CrashSpec
-from .worker import WORKER_ERROR, WORKER_READY
+from .worker import WORKER_ERROR, WORKER_READY, ZYGOTE_READY
 
 __all__ = ["READY_TIMEOUT_S", "TERMINAL", "RunError", "RunState", "Sandbox", "Worker"]
 
@@ -68,11 +71,107 @@ class RunError(Exception):
         self.tail = tail
 
 
-class Worker:
-    """One ``python -m histaudit.crashtest worker`` process, its output in a log file."""
+class _Forked:
+    """A worker forked by a :class:`Zygote`: the part of ``Popen`` a :class:`Worker` uses
+    (its exit status comes from the zygote, whose child it is)."""
 
-    def __init__(self, name: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    stdin = None
+
+    def __init__(self, zygote: Zygote | None, pid: int | None) -> None:
+        self.zygote, self.pid = zygote, pid
+
+    def poll(self) -> int | None:
+        if self.zygote is None or self.pid is None:
+            return None  # not forked yet (held)
+        return self.zygote.exits.get(self.pid)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (rc := self.poll()) is None:
+            if self.pid is None:
+                return 0
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("forked worker", timeout or 0)
+            time.sleep(0.01)
+        return rc
+
+    def kill(self) -> None:
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+class Zygote:
+    """A ``python -m histaudit.crashtest zygote`` process: the app loaded once, a worker
+    forked from it per :meth:`fork` (:func:`histaudit.crashtest.worker.zygote_main`)."""
+
+    def __init__(self, app: str, env: Mapping[str, str], log: Path) -> None:
+        argv = [sys.executable, "-m", "histaudit.crashtest", "zygote", "--app", app,
+                "--parent", str(os.getpid())]
+        self.log = log
+        with open(log, "wb") as fh:
+            self.proc = subprocess.Popen(argv, env=dict(env), stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=fh, close_fds=True)
+        with _LIVE_LOCK:
+            _LIVE_WORKERS.add(self.proc)
+        self.exits: dict[int, int] = {}
+        self._pids: queue.Queue[int] = queue.Queue()
+        self._ready = threading.Event()
+        self.error: str | None = None
+        threading.Thread(target=self._read, name="crashtest-zygote", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace").strip()
+            word, _, rest = line.partition(" ")
+            if line == ZYGOTE_READY:
+                self._ready.set()
+            elif line.startswith(WORKER_ERROR):
+                self.error = line[len(WORKER_ERROR):]
+            elif word == "pid":
+                self._pids.put(int(rest))
+            elif word == "exit":
+                pid, rc = rest.split()
+                self.exits[int(pid)] = int(rc)
+        self._ready.set()  # ended: wait_ready sees it did not get there
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
+        """True once the app is loaded and the zygote forks; False if it cannot."""
+        return self._ready.wait(timeout) and self.proc.poll() is None and self.error is None
+
+    def fork(self, log: Path, env: Mapping[str, str]) -> _Forked:
+        assert self.proc.stdin is not None
+        request = json.dumps({"log": str(log), "env": dict(env)}) + "\n"
+        try:
+            self.proc.stdin.write(request.encode("utf-8"))
+            self.proc.stdin.flush()
+            return _Forked(self, self._pids.get(timeout=30))
+        except (OSError, queue.Empty):
+            raise RunError("the worker fork server stopped", self.tail()) from None
+
+    def tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-_TAIL_CHARS:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        with _LIVE_LOCK:
+            _LIVE_WORKERS.discard(self.proc)
+
+
+class Worker:
+    """One worker process — ``python -m histaudit.crashtest worker``, or a fork of a
+    :class:`Zygote` — its output in a log file."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes] | _Forked, log: Path,
+                 *, fork: Callable[[], _Forked] | None = None) -> None:
         self.name, self.proc, self.log = name, proc, log
+        self._fork = fork
         self.spawned = time.monotonic()
         self.ready_at: float | None = None
 
@@ -122,7 +221,10 @@ class Worker:
         return f"worker {self.name} exited with status {rc} before it was ready"
 
     def release(self) -> None:
-        """Let a held worker connect."""
+        """Let a held worker connect (a held fork is forked now)."""
+        if self._fork is not None:
+            self.proc, self._fork = self._fork(), None
+            return
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(b"go\n")
@@ -140,8 +242,9 @@ class Worker:
         if self.proc.stdin is not None:
             with contextlib.suppress(Exception):
                 self.proc.stdin.close()
-        with _LIVE_LOCK:
-            _LIVE_WORKERS.discard(self.proc)
+        if isinstance(self.proc, subprocess.Popen):
+            with _LIVE_LOCK:
+                _LIVE_WORKERS.discard(self.proc)
 
 
 @dataclass(frozen=True)
@@ -176,13 +279,17 @@ class Sandbox:
     """One run's world: engine, ledger, key pair, data directory, workers, client."""
 
     def __init__(self, spec: CrashSpec, *, lock_timeout: float | None = None,
-                 label: str = "run") -> None:
+                 label: str = "run", fork: bool = False) -> None:
         from histaudit.ledger.keys import generate_keypair
 
         self.spec = spec
         self.dir = Path(tempfile.mkdtemp(prefix=f"histaudit-crashtest-{label}-"))
         self.workers: list[Worker] = []
         self._client: Any = None
+        self._forking = fork
+        self._zygote_proc: Zygote | None = None
+        self.fork_refused: str | None = None
+        """Why workers are spawned although ``fork=True`` was asked (None: they are not)."""
         try:
             self.data = self.dir / "data"
             self.data.mkdir()
@@ -219,14 +326,28 @@ class Sandbox:
 
     def spawn(self, name: str, extra: Mapping[str, str] | None = None, *, hold: bool = False,
               info: Path | None = None) -> Worker:
-        """Start a worker; ``hold``: it loads the app, and connects once released."""
+        """Start a worker; ``hold``: it loads the app, and connects once released.
+
+        In a sandbox made with ``fork=True`` workers are forked from a :class:`Zygote`
+        (a held one when released), unless the app cannot be forked from; ``info``
+        always spawns.
+        """
+        log = self.dir / f"worker-{name}.log"
+        zygote = self._zygote() if info is None else None
+        if zygote is not None:
+            env = dict(extra or {})
+            worker = Worker(name, _Forked(None, None), log,
+                            fork=lambda: zygote.fork(log, env))
+            if not hold:
+                worker.release()
+            self.workers.append(worker)
+            return worker
         argv = [sys.executable, "-m", "histaudit.crashtest", "worker",
                 "--app", self.spec.app_module, "--parent", str(os.getpid())]
         if info is not None:
             argv += ["--info", str(info), "--module", self.spec.module]
         if hold:
             argv.append("--hold")
-        log = self.dir / f"worker-{name}.log"
         with open(log, "wb") as fh:
             proc = subprocess.Popen(argv, env={**self.env, **(extra or {})},
                                     stdin=subprocess.PIPE if hold else subprocess.DEVNULL,
@@ -236,6 +357,19 @@ class Sandbox:
         worker = Worker(name, proc, log)
         self.workers.append(worker)
         return worker
+
+    def _zygote(self) -> Zygote | None:
+        """The sandbox's fork server, started on first use; None if not forking."""
+        if not self._forking:
+            return None
+        if self._zygote_proc is None:
+            self._zygote_proc = Zygote(self.spec.app_module, self.env, self.dir / "zygote.log")
+            if not self._zygote_proc.wait_ready():
+                self._zygote_proc.close()  # the app cannot be forked from: spawn instead
+                self.fork_refused = self._zygote_proc.error or "the fork server ended"
+                self._forking = False
+                return None
+        return self._zygote_proc
 
     def last_tail(self) -> str:
         """The output tail of the worker spawned last ("" if none was)."""
@@ -299,6 +433,8 @@ class Sandbox:
     def close(self) -> None:
         for worker in self.workers:
             worker.kill()
+        if self._zygote_proc is not None:
+            self._zygote_proc.close()
         self.reset_client()
         with contextlib.suppress(Exception):
             self.engine.kill()

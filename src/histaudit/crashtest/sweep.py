@@ -30,9 +30,11 @@ in one run, nothing it shows is taken on trust:
   half of its points that does not sweep clean is split again, down to single points
   run in isolation; what no single point reproduces is reported as a result of the
   sweep itself;
-* once the points that reproduce a sweep's trouble alone are known, the others are swept
-  again without them, so a point is reported identical only by a sweep that ended like
-  the clean run;
+* a sweep whose every warning or error finding is reproduced alone by a point next to
+  it (same output as the clean run, effect counts differing only where those findings
+  say) vouches for its other points; otherwise, once the points that reproduce its
+  trouble alone are known, the others are swept again without them, so a point is
+  reported identical only by a sweep that ended clean or was explained point by point;
 * a sweep that stops (a worker dies on its own, the instance is stuck) reports the point
   it crashed at last from an isolated run, and sweeps the points after it again;
 * points the sweep never reached, or that have no scoped alias (crash points outside any
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from histaudit.crash import (
@@ -61,6 +63,7 @@ from .discovery import base_point
 from .judge import Evidence, evidence, judge
 from .results import (
     FAILED,
+    FINDINGS,
     IDENTICAL,
     KIND_APP,
     KIND_ENGINE,
@@ -112,6 +115,9 @@ class SweepRun:
     stopped_at: str | None
     """The point crashed at last when the sweep could not go on (stuck, worker died)."""
     wall: float
+    resumed: tuple[float, ...] = ()
+    """Seconds from each crash until work went on: the next worker connected (app), the
+    engine back (engine)."""
 
     def around(self, finding: Finding) -> tuple[str | None, str | None]:
         """The crashes on either side of ``finding``'s entry: the one after which it was
@@ -133,6 +139,14 @@ class SweepRun:
                 for point in filter(None, self.around(finding)):
                     found.setdefault(point, []).append(finding)
         return found
+
+    def explained_by(self, alone: Mapping[str, PointResult]) -> bool:
+        """Whether every finding at warning or above has, on one side of it, a point
+        whose isolated run reproduced its code — then nothing in the sweep is left to
+        the points in between, and the sweep vouches for them."""
+        return all(any(f.code in alone[p].codes for p in filter(None, self.around(f))
+                       if p in alone)
+                   for f in self.result.findings if f.severity >= Severity.WARNING)
 
     def info_around(self, point: str) -> tuple[Finding, ...]:
         """Info findings (what recovery did: a re-execution, a skipped effect) with the
@@ -160,6 +174,7 @@ class _Walk:
         self.list_file = sb.dir / "sweep.txt"
         self.fired = fired_path(self.list_file)
         self.crashes: list[SweepCrash] = []
+        self.resumed: list[float] = []
         self.began = time.monotonic()
         self._write()
 
@@ -201,8 +216,10 @@ def _walk_app(walk: _Walk) -> RunState | None:
             raise RunError(f"worker exited with status {rc}, not at a crash point",
                            current.tail())
         walk.note_crash()
+        crashed = time.monotonic()
         held.release()
         held.wait_ready()
+        walk.resumed.append(time.monotonic() - crashed)
         current = held
         held = sb.spawn(f"sweep-{len(walk.crashes) + 2}", walk.env, hold=True)
 
@@ -225,10 +242,12 @@ def _walk_engine(walk: _Walk) -> RunState | None:
                 raise RunError(f"worker exited with status {rc}", worker.tail())
             return state
         walk.note_crash()
+        crashed = time.monotonic()
         sb.reset_client()
         sb.engine.kill()
         sb.engine.start()
         marker.unlink()
+        walk.resumed.append(time.monotonic() - crashed)
         limit = timeout + sb.spec.lock_timeout
 
 
@@ -244,7 +263,7 @@ def _sweep(spec: CrashSpec, clean: CleanRun, keys: dict[str, str], kind: CrashKi
     state: RunState | None = None
     ev: Evidence | None = None
     try:
-        with Sandbox(spec, lock_timeout=lock, label=f"sweep-{kind.value}") as sb:
+        with Sandbox(spec, lock_timeout=lock, label=f"sweep-{kind.value}", fork=True) as sb:
             sb.instance = clean.instance  # so the clean run's scoped aliases apply here
             result = replace(result, instance=sb.instance)
             walk = _Walk(sb, keys, kind, on_crash, len(keys))
@@ -269,7 +288,7 @@ def _sweep(spec: CrashSpec, clean: CleanRun, keys: dict[str, str], kind: CrashKi
     stopped = None if finished or not crashes else crashes[-1].point
     return SweepRun(kind=kind, crashes=crashes, result=replace(
         result, wall=time.monotonic() - began), stopped_at=stopped,
-        wall=time.monotonic() - began)
+        wall=time.monotonic() - began, resumed=tuple(walk.resumed) if walk else ())
 
 
 # --- a sweep, checked --------------------------------------------------------------------
@@ -278,16 +297,22 @@ def _swept(point: str, kind: CrashKind, run: SweepRun, spec: CrashSpec) -> Point
     """The result of a point the sweep crashed at and recovered from."""
     n = next(i for i, c in enumerate(run.crashes, start=1) if c.point == point)
     prev = run.crashes[n - 2].at if n > 1 else 0.0
-    clean = run.result.outcome == IDENTICAL
+    outcome = run.result.outcome
+    if outcome == IDENTICAL:
+        note, effects = "", dict(run.result.effects)
+    elif outcome == FINDINGS:  # explained point by point (SweepRun.explained_by)
+        note = "; the sweep's findings are all at points run alone"
+        effects = dict(run.result.clean_effects)
+    else:
+        note = f"; the sweep ended {outcome}: see {run.result.point!r}"
+        effects = dict(run.result.effects)
     return PointResult(point=point, kind=kind, outcome=IDENTICAL,
-                       detail=f"recovered in the sweep (crash {n} of {len(run.crashes)})" + (
-                           "" if clean else f", which ended {run.result.outcome}: see "
-                                            f"{run.result.point!r}"),
+                       detail=f"recovered in the sweep (crash {n} of {len(run.crashes)})"
+                              + note,
                        rerun=spec.rerun_command(point, engine_crash=kind == KIND_ENGINE),
                        wall=run.crashes[n - 1].at - prev, status=run.result.status,
                        output=run.result.output, output_matches=run.result.output_matches,
-                       effects=dict(run.result.effects),
-                       clean_effects=dict(run.result.clean_effects),
+                       effects=effects, clean_effects=dict(run.result.clean_effects),
                        findings=run.info_around(point),
                        instance=run.result.instance)
 
@@ -351,16 +376,20 @@ def sweep_points(spec: CrashSpec, clean: CleanRun, points: Sequence[str], kind: 
             for point, found in run.attributed().items():
                 codes = ", ".join(dict.fromkeys(f.code for f in found))
                 alone(point, f"the sweep attributes {codes} to this crash")
-            if not any(alone_done[p].outcome == outcome for p in crashed if p in alone_done):
-                localise({p: todo[p] for p in crashed if p not in alone_done}, outcome)
-            if any(alone_done[p].outcome != IDENTICAL for p in crashed if p in alone_done):
-                # Explained by points that reproduce it alone: sweep the others again,
-                # without them, so that what vouches for the others is a clean sweep.
-                todo = {p: k for p, k in todo.items() if p not in alone_done}
-                continue
-            results[run.result.point] = replace(run.result, detail=(
-                f"{run.result.detail}; no single point reproduces it in isolation "
-                f"(only this sweep's {len(crashed)} crashes together)"))
+            if outcome == FINDINGS and run.explained_by(alone_done):
+                pass  # every finding reproduced alone next to where the sweep saw it
+            else:
+                if not any(alone_done[p].outcome == outcome for p in crashed
+                           if p in alone_done):
+                    localise({p: todo[p] for p in crashed if p not in alone_done}, outcome)
+                if any(alone_done[p].outcome != IDENTICAL for p in crashed if p in alone_done):
+                    # Explained by points that reproduce it alone: sweep the others again
+                    # without them, so that what vouches for the others ended clean.
+                    todo = {p: k for p, k in todo.items() if p not in alone_done}
+                    continue
+                results[run.result.point] = replace(run.result, detail=(
+                    f"{run.result.detail}; no single point reproduces it in isolation "
+                    f"(only this sweep's {len(crashed)} crashes together)"))
         for point in crashed:
             if point not in alone_done:
                 results[point] = _swept(point, kind, run, spec)
