@@ -38,6 +38,10 @@ from .options import write_file
 @click.option("--no-engine-points", is_flag=True, help="App crashes only.")
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
               help="Seconds a run may take to crash, and then to complete.")
+@click.option("--lock-timeout", type=click.FloatRange(0.1, 600), default=3.0,
+              show_default=True, metavar="SECONDS", help="The engine's work-item lock in "
+              "engine-crash runs: how long a restarted engine waits before it dispatches "
+              "the interrupted step again (keep it above your slowest activity).")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V",
               help="Environment for the workers (repeatable), e.g. IDEMPOTENT=1.")
 @click.option("--ignore", multiple=True, metavar="JSONPATH",
@@ -50,8 +54,8 @@ from .options import write_file
 def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: int,
               junit_file: str | None, json_file: str | None, points: tuple[str, ...],
               engine_crash: bool, no_engine_points: bool, timeout: float,
-              env_pairs: tuple[str, ...], ignore: tuple[str, ...], sample: int | None,
-              seed: int | None) -> int:
+              lock_timeout: float, env_pairs: tuple[str, ...], ignore: tuple[str, ...],
+              sample: int | None, seed: int | None) -> int:
     """Crash the workflow at every crash point it reaches, recover, compare with a clean
     run. Exit 1 if any point diverged, got stuck, failed or has an error finding."""
     from histaudit import crashtest as ct
@@ -80,6 +84,7 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
         return f" · about {(time.monotonic() - began) / done * (total - done):.0f}s to go"
 
     spec = ct.CrashSpec(target=target, input=inp, app=app, env=env, timeout=timeout,
+                        lock_timeout=lock_timeout,
                         ignore=ignore, sample=sample, seed=seed)
     # On a terminal, say what happens from the first second (the clean run can take a
     # while); piped output stays one line per point.

@@ -123,6 +123,8 @@ class CrashSpec:
     def __post_init__(self) -> None:
         if self.timeout <= 0:
             raise UsageError(f"timeout must be positive, not {self.timeout}")
+        if self.lock_timeout <= 0:
+            raise UsageError(f"lock_timeout must be positive, not {self.lock_timeout}")
         if self.sample is not None and self.sample < 1:
             raise UsageError(f"--sample must be at least 1, not {self.sample}")
         if self.seed is not None and self.sample is None:
@@ -156,6 +158,8 @@ class CrashSpec:
             argv += ["--env", f"{key}={value}"]
         if self.timeout != DEFAULT_TIMEOUT_S:
             argv += ["--timeout", f"{self.timeout:g}"]
+        if engine_crash and self.lock_timeout != ENGINE_LOCK_TIMEOUT_S:
+            argv += ["--lock-timeout", f"{self.lock_timeout:g}"]
         for path in self.ignore:
             argv += ["--ignore", path]
         return shlex.join(argv)
