@@ -319,6 +319,12 @@ class Sandbox:
     def start_engine(self) -> None:
         self.engine.start()
 
+    def kill_engine_and_restart(self) -> None:
+        """SIGKILL the engine like a power cut, and start it on the same port and state."""
+        self.reset_client()
+        self.engine.kill()
+        self.engine.start()
+
     @property
     def env(self) -> dict[str, str]:
         """Worker environment; asked after the engine started (its port may have moved)."""

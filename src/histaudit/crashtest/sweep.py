@@ -243,9 +243,7 @@ def _walk_engine(walk: _Walk) -> RunState | None:
             return state
         walk.note_crash()
         crashed = time.monotonic()
-        sb.reset_client()
-        sb.engine.kill()
-        sb.engine.start()
+        sb.kill_engine_and_restart()
         marker.unlink()
         walk.resumed.append(time.monotonic() - crashed)
         limit = timeout + sb.spec.lock_timeout
