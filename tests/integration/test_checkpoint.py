@@ -593,3 +593,188 @@ def test_checkpoint_of_a_genuinely_other_ledger_exits_1_naming_both(world: World
                 world.url, "--json", cwd=world.tmp)
         exits(r, 1)
         assert _json_codes(r) == ["ledger-id-mismatch", content]
+
+
+# --- an auditor's kept checkpoints: `checkpoint verify`, `verify --bundle --since-checkpoint`
+
+def _cli_checkpoint(world: World, name: str) -> Path:
+    note = world.tmp / name
+    exits(cli("checkpoint", "--db", world.url, "--key", world.key, "--out", note,
+              cwd=world.tmp), 0)
+    return note
+
+
+def _cli_export(world: World, name: str, *instances: str) -> Path:
+    out = world.tmp / name
+    r = cli("export", *instances, "--out", out, "--db", world.url, "--key", world.key,
+            "--trust", world.pub, cwd=world.tmp)
+    exits(r, 0)
+    return out
+
+
+def test_cli_checkpoint_verify_says_what_a_kept_note_proves(world: World) -> None:
+    note = _cli_checkpoint(world, "kept.note")
+    cp = parse_note(note.read_bytes(), world.trust)
+    r = cli("checkpoint", "verify", note, "--trust", world.pub, cwd=world.tmp)
+    exits(r, 0)
+    root = base64.b64encode(cp.root).decode()
+    for said in ("OK", cp.origin, "18 leaves", root, cp.root.hex(), world.signer.kid, "ops",
+                 verifier_key(cp.origin, world.signer.public), "no timestamp"):
+        assert said in r.stdout, said
+    r = cli("checkpoint", "verify", note, "--trust", world.pub, "--json", cwd=world.tmp)
+    exits(r, 0)
+    assert json.loads(r.stdout) == {
+        "note": str(note), "ok": True, "origin": cp.origin, "size": 18, "root": root,
+        "root_hex": cp.root.hex(), "kid": world.signer.kid, "key_name": "ops",
+        "verifier_key": verifier_key(cp.origin, world.signer.public), "timestamp": None}
+    # HISTAUDIT_TRUST works as --trust does; the ledger is never opened (it may be gone).
+    Path(world.tmp / "ledger.db").unlink(missing_ok=True)
+    exits(cli("checkpoint", "verify", note, cwd=world.tmp,
+              env={"HISTAUDIT_TRUST": str(world.pub)}), 0)
+
+
+def test_cli_checkpoint_verify_refuses_altered_untrusted_and_unreadable_notes(
+        world: World) -> None:
+    note = _cli_checkpoint(world, "kept.note")
+    text = note.read_bytes()
+    stranger = world.tmp / "stranger"
+    generate_keypair(stranger, name="stranger")
+
+    def check(data: bytes, trust: Path = world.pub, *extra: str
+              ) -> subprocess.CompletedProcess[str]:
+        path = world.tmp / "given.note"
+        path.write_bytes(data)
+        return cli("checkpoint", "verify", path, "--trust", trust, *extra, cwd=world.tmp)
+
+    # One character of the signed root changed (still base64 of 32 bytes): it reads, but
+    # its signature no longer verifies — a failed check, exit 1, with or without --json.
+    root_line = text.split(b"\n")[2]
+    flipped = root_line[:5] + (b"A" if root_line[5:6] != b"A" else b"B") + root_line[6:]
+    altered = text.replace(root_line, flipped)
+    verification_failed(check(altered), "no valid signature by a trusted key")
+    verification_failed(check(altered, world.pub, "--json"), "no valid signature")
+    sig_at = text.rindex(b" ") + 10  # inside the signature's base64
+    sig_flipped = text[:sig_at] + (b"A" if text[sig_at:sig_at + 1] != b"A" else b"B") + \
+        text[sig_at + 1:]
+    verification_failed(check(sig_flipped), "no valid signature by a trusted key")
+    verification_failed(check(text, stranger), "no valid signature by a trusted key")
+    # What does not read as a note is bad input: exit 2, one line.
+    one_error_line(check(b"\x00\x01 not a note at all \xff\n"), "not UTF-8")
+    one_error_line(check(b"just some text\n"), "not a signed note")
+    one_error_line(check(text.replace(b"\n18\n", b"\nxviii\n")), "not a decimal number")
+    one_error_line(check(text.replace(root_line, root_line[:-4])), "root hash")
+    one_error_line(cli("checkpoint", "verify", world.tmp / "missing.note", "--trust",
+                       world.pub, cwd=world.tmp), "missing.note")
+    one_error_line(cli("checkpoint", "verify", note, cwd=world.tmp), "no trust store")
+    # The writing options mean nothing to `verify`: refused, not ignored.
+    one_error_line(cli("checkpoint", "--db", world.url, "verify", note, "--trust",
+                       world.pub, cwd=world.tmp), "--db", "checkpoint verify")
+    exits(check(text), 0)
+
+
+def test_cli_newer_bundle_extends_a_kept_checkpoint(world: World) -> None:
+    note = _cli_checkpoint(world, "kept.note")
+    append_rounds(world.url, world.signer, rounds=2, start=ROUNDS + 1)
+    bundle = _cli_export(world, "bundle")
+    verify = ("verify", "--bundle", bundle, "--since-checkpoint", note, "--trust", world.pub)
+    r = cli(*verify, cwd=world.tmp)
+    exits(r, 0)
+    assert "consistency 18->24 check — OK" in r.stdout
+    r = cli(*verify, "--json", cwd=world.tmp)
+    exits(r, 0)
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is True and doc["checkpoint"]["size"] == 24
+    assert doc["since_checkpoint"] == {"size": 18, "origin": parse_note(
+        note.read_bytes(), world.trust).origin, "checked": True}
+    (ledger_report,) = [rep for rep in doc["reports"] if rep["scope"] == "ledger"]
+    assert ledger_report["mode"] == "consistency 18->24" and ledger_report["findings"] == []
+    # A bundle's own checkpoint.note is a kept checkpoint too: the next bundle extends it.
+    append_rounds(world.url, world.signer, rounds=1, start=ROUNDS + 3)
+    later = _cli_export(world, "later")
+    exits(cli("verify", "--bundle", later, "--since-checkpoint", bundle / "checkpoint.note",
+              "--trust", world.pub, cwd=world.tmp), 0)
+    # The same note as the bundle's own checkpoint: sizes equal, roots must be equal.
+    exits(cli("verify", "--bundle", later, "--since-checkpoint", later / "checkpoint.note",
+              "--trust", world.pub, cwd=world.tmp), 0)
+
+
+def test_cli_bundle_of_some_instances_cannot_prove_it_extends_a_checkpoint(
+        world: World) -> None:
+    note = _cli_checkpoint(world, "kept.note")
+    append_rounds(world.url, world.signer, rounds=1, start=ROUNDS + 1)
+    partial = _cli_export(world, "partial", "wf-a")
+    args = ("verify", "--bundle", partial, "--since-checkpoint", note, "--trust", world.pub)
+    one_error_line(cli(*args, cwd=world.tmp), "6 of the 18 leaves", "export every instance")
+    one_error_line(cli(*args, "--json", cwd=world.tmp), "cannot prove")
+    exits(cli("verify", "--bundle", partial, "--trust", world.pub, cwd=world.tmp), 0)
+
+
+def test_cli_bundle_of_a_rolled_back_ledger_against_a_later_checkpoint(world: World) -> None:
+    backup = Backup(world.url, world.tmp / "backup").take()
+    append_rounds(world.url, world.signer, rounds=2, start=ROUNDS + 1)
+    note = _cli_checkpoint(world, "kept.note")  # 24 leaves, kept by the auditor
+    backup.restore()  # back to 18
+    for bundle in (_cli_export(world, "bundle"), _cli_export(world, "partial", "wf-b")):
+        # The sizes alone prove a rollback: a bundle of some instances shows it too.
+        r = cli("verify", "--bundle", bundle, "--since-checkpoint", note, "--trust",
+                world.pub, "--json", cwd=world.tmp)
+        exits(r, 1)
+        doc = json.loads(r.stdout)
+        assert doc["ok"] is False
+        (ledger_report,) = [rep for rep in doc["reports"] if rep["scope"] == "ledger"]
+        assert [f["code"] for f in ledger_report["findings"]] == ["checkpoint-rollback"]
+        assert all(rep["ok"] for rep in doc["reports"] if rep["scope"] != "ledger")
+    r = cli("verify", "--bundle", world.tmp / "bundle", "--since-checkpoint", note,
+            "--trust", world.pub, cwd=world.tmp)
+    exits(r, 1)
+    assert "checkpoint-rollback" in r.stdout and "FAILED" in r.stdout
+
+
+def test_cli_bundle_of_a_forked_ledger_is_inconsistent(world: World) -> None:
+    """Restored from a copy older than the kept checkpoint, then written past its size
+    with other entries: a bundle whose every chain verifies, but whose tree does not
+    extend what the auditor kept."""
+    backup = Backup(world.url, world.tmp / "backup").take()
+    append_rounds(world.url, world.signer, rounds=2, start=ROUNDS + 1)
+    note = _cli_checkpoint(world, "kept.note")
+    backup.restore()
+    append_rounds(world.url, world.signer, rounds=3, start=100)  # 27 leaves, another history
+    bundle = _cli_export(world, "bundle")
+    exits(cli("verify", "--bundle", bundle, "--trust", world.pub, cwd=world.tmp), 0)
+    r = cli("verify", "--bundle", bundle, "--since-checkpoint", note, "--trust", world.pub,
+            "--json", cwd=world.tmp)
+    exits(r, 1)
+    (ledger_report,) = [rep for rep in json.loads(r.stdout)["reports"]
+                        if rep["scope"] == "ledger"]
+    assert ledger_report["mode"] == "consistency 24->27"
+    assert [f["code"] for f in ledger_report["findings"]] == ["checkpoint-inconsistent"]
+    # A kept checkpoint of another ledger: named first, then what the content says.
+    other_url = f"sqlite:///{world.tmp / 'other.db'}"
+    append_rounds(other_url, world.signer, rounds=2)
+    other = world.tmp / "other.note"
+    other.write_bytes(checkpoint(other_url, world.signer).note)
+    r = cli("verify", "--bundle", bundle, "--since-checkpoint", other, "--trust", world.pub,
+            "--json", cwd=world.tmp)
+    exits(r, 1)
+    (ledger_report,) = [rep for rep in json.loads(r.stdout)["reports"]
+                        if rep["scope"] == "ledger"]
+    assert [f["code"] for f in ledger_report["findings"]] == ["ledger-id-mismatch",
+                                                              "checkpoint-inconsistent"]
+
+
+def test_cli_bundle_with_entries_cut_out_fails_rather_than_being_called_partial(
+        world: World) -> None:
+    """Lines deleted from a whole bundle's entries.jsonl are tampering (exit 1), not a
+    bundle of some instances (exit 2): the signed manifest says which it is."""
+    note = _cli_checkpoint(world, "kept.note")
+    bundle = _cli_export(world, "bundle")
+    entries = bundle / "entries.jsonl"
+    lines = entries.read_bytes().splitlines(keepends=True)
+    entries.write_bytes(b"".join(line for line in lines if b'"instance":"wf-b"' not in line))
+    r = cli("verify", "--bundle", bundle, "--since-checkpoint", note, "--trust", world.pub,
+            "--json", cwd=world.tmp)
+    exits(r, 1)
+    doc = json.loads(r.stdout)
+    assert doc["since_checkpoint"]["checked"] is False
+    bundle_codes = {f["code"] for rep in doc["reports"] for f in rep["findings"]}
+    assert "bundle-file-changed" in bundle_codes

@@ -3,7 +3,8 @@
 Nothing here opens a database or imports the Dapr SDK (a test proves it): the manifest's
 DSSE signature, each file's digest, the checkpoint note, every entry's RFC 9162
 inclusion proof and every chain (:func:`histaudit.verify.verify_chain`) are checked from
-the bundle's bytes alone.
+the bundle's bytes alone; given a checkpoint kept earlier, also that the bundle's signed
+tree extends it (docs/bundle.md §5.1).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from histaudit.ledger import merkle
 from histaudit.ledger import records as rec
 from histaudit.ledger.checkpoint import Checkpoint, parse_note
 from histaudit.ledger.keys import PublicKey, TrustStore
+from histaudit.verify.consistency import ConsistencyResult, signed_tree_extends
 from histaudit.verify.findings import Finding
 from histaudit.verify.report import Report, Scope
 from histaudit.verify.verifier import verify_chain
@@ -46,20 +48,24 @@ __all__ = ["BundleResult", "load_manifest", "verify_bundle"]
 
 @dataclass(frozen=True)
 class BundleResult:
-    """The outcome of verifying a bundle: bundle-level findings plus one report per instance."""
+    """The outcome of verifying a bundle: bundle-level findings plus one report per
+    instance, and the proof against a kept checkpoint when one was given."""
 
     checkpoint: Checkpoint
     findings: tuple[Finding, ...]
     reports: tuple[Report, ...]
+    consistency: ConsistencyResult | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.findings and all(r.ok for r in self.reports)
+        return (not self.findings and all(r.ok for r in self.reports)
+                and (self.consistency is None or self.consistency.ok))
 
     def all_reports(self) -> list[Report]:
         bundle = Report(instance_id="(bundle)", entries=sum(r.entries for r in self.reports),
                         mode="bundle", findings=self.findings, scope=Scope.BUNDLE)
-        return [bundle, *self.reports]
+        tail = [] if self.consistency is None else [self.consistency.report()]
+        return [bundle, *self.reports, *tail]
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
@@ -185,11 +191,14 @@ def load_manifest(root: Path, trust: TrustStore) -> tuple[dict[str, Any], str]:
 
 
 def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
-                  full: bool = True) -> BundleResult:
-    """Verify a bundle offline: manifest, files, checkpoint, inclusion proofs, every chain.
+                  full: bool = True, since: Checkpoint | None = None) -> BundleResult:
+    """Verify a bundle offline: manifest, files, checkpoint, inclusion proofs, every chain;
+    with ``since`` (a kept checkpoint, already verified), also that the bundle's tree
+    extends it.
 
-    Raises InputError for a bundle that cannot be read (docs/bundle.md §9), and
-    SignatureError when its manifest or checkpoint note is not signed by a trusted key.
+    Raises InputError for a bundle that cannot be read (docs/bundle.md §9), or that lacks
+    leaves ``since`` covers (exported for some instances only: §5.1); SignatureError when
+    its manifest or checkpoint note is not signed by a trusted key.
     """
     root = Path(path)
     manifest, _ = load_manifest(root, trust)
@@ -198,6 +207,7 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     if not isinstance(declared, dict):
         raise InputError("bundle manifest has no file list")
     contents: dict[str, bytes] = {}
+    changed: set[str] = set()
     for name in sorted(set(declared) | set(FILES)):
         if name not in declared:
             raise InputError(f"bundle manifest does not list {name}")
@@ -207,6 +217,7 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
         limit, listed = _limit(name, meta)
         data = _read(root, name, limit, listed=listed)
         if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+            changed.add(name)
             findings.append(Finding.make(
                 "bundle-file-changed", "(bundle)", None,
                 f"{name} does not match the signed manifest ({len(data)} bytes, manifest says "
@@ -236,23 +247,31 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
             except (KeyError, FormatError) as exc:
                 raise InputError(f"bundle payloads.jsonl: {exc}") from None
     rows: dict[str, list[rec.StoredEntry]] = defaultdict(list)
+    leaves: dict[int, bytes] = {}  # leaf hash by index; a proven line wins over one that is not
     for n, e in enumerate(_jsonl(contents["entries.jsonl"], "entries.jsonl"), 1):
         row = _entry_row(e, n)
         inclusion = e.get("inclusion", [])
         if not isinstance(inclusion, list):
             raise InputError(f"bundle entries.jsonl line {n}: inclusion is not a list")
         proof = [unb64(p, f"entries.jsonl line {n} proof") for p in inclusion]
-        if not merkle.verify_inclusion(row.leaf, cp.size, merkle.leaf_hash(row.body), proof,
-                                       cp.root):
+        leaf_hash = merkle.leaf_hash(row.body)
+        if not merkle.verify_inclusion(row.leaf, cp.size, leaf_hash, proof, cp.root):
             findings.append(Finding.make(
                 "inclusion-invalid", row.instance, row.seq,
                 f"entry {row.seq} (leaf {row.leaf}) is not in the signed checkpoint's tree"))
+            leaves.setdefault(row.leaf, leaf_hash)
         elif (claimed := _body_int(row.body, "leaf")) is not None and claimed != row.leaf:
             findings.append(Finding.make(
                 "inclusion-invalid", row.instance, row.seq,
                 f"entry {row.seq} says it is leaf {claimed}, but its proof puts it at leaf "
                 f"{row.leaf}"))
+            leaves.setdefault(row.leaf, leaf_hash)
+        else:
+            leaves[row.leaf] = leaf_hash
         rows[row.instance].append(row)
+    consistency = None
+    if since is not None:
+        consistency = _extends(since, cp, leaves, altered="entries.jsonl" in changed)
     heads = {}
     for n, h in enumerate(_jsonl(contents["heads.jsonl"], "heads.jsonl"), 1):
         try:
@@ -279,7 +298,30 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
                                     trust=trust, full=full, workers=1,
                                     payload_lookup=(payloads.get if "payloads.jsonl" in
                                                     contents else None)))
-    return BundleResult(checkpoint=cp, findings=tuple(findings), reports=tuple(reports))
+    return BundleResult(checkpoint=cp, findings=tuple(findings), reports=tuple(reports),
+                        consistency=consistency)
+
+
+def _extends(old: Checkpoint, cp: Checkpoint, leaves: Mapping[int, bytes], *,
+             altered: bool) -> ConsistencyResult | None:
+    """The proof that the bundle's tree ``cp`` extends the kept ``old``, from the bundle's
+    proven leaves; a bundle without every leaf below ``old.size`` cannot give it.
+
+    That is refused (InputError) for a bundle exported that way (some instances, a time
+    window, entries appended while it was exported), and left unproven (None) for one
+    whose entries.jsonl was altered: that is already a finding, which must not become an
+    input error.
+    """
+    missing = [] if old.size > cp.size else [i for i in range(old.size) if i not in leaves]
+    if not missing:
+        return signed_tree_extends(old, cp, leaves)
+    if altered:
+        return None
+    raise InputError(
+        f"the bundle holds {old.size - len(missing)} of the {old.size} leaves the kept "
+        f"checkpoint covers (first missing: leaf {missing[0]}), so it cannot prove its "
+        f"tree extends that checkpoint: export every instance, or verify the ledger itself "
+        f"with `histaudit verify --since-checkpoint FILE --db URL`")
 
 
 def _entry_row(e: Mapping[str, Any], n: int) -> rec.StoredEntry:

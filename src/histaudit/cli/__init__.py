@@ -18,11 +18,13 @@ import click
 from histaudit import __version__
 from histaudit.errors import HistauditError, VerificationError
 
+from .checkpoint import checkpoint
 from .crashtest import crashtest
 from .keys import keys
-from .ledger import checkpoint, export, list_, redact, show
+from .ledger import export, list_, redact
 from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS
 from .replay import replay
+from .show import show
 from .verify import verify
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_CLEAN", "EXIT_FINDINGS", "cli", "main"]

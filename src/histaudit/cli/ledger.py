@@ -1,8 +1,8 @@
-"""Commands over a ledger: ``list``, ``show``, ``redact``, ``checkpoint``, ``export``."""
+"""Commands over a ledger: ``list``, ``redact``, ``export`` (``checkpoint`` and ``show``
+have their own modules)."""
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -108,39 +108,6 @@ def _last_entry(snap: Snapshot, instance: str) -> rec.Entry | None:
 
 @click.command()
 @click.argument("instance_id")
-@db_option
-@click.option("--json", "as_json", is_flag=True)
-def show(instance_id: str, db: str | None, as_json: bool) -> int:
-    """INSTANCE_ID's entries as a readable timeline."""
-    with _open(db, reading=True) as ledger:
-        rows = list(ledger.entries(instance_id))
-    if not rows:
-        raise InputError(f"instance {rec.shown_id(instance_id)} has no entries in this ledger")
-    items: list[dict[str, Any]] = []
-    for row in rows:
-        try:
-            e = rec.parse_entry(row.body)
-            items.append({"seq": e.seq, "ts": e.ts, "kind": e.kind, "kid": e.kid,
-                          "data": dict(e.data)})
-        except HistauditError as exc:
-            items.append({"seq": row.seq, "ts": None, "kind": "(malformed)", "kid": None,
-                          "data": {"error": str(exc)}})
-    if as_json:
-        render.emit_json({"instance_id": instance_id, "entries": items})
-        return EXIT_CLEAN
-    table = Table(title=f"instance {render.clip(instance_id)}", header_style="bold")
-    for col in ("seq", "time (UTC)", "kind", "details"):
-        table.add_column(col, overflow="fold")
-    for it in items:
-        table.add_row(str(it["seq"]),
-                      render.clip((it["ts"] or "-").replace("T", " ").rstrip("Z")),
-                      render.clip(it["kind"]), render.clip(render.details(it["data"])))
-    render.console().print(table)
-    return EXIT_CLEAN
-
-
-@click.command()
-@click.argument("instance_id")
 @click.option("--seq", type=click.IntRange(1, 2**63 - 1), required=True,
               help="Entry holding the payload.")
 @click.option("--field", "field_", required=True, help="Payload field, e.g. input or output.")
@@ -192,26 +159,6 @@ def _signed_entry(ledger: Ledger, instance: str, seq: int) -> rec.Entry:
     if broken is not None:
         raise InputError(f"entry {seq} of {who} is malformed: {broken}")
     raise InputError(f"instance {who} has no entry {seq}")
-
-
-@click.command("checkpoint")
-@db_option
-@key_option
-@click.option("--out", "out_file", metavar="FILE", help="Also write the note to FILE.")
-def checkpoint(db: str | None, key: str | None, out_file: str | None) -> int:
-    """Sign and store a checkpoint of the whole ledger; print it (C2SP signed note)."""
-    from histaudit.bundle.staging import StagedOutput
-    from histaudit.ledger.chain import make_checkpoint
-
-    signer = signer_from_env(key)
-    # --out is checked, and the note written beside it, before the checkpoint is stored:
-    # a bad path or a full disk leaves the ledger unchanged (docs/bundle.md §4).
-    output = (StagedOutput(out_file, lambda cp: cp.note, what="checkpoint note",
-                           directory=False) if out_file else None)
-    with _open(db) as ledger:
-        cp = make_checkpoint(ledger, signer, output=output)
-    sys.stdout.write(cp.note.decode())
-    return EXIT_CLEAN
 
 
 @click.command("export")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -74,12 +75,28 @@ def reports(items: Iterable[Report]) -> None:
         out.print(table)
 
 
-def details(data: dict[str, Any]) -> str:
-    """An entry's data as ``key=value`` pairs, committed payloads as ⟨commitment size⟩."""
+DIGEST_CHARS = 12
+"""Hex characters of a SHA-256 digest shown to people (``--json`` has all 64)."""
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def short_digest(value: object) -> str:
+    """A 64-hex-character digest as its first :data:`DIGEST_CHARS` characters and "…";
+    anything else as :func:`clip` shows it."""
+    if isinstance(value, str) and _DIGEST.fullmatch(value):
+        return value[:DIGEST_CHARS] + "…"
+    return clip(value, 200)
+
+
+def details(data: Mapping[str, Any]) -> str:
+    """An entry's data as ``key=value`` pairs, committed payloads as ⟨commitment size⟩,
+    digests shortened (:func:`short_digest`)."""
     parts = []
     for key in sorted(data):
         value = data[key]
         if isinstance(value, dict) and "c" in value:
-            value = f"⟨{str(value['c'])[:10]}… {value.get('n', '?')}B⟩"
-        parts.append(f"{clip(key, 100)}={clip(value, 200)}")
+            shown = f"⟨{short_digest(value['c'])} {clip(value.get('n', '?'), 20)}B⟩"
+        else:
+            shown = short_digest(value)
+        parts.append(f"{clip(key, 100)}={shown}")
     return " ".join(parts)

@@ -31,8 +31,9 @@ def _exit_code(reports: list[Report], fail_on: str) -> int:
 @click.option("--bundle", "bundle_path", metavar="DIR",
               help="Verify an exported bundle offline instead of a database.")
 @click.option("--since-checkpoint", "since", metavar="FILE",
-              help="Also prove the ledger is an append-only extension of this signed "
-                   "checkpoint (catches rollback, fork, deleted instances).")
+              help="Also prove the ledger (or the --bundle's signed tree) is an "
+                   "append-only extension of this signed checkpoint (catches rollback, "
+                   "fork, deleted instances).")
 @click.option("--engine", "engine_addr", metavar="HOST:PORT",
               help="Also cross-check INSTANCE_ID's activity completions against the "
                    "engine's own history (GetInstanceHistory).")
@@ -44,10 +45,9 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
         raise UsageError("--engine cross-checks one instance: give INSTANCE_ID, without "
                          "--all or --bundle")
     if bundle_path:
-        if instance_id or all_ or since:
-            raise UsageError("--bundle verifies the whole bundle; drop INSTANCE_ID, --all and "
-                             "--since-checkpoint")
-        return _verify_bundle(bundle_path, trust, as_json, fail_on)
+        if instance_id or all_:
+            raise UsageError("--bundle verifies the whole bundle; drop INSTANCE_ID and --all")
+        return _verify_bundle(bundle_path, trust, as_json, fail_on, since)
     if instance_id and all_:
         raise UsageError("give INSTANCE_ID or --all, not both")
     if not (instance_id or all_ or since):
@@ -91,16 +91,24 @@ def _show(reports: list[Report], as_json: bool, *, single: bool, fail_on: str) -
     return _exit_code(reports, fail_on)
 
 
-def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str) -> int:
+def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
+                   since: str | None) -> int:
     from histaudit.bundle.verify import verify_bundle
+    from histaudit.ledger.checkpoint import parse_note
 
-    result = verify_bundle(path, trust_store(trust))
+    keys = trust_store(trust)
+    old = parse_note(read_file(since, "checkpoint"), keys, source=since) if since else None
+    result = verify_bundle(path, keys, since=old)
     reports = result.all_reports()
     if as_json:
-        render.emit_json({"bundle": path, "ok": result.ok,
-                          "checkpoint": {"size": result.checkpoint.size,
-                                         "origin": result.checkpoint.origin},
-                          "reports": [r.to_json() for r in reports]})
+        doc = {"bundle": path, "ok": result.ok,
+               "checkpoint": {"size": result.checkpoint.size,
+                              "origin": result.checkpoint.origin},
+               "reports": [r.to_json() for r in reports]}
+        if old is not None:
+            doc["since_checkpoint"] = {"size": old.size, "origin": old.origin,
+                                       "checked": result.consistency is not None}
+        render.emit_json(doc)
     else:
         render.reports(reports)
     return _exit_code(reports, fail_on)

@@ -4,13 +4,14 @@
 exact bytes), rebuilds the RFC 9162 tree and proves the kept checkpoint's tree is a
 prefix of it. A restored older copy (fewer leaves), a rewritten or forked history (the
 first leaves hash differently) and deleted instances (a gap in the leaf indices) are
-findings about the ledger, not about any one instance.
+findings about the ledger, not about any one instance. :func:`signed_tree_extends` asks
+the same of a newer signed checkpoint, given the first leaves of its tree (a bundle's).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,11 @@ LEDGER = "ledger"
 
 @dataclass(frozen=True)
 class ConsistencyResult:
-    """The checkpoint's size, the ledger's size now, the proof between them, findings."""
+    """The checkpoint's size, the ledger's size now, the proof between them, findings.
+
+    ``proof`` is empty when the old tree was recomputed from its leaves instead
+    (:func:`signed_tree_extends`), and after a rollback.
+    """
 
     old_size: int
     size: int
@@ -157,3 +162,39 @@ def check_consistency(ledger: Ledger, old: Checkpoint) -> ConsistencyResult:
                            f"the checkpoint names {old.origin}, histaudit_meta says {origin}: "
                            f"{why}")
     return dataclasses.replace(result, findings=(renamed, *result.findings))
+
+
+def signed_tree_extends(old: Checkpoint, new: Checkpoint,
+                        leaf_hashes: Mapping[int, bytes]) -> ConsistencyResult:
+    """Is the signed tree ``new`` an append-only extension of the kept checkpoint ``old``?
+
+    ``leaf_hashes`` maps leaf index to leaf hash for (at least) leaves 0 … old.size − 1 of
+    ``new``'s tree, each already proven to be that leaf of ``new`` by an inclusion proof
+    (a bundle's entries): the root of the first old.size of them is then the root of
+    ``new``'s first old.size leaves, and must be ``old``'s root (docs/bundle.md §5.1). A
+    larger ``old`` needs no leaves: ``checkpoint-rollback``. Both origins are signed, so
+    a different origin names another ledger (or an id edited before the export).
+    """
+    findings: list[Finding] = []
+    if old.origin != new.origin:
+        findings.append(Finding.make(
+            "ledger-id-mismatch", LEDGER, None,
+            f"the kept checkpoint names {old.origin}, the newer one {new.origin}: a "
+            f"checkpoint of another ledger, or this ledger's unsigned id was changed"))
+    if new.size < old.size:
+        findings.append(Finding.make(
+            "checkpoint-rollback", LEDGER, None,
+            f"the newer checkpoint has {new.size} leaves, the kept one {old.size}: the "
+            f"ledger was restored from an older copy or cut"))
+    else:
+        missing = [i for i in range(old.size) if i not in leaf_hashes]
+        if missing:
+            raise ValueError(f"{len(missing)} of the first {old.size} leaves are not given")
+        _, root = merkle.root_of(leaf_hashes[i] for i in range(old.size))
+        if root != old.root:
+            findings.append(Finding.make(
+                "checkpoint-inconsistent", LEDGER, None,
+                f"the first {old.size} leaves of the newer checkpoint's tree do not hash to "
+                f"the kept checkpoint's root: the ledger was rewritten, forked or rolled "
+                f"back"))
+    return ConsistencyResult(old.size, new.size, (), tuple(findings))

@@ -1,0 +1,218 @@
+"""``histaudit show``: one instance's entries, filtered, from a ledger or an exported bundle."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import click
+from rich import box
+from rich.table import Table
+
+from histaudit.errors import InputError, UsageError, VerificationError
+from histaudit.ledger import records as rec
+from histaudit.ledger import timeline as tl
+from histaudit.ledger.keys import TrustStore
+
+from . import render
+from .options import EXIT_CLEAN, db_option, trust_option, trust_store
+
+
+@click.command()
+@click.argument("instance_id")
+@click.option("--kind", "kinds", multiple=True, metavar="KIND",
+              help="Only entries of KIND (repeatable): a kind such as activity.completed, "
+                   "or a family such as activity or effect.")
+@click.option("--task", type=int, metavar="N", help="Only entries of task N (task_id).")
+@click.option("--seq", "seq", metavar="A..B",
+              help="Only entries A to B (inclusive; A.., ..B and N work too).")
+@click.option("--activity", metavar="NAME", help="Only entries of activity NAME.")
+@click.option("--compact", is_flag=True, help="One line per entry: seq, kind, activity/task, "
+                                              "entry digest.")
+@click.option("--payloads", is_flag=True, help="Show payload values (erased or absent ones "
+                                               "say so).")
+@click.option("--bundle", "bundle_path", metavar="DIR",
+              help="Read an exported bundle (checked against its signed manifest with "
+                   "--trust) instead of a database.")
+@db_option
+@trust_option
+@click.option("--json", "as_json", is_flag=True)
+def show(instance_id: str, kinds: tuple[str, ...], task: int | None, seq: str | None,
+         activity: str | None, compact: bool, payloads: bool, bundle_path: str | None,
+         db: str | None, trust: str | None, as_json: bool) -> int:
+    """INSTANCE_ID's entries as a readable timeline."""
+    if compact and as_json:
+        raise UsageError("--compact and --json are two different outputs: pass one")
+    keep = tl.EntryFilter.parse(kinds=kinds, task=task, activity=activity, seq=seq)
+    if bundle_path:
+        timeline = _from_bundle(Path(bundle_path), trust_store(trust), instance_id, keep,
+                                payloads=payloads)
+    else:
+        timeline = _from_ledger(db, instance_id, keep, payloads=payloads)
+    if as_json:
+        render.emit_json({"instance_id": instance_id,
+                          "entries": [_json_entry(t, payloads) for t in timeline.entries],
+                          "filters": keep.as_json()})
+    elif compact:
+        _compact(timeline, payloads)
+    else:
+        _table(timeline, payloads)
+    return EXIT_CLEAN
+
+
+def _from_ledger(db: str | None, instance: str, keep: tl.EntryFilter, *,
+                 payloads: bool) -> tl.Timeline:
+    from .ledger import _open
+
+    with _open(db, reading=True) as ledger, ledger.snapshot() as snap:
+        timeline = tl.build(instance, snap.entries(instance), keep,
+                            payloads=snap.payload if payloads else None)
+    if not timeline.stored:
+        raise InputError(f"instance {rec.shown_id(instance)} has no entries in this ledger")
+    return timeline
+
+
+def _from_bundle(root: Path, trust: TrustStore, instance: str, keep: tl.EntryFilter, *,
+                 payloads: bool) -> tl.Timeline:
+    """The timeline of ``instance`` in the bundle at ``root``.
+
+    Read as ``verify --bundle`` reads it (:mod:`histaudit.bundle.verify`): the manifest's
+    DSSE signature checked with ``trust``, each file read by the same bounded reader
+    (regular files inside the bundle, size caps) and refused unless its SHA-256 is the one
+    the signed manifest lists. So every byte shown is what a trusted key exported; chains,
+    entry signatures and inclusion proofs are ``verify --bundle``'s to check, as ``show``
+    on a database checks nothing either.
+    """
+    from histaudit.bundle import verify as bv
+    from histaudit.bundle.envelope import unb64
+
+    manifest, _ = bv.load_manifest(root, trust)
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise InputError("bundle manifest has no file list")
+
+    def signed(name: str) -> bytes:
+        meta = files.get(name)
+        limit, listed = bv._limit(name, meta)
+        data = bv._read(root, name, limit, listed=listed)
+        if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+            raise VerificationError(f"bundle file {name} does not match the signed manifest "
+                                    f"(run `histaudit verify --bundle` for the details)")
+        return data
+
+    if "entries.jsonl" not in files:
+        raise InputError("bundle manifest does not list entries.jsonl")
+    lookup = None
+    if payloads:
+        if "payloads.jsonl" not in files:
+            raise UsageError(f"bundle {root} was exported without --with-payloads: it "
+                             f"holds no payload values to show")
+        kept: dict[str, tuple[bytes, bytes]] = {}
+        for n, p in enumerate(bv._jsonl(signed("payloads.jsonl"), "payloads.jsonl"), 1):
+            try:
+                kept[str(p["commitment"])] = (unb64(p.get("salt"), "payload salt"),
+                                              unb64(p.get("data"), "payload data"))
+            except (KeyError, InputError) as exc:
+                raise InputError(f"bundle payloads.jsonl line {n}: {exc}") from None
+        lookup = kept.get
+    lines = bv._jsonl(signed("entries.jsonl"), "entries.jsonl")
+    rows = (row for row in (bv._entry_row(e, n) for n, e in enumerate(lines, 1))
+            if row.instance == instance)
+    timeline = tl.build(instance, rows, keep, payloads=lookup)
+    if not timeline.stored:
+        raise InputError(f"instance {rec.shown_id(instance)} has no entries in bundle {root}")
+    return timeline
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+def _json_entry(t: tl.TimelineEntry, payloads: bool) -> dict[str, Any]:
+    """An entry in ``--json``: seq, ts, kind, kid, data as before (a malformed row: kind
+    "(malformed)", data {"error"}), plus its full hash and, with --payloads, the values."""
+    doc: dict[str, Any] = (
+        {"seq": t.seq, "ts": t.ts, "kind": t.kind, "kid": t.kid, "data": dict(t.data)}
+        if t.error is None else
+        {"seq": t.seq, "ts": None, "kind": "(malformed)", "kid": None,
+         "data": {"error": t.error}})
+    doc["hash"] = t.hash
+    if payloads:
+        doc["payloads"] = {name: _json_payload(v) for name, v in t.payloads.items()}
+    return doc
+
+
+def _json_payload(v: tl.PayloadValue) -> dict[str, Any]:
+    doc: dict[str, Any] = {"state": v.state}
+    if v.data is not None:
+        text = v.text()
+        if text is not None:
+            doc["text"] = text
+        else:
+            doc["base64"] = _b64(v.data)
+    return doc
+
+
+_STATE_SHOWN = {tl.PayloadState.ERASED: "⟨erased⟩", tl.PayloadState.ABSENT: "⟨not stored⟩",
+                tl.PayloadState.MISMATCH: "⟨stored bytes do not match the commitment⟩"}
+
+
+def _payload_shown(v: tl.PayloadValue, limit: int) -> str:
+    if v.state != tl.PayloadState.KEPT:
+        return _STATE_SHOWN.get(v.state, f"⟨{v.state}⟩")
+    text = v.text()
+    if text is None and v.data is not None:
+        return f"⟨{len(v.data)} bytes, not UTF-8⟩ base64:{render.clip(_b64(v.data), limit)}"
+    return render.clip(text, limit)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _task(t: tl.TimelineEntry) -> str:
+    activity, task = t.data.get("activity"), t.data.get("task_id")
+    parts = [render.clip(activity, 40)] if isinstance(activity, str) else []
+    if type(task) is int:
+        parts.append(f"#{task}")
+    return " ".join(parts) or "-"
+
+
+def _compact(timeline: tl.Timeline, payloads: bool) -> None:
+    """One line per entry, no header: greppable, and short enough for 80 columns."""
+    width = max((len(str(t.seq)) for t in timeline.entries), default=1)
+    for t in timeline.entries:
+        kind = "(malformed)" if t.error is not None else render.clip(t.kind, 40)
+        line = (f"{t.seq:>{width}}  {kind:<27}  {_task(t):<16}  "
+                f"{render.short_digest(t.hash)}")
+        if payloads:
+            line += "".join(f"  {render.clip(name, 40)}={_payload_shown(v, 120)}"
+                            for name, v in t.payloads.items())
+        click.echo(line.rstrip())
+
+
+def _table(timeline: tl.Timeline, payloads: bool) -> None:
+    # Fits 80 columns without splitting a value: no vertical rules, the time on two lines,
+    # seq and kind never wrapped, and the details wrapped between key=value pairs (a
+    # shortened digest is 13 characters, so it stays whole).
+    table = Table(title=f"instance {render.clip(timeline.instance)}", header_style="bold",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)
+    table.add_column("seq", no_wrap=True, justify="right")
+    table.add_column("time (UTC)", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("details", overflow="fold", ratio=1)
+    for t in timeline.entries:
+        if t.error is not None:
+            table.add_row(str(t.seq), "-", "(malformed)", render.clip(t.error))
+            continue
+        details = render.details(t.data)
+        if payloads:
+            details += "".join(f"\n{render.clip(name, 100)}: {_payload_shown(v, 300)}"
+                               for name, v in t.payloads.items())
+        table.add_row(str(t.seq), render.clip(t.ts or "-").rstrip("Z").replace("T", "\n"),
+                      render.clip(t.kind), details)
+    out = render.console()
+    out.print(table)
+    if not timeline.entries:
+        out.print(f"no entries match (the instance has {timeline.stored})")
