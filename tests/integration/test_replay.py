@@ -201,6 +201,68 @@ def test_replay_bad_input_from_the_engine(rig: Rig) -> None:
         one_error_line(rig.cli("replay", *args), needle)
 
 
+# --- replay against the signed ledger, and many instances at once ---------------------------
+
+ORDER_REF = "examples.nondeterminism.workflows:order"
+
+
+@pytest.mark.engine
+def test_replay_compares_the_replayed_output_with_the_signed_one(rig: Rig) -> None:
+    """A history is the engine's copy; a forged one that replays cleanly to another output
+    than the app signed is a replay-mismatch (exit 1) once the ledger is given."""
+    rig.start_app()
+    first, second = rig.run(workflows.order, ORDER), rig.run(workflows.order, ORDER)
+
+    # Every instance the engine knows, each compared with its signed output ($HISTAUDIT_DB).
+    out = rig.cli("replay", "--all", "--engine", rig.engine.address, "--workflow", ORDER_REF,
+                  "--json")
+    assert out.returncode == 0 and out.stderr == "", out
+    doc = json.loads(out.stdout)
+    assert sorted(r["instance_id"] for r in doc["results"]) == sorted([first, second])
+    assert {r["output_check"]["status"] for r in doc["results"]} == {"same"}
+    assert doc["summary"]["ok"] == 2 and doc["ok"] is True
+    out = rig.cli("replay", first, second, "--engine", rig.engine.address,
+                  "--workflow", ORDER_REF)
+    assert out.returncode == 0 and out.stdout.count("output: same") == 2, out
+
+    # Forge the saved history: charge "returned" another receipt, and the recorded end
+    # is what today's code makes of it — so the history alone replays cleanly.
+    events = rig.history(first)
+    charged = next(e for e in events if e.HasField("taskCompleted")
+                   and e.taskCompleted.taskScheduledId == 2)
+    charged.taskCompleted.result.value = '"charged 0"'
+    before = replay(events, workflows.order).divergence
+    assert before is not None  # the recorded end still holds the signed output
+    end = next(e for e in events if e.HasField("executionCompleted"))
+    end.executionCompleted.result.value = replay_output(events)
+    forged = History.of(events).save(rig.tmp / "forged.json")
+    assert replay(History.load(forged), workflows.order).ok
+
+    out = cli("replay", "--history", forged, "--workflow", ORDER_REF, cwd=REPO)
+    assert out.returncode == 0, out  # no ledger: nothing to compare with
+    assert "output not compared with the signed one: no ledger given (--db)" in out.stdout
+    out = rig.cli("replay", "--history", forged, "--workflow", ORDER_REF, "--db", rig.url)
+    assert out.returncode == 1 and out.stderr == "", out
+    assert "OUTPUT MISMATCH; replay OK" in out.stdout and "replay-mismatch" in out.stdout
+    doc = json.loads(rig.cli("replay", "--history", forged, "--workflow", ORDER_REF,
+                             "--json").stdout)
+    assert doc["status"] == "mismatch" and doc["ok"] is False
+    check = doc["output_check"]
+    assert check["status"] == "different"
+    entries = rig.entries(first)
+    (completed,) = only(entries, "workflow.completed")
+    (charge,) = only(entries, "activity.completed", activity="charge")
+    assert sorted((f["code"], f["seq"]) for f in check["findings"]) == sorted(
+        [("replay-mismatch", charge.seq), ("replay-mismatch", completed.seq)])
+
+
+def replay_output(events: list[Any]) -> str:
+    """The output today's order code completes ``events`` with."""
+    result = replay(events, workflows.order)
+    assert result.output is not None
+    return result.output
+
+
 # --- verify --engine: the engine's history against the signed ledger ---------------------
 
 def _verify_engine(rig: Rig, instance: str, *extra: str) -> tuple[int, dict[str, Any]]:

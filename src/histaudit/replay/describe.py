@@ -45,7 +45,36 @@ def describe_event(event: Any) -> str:
         return f"timer firing at {when(event.timerCreated.fireAt)} (step #{event.eventId})"
     if kind == "executionCompleted":
         return describe_end(event.executionCompleted)
+    if kind in ("taskCompleted", "taskFailed", "childWorkflowInstanceCompleted",
+                "childWorkflowInstanceFailed"):
+        what = "activity" if kind.startswith("task") else "child workflow"
+        how = "completed" if kind.endswith("Completed") else "failed"
+        return f"{what} of step #{getattr(event, kind).taskScheduledId} {how}"
+    if kind == "timerFired":
+        return f"timer of step #{event.timerFired.timerId} fired"
+    if kind == "eventRaised":
+        return f"event {event.eventRaised.name!r} raised"
+    if kind == "executionStarted":
+        return f"workflow {event.executionStarted.name!r} started"
+    if event.eventId < 0:
+        return f"{kind} event"
     return f"{kind} event (step #{event.eventId})"
+
+
+_ANSWERS = {"taskCompleted": "taskScheduledId", "taskFailed": "taskScheduledId",
+            "childWorkflowInstanceCompleted": "taskScheduledId",
+            "childWorkflowInstanceFailed": "taskScheduledId", "timerFired": "timerId"}
+
+
+def unanswered(events: Any) -> list[str]:
+    """The steps ``events`` schedule (activities, child workflows, timers) that they
+    record no completion, failure or firing for, in words, in history order."""
+    answered = {getattr(getattr(e, kind), field)
+                for e in events for kind, field in _ANSWERS.items() if e.HasField(kind)}
+    return [describe_event(e) for e in events
+            if e.WhichOneof("eventType") in ("taskScheduled", "childWorkflowInstanceCreated",
+                                             "timerCreated")
+            and e.eventId not in answered]
 
 
 def describe_action(action: Any) -> str:

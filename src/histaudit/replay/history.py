@@ -12,6 +12,7 @@ garbled or of an unknown version, an engine that does not answer — is an
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from histaudit import sdk
 from histaudit.errors import EngineError, InputError, UsageError
 
 __all__ = ["DEFAULT_TIMEOUT_S", "HISTORY_FORMAT", "HISTORY_VERSION", "History",
-           "execution_started"]
+           "engine_instance_ids", "execution_started", "history_files"]
 
 HISTORY_FORMAT = "histaudit.workflow-history"
 HISTORY_VERSION = 1
@@ -110,6 +111,33 @@ def _save(events: Sequence[Any], out: Path) -> Path:
     return out
 
 
+def engine_instance_ids(address: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> list[str]:
+    """Every instance id the engine knows (``ListInstanceIDs``, page by page)."""
+    ids: list[str] = []
+    token: str | None = None
+    with _channel(address, timeout) as stub:
+        while True:
+            request = sdk.protos.ListInstanceIDsRequest(continuationToken=token)
+            response = _call(address, "ListInstanceIDs", lambda r=request: stub.ListInstanceIDs(
+                r, timeout=timeout), timeout)
+            ids.extend(response.instanceIds)
+            token = (response.continuationToken
+                     if response.HasField("continuationToken") else None)
+            if not token:
+                return ids
+
+
+def history_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """The saved histories of ``directory``: its ``*.json`` files, by name."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError(f"history directory {d}: not a directory")
+    files = sorted(p for p in d.glob("*.json") if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise InputError(f"history directory {d} has no *.json history files")
+    return files
+
+
 def _load(p: Path) -> list[Any]:
     from google.protobuf import json_format
 
@@ -159,7 +187,9 @@ def _load(p: Path) -> list[Any]:
     return events
 
 
-def _fetch(address: str, instance_id: str, timeout: float) -> list[Any]:
+@contextlib.contextmanager
+def _channel(address: str, timeout: float) -> Iterator[Any]:
+    """The engine's TaskHubSidecarService stub, once its channel is ready."""
     import grpc
 
     host, sep, port = address.rpartition(":")
@@ -173,22 +203,35 @@ def _fetch(address: str, instance_id: str, timeout: float) -> list[Any]:
         except grpc.FutureTimeoutError:
             raise EngineError(f"engine at {address} did not answer within "
                               f"{timeout:g}s") from None
-        stub = sdk.history_stub(channel)
-        request = sdk.protos.GetInstanceHistoryRequest(instanceId=instance_id)
-        try:
-            response = stub.GetInstanceHistory(request, timeout=timeout)
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            detail = exc.details() if hasattr(exc, "details") else str(exc)
-            if code == grpc.StatusCode.NOT_FOUND:
-                raise InputError(f"engine at {address} has no instance {instance_id!r}") from None
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise EngineError(f"engine at {address} did not answer within "
-                                  f"{timeout:g}s") from None
-            raise EngineError(f"engine at {address}: GetInstanceHistory failed: "
-                              f"{code.name if code else 'error'}: {detail}") from None
+        yield sdk.history_stub(channel)
     finally:
         channel.close()
+
+
+def _call(address: str, what: str, call: Any, timeout: float,
+          instance_id: str | None = None) -> Any:
+    import grpc
+
+    try:
+        return call()
+    except grpc.RpcError as exc:
+        code = exc.code() if hasattr(exc, "code") else None
+        detail = exc.details() if hasattr(exc, "details") else str(exc)
+        if code == grpc.StatusCode.NOT_FOUND and instance_id is not None:
+            raise InputError(f"engine at {address} has no instance {instance_id!r}") from None
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise EngineError(f"engine at {address} did not answer within "
+                              f"{timeout:g}s") from None
+        raise EngineError(f"engine at {address}: {what} failed: "
+                          f"{code.name if code else 'error'}: {detail}") from None
+
+
+def _fetch(address: str, instance_id: str, timeout: float) -> list[Any]:
+    with _channel(address, timeout) as stub:
+        request = sdk.protos.GetInstanceHistoryRequest(instanceId=instance_id)
+        response = _call(address, "GetInstanceHistory",
+                         lambda: stub.GetInstanceHistory(request, timeout=timeout), timeout,
+                         instance_id)
     events = list(response.events)
     if not events:
         raise InputError(f"engine at {address} has no instance {instance_id!r} (no history)")

@@ -17,7 +17,11 @@ comparisons:
 * whatever the SDK itself refuses (``NonDeterminismError``) is reported too.
 
 The first difference is the :class:`Divergence` of the :class:`ReplayResult`, with both
-sides shown: what the history recorded and what the code did. A history that cannot be
+sides shown: what the history recorded and what the code did. A history that has not
+ended (the instance is still running, or the file was saved mid-run) replays as far as it
+goes: the result says so (``completed`` False) and names the last event replayed, the
+steps still waiting for a completion and what the code would do next — its next turn,
+which the history cannot contradict. A history that cannot be
 replayed at all is an :class:`~histaudit.errors.InputError`, never a divergence.
 Reconstructing a history from the ledger alone is not supported: the ledger holds
 commitments, not the engine's events.
@@ -31,14 +35,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from histaudit import sdk, usercode
-from histaudit.errors import InputError
+from histaudit.errors import InputError, UsageError
 
 from . import describe
 from .executor import CheckingExecutor
 from .history import History, execution_started
-from .result import DIFFERENT_ACTIVITY, DIFFERENT_OUTCOME, Divergence, ReplayResult
+from .result import DIFFERENT_OUTCOME, Divergence, ReplayResult
 
-__all__ = ["assert_replays", "load_workflow", "registry_for", "replay"]
+__all__ = ["assert_replays", "load_workflow", "load_workflows", "registry_for", "replay"]
 
 
 def registry_for(workflow: Any) -> Any:
@@ -74,6 +78,22 @@ def load_workflow(ref: str) -> Any:
     if not (callable(target) or isinstance(target, Mapping | sdk.WorkflowRuntime)):
         raise InputError(f"--workflow {ref!r}: it is not a workflow function")
     return target
+
+
+def load_workflows(refs: Sequence[str]) -> Any:
+    """The workflow code several ``MODULE:NAME`` references name, as one ``{name: function}``
+    mapping (one reference: what :func:`load_workflow` returns). A ``WorkflowRuntime``
+    holds its own registry and can only be given alone."""
+    targets = [load_workflow(ref) for ref in refs]
+    if len(targets) == 1:
+        return targets[0]
+    merged: dict[str, Callable[..., Any]] = {}
+    for ref, target in zip(refs, targets, strict=True):
+        if isinstance(target, sdk.WorkflowRuntime):
+            raise UsageError(f"--workflow {ref!r} is a WorkflowRuntime: give it as the only "
+                             f"--workflow, or give workflow functions")
+        merged.update(usercode.workflow_functions(target))
+    return merged
 
 
 def replay(history: History | Sequence[Any] | str | os.PathLike[str], workflow: Any,
@@ -117,34 +137,35 @@ def replay(history: History | Sequence[Any] | str | os.PathLike[str], workflow: 
             split = i
     executor = CheckingExecutor(registry, events)
     results = executor.execute(instance, events[:split], events[split:])
-    outcome = _compare_end(executor, results.actions)
+    outcome, upcoming = _compare_end(executor, results.actions)
     divergences = sorted(executor.divergences,
                          key=lambda d: (d.index if d.index is not None else len(events)))
-    return ReplayResult(instance_id=instance, workflow=name, events=len(events),
-                        outcome=outcome, divergence=divergences[0] if divergences else None,
-                        divergences=tuple(divergences))
+    done = next((a for a in results.actions if a.HasField("completeWorkflow")), None)
+    ended = executor.completed is not None
+    return ReplayResult(
+        instance_id=instance, workflow=name, events=len(events), outcome=outcome,
+        divergence=divergences[0] if divergences else None, divergences=tuple(divergences),
+        completed=ended, last_event=describe.describe_event(events[-1]),
+        waiting=() if ended else tuple(describe.unanswered(events)), next=upcoming,
+        output=None if done is None else describe.value(done.completeWorkflow.result))
 
 
-def _compare_end(executor: Any, actions: Sequence[Any]) -> str:
-    """Compare the code's last actions with how the history ends; return the outcome."""
+def _compare_end(executor: Any, actions: Sequence[Any]) -> tuple[str, tuple[str, ...]]:
+    """Compare the code's last actions with how the history ends; return the outcome and,
+    for a history that has not ended, what the code would do next."""
     done = next((a for a in actions if a.HasField("completeWorkflow")), None)
     open_steps = [a for a in actions if not a.HasField("completeWorkflow")
                   and not sdk.is_optional_timer_action(a)]
     outcome = ("running" if done is None
                else describe.status_word(done.completeWorkflow.workflowStatus))
     if executor.refused:
-        return "refused by the SDK"  # the end would only repeat the first divergence
-    if executor.completed is None:  # the history has not ended
-        if done is not None:
-            executor.diverge(DIFFERENT_OUTCOME, None, "workflow still running",
-                             describe.describe_action(done),
-                             "the code ends the workflow where the history goes on")
-        elif open_steps:
-            executor.diverge(DIFFERENT_ACTIVITY, None,
-                             "no further step after the last recorded one",
-                             describe.describe_action(open_steps[0]),
-                             "the code schedules a step the history does not have")
-        return outcome
+        return "refused by the SDK", ()  # the end would only repeat the first divergence
+    if executor.completed is None:
+        # The history has not ended (saved mid-run, or the instance is still running):
+        # what the code does past its last event is not a divergence but its next turn —
+        # the engine records those steps only once it has run that turn.
+        return outcome, tuple(describe.describe_action(a)
+                              for a in (*open_steps, *([done] if done else [])))
     index, event = executor.completed
     recorded = event.executionCompleted
     if done is None:
@@ -153,7 +174,7 @@ def _compare_end(executor: Any, actions: Sequence[Any]) -> str:
         executor.divergences.append(Divergence(
             DIFFERENT_OUTCOME, int(event.eventId), index, describe.describe_end(recorded), actual,
             "the history ends the workflow here, the code goes on"))
-        return outcome
+        return outcome, ()
     mine = done.completeWorkflow
     same = (mine.workflowStatus == recorded.workflowStatus
             and describe.value(mine.result) == describe.value(recorded.result))
@@ -165,7 +186,7 @@ def _compare_end(executor: Any, actions: Sequence[Any]) -> str:
             DIFFERENT_OUTCOME, int(event.eventId), index, describe.describe_end(recorded),
             describe.describe_end(mine), "the workflow ends with another status or result than "
                                  "the history recorded"))
-    return outcome
+    return outcome, ()
 
 
 def assert_replays(history: History | Sequence[Any] | str | os.PathLike[str], workflow: Any,

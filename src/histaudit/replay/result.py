@@ -54,6 +54,19 @@ class ReplayResult:
     """The first divergence, or None when the code replays the history exactly."""
     divergences: tuple[Divergence, ...] = field(default_factory=tuple)
     """Every divergence, in history order (later ones are often consequences of the first)."""
+    completed: bool = True
+    """The history records the workflow's end (``ExecutionCompleted``). A history saved
+    mid-run is replayed as far as it goes: see ``last_event``, ``waiting`` and ``next``."""
+    last_event: str | None = None
+    """The last history event replayed, in words."""
+    waiting: tuple[str, ...] = ()
+    """Steps the history scheduled that it records no completion for (not completed)."""
+    next: tuple[str, ...] = ()
+    """What today's code would do next, past the end of a history that is not completed:
+    the steps it schedules that the history does not have yet, or its completion."""
+    output: str | None = None
+    """The result the replayed code completed the workflow with (the SDK's JSON text), or
+    None when it did not complete (or completed without a result)."""
 
     @property
     def ok(self) -> bool:
@@ -67,8 +80,11 @@ class ReplayResult:
         head = (f"instance {self.instance_id}: workflow {self.workflow!r}, "
                 f"{self.events} history events replayed")
         d = self.divergence
-        if d is None:
+        if d is None and self.completed:
             return f"{head} — OK (replay {self.outcome}, same steps and outcome as recorded)"
+        if d is None:
+            return "\n".join([f"{head} — OK so far (history not completed: same steps as "
+                               f"recorded up to its last event)", *self.progress()])
         where = f"step #{d.event_id}" if d.event_id is not None else "the end"
         if d.index is not None:
             where += f" (history event {d.index})"
@@ -79,10 +95,23 @@ class ReplayResult:
                  f"  code:    {d.actual}"]
         if more > 0:
             lines.append(f"  ({more} further difference(s) follow from here)")
+        if not self.completed:
+            lines += self.progress()
         return "\n".join(lines)
+
+    def progress(self) -> list[str]:
+        """How far a history that is not completed got, in a few indented lines."""
+        lines = [f"  last event replayed: {self.last_event or 'none'}"]
+        lines += [f"  waiting for: {w}" for w in self.waiting]
+        lines += [f"  next, today's code would: {n}" for n in self.next]
+        if not self.waiting and not self.next:
+            lines.append("  the code waits (for an external event or a timer)")
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         return {"instance_id": self.instance_id, "workflow": self.workflow, "ok": self.ok,
                 "events": self.events, "outcome": self.outcome,
                 "divergence": None if self.divergence is None else self.divergence.to_json(),
-                "divergences": [d.to_json() for d in self.divergences]}
+                "divergences": [d.to_json() for d in self.divergences],
+                "completed": self.completed, "last_event": self.last_event,
+                "waiting": list(self.waiting), "next": list(self.next), "output": self.output}

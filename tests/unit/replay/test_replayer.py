@@ -127,11 +127,24 @@ def test_a_running_history_replays_clean_as_running() -> None:
     assert result.ok and result.outcome == "running"
 
 
-def test_code_with_more_steps_than_a_running_history_diverges() -> None:
+def test_steps_past_the_end_of_a_running_history_are_the_codes_next_turn() -> None:
+    """Past the last event of a history that has not ended, what the code schedules is
+    its next turn, not a divergence: the engine records it once it has run that turn."""
     events = History.load(ORDER).events[:-3]
-    events = [e for e in events if e.eventId != 3]  # the history never scheduled ship
-    d = replay(events, workflows.order).divergence
-    assert d is not None and d.kind == DIFFERENT_ACTIVITY and "activity 'ship'" in d.actual
+    events = [e for e in events if e.eventId != 3]  # the history ends at charge's completion
+    result = replay(events, workflows.order)
+    assert result.ok and not result.completed and result.outcome == "running"
+    assert result.last_event == "activity of step #2 completed"
+    assert result.waiting == () and result.next == ('activity \'ship\' with "A-17" (step #3)',)
+    assert "next, today's code would: activity 'ship'" in result.explain()
+
+
+def test_a_running_history_names_what_it_waits_for() -> None:
+    result = replay(History.load(ORDER).events[:-3], workflows.order)
+    assert result.waiting == ('activity \'ship\' with "A-17" (step #3)',) and result.next == ()
+    assert result.output is None
+    done = replay(ORDER, workflows.order)
+    assert done.completed and done.output is not None and '"tracking-A-17"' in done.output
 
 
 # --- non-deterministic code -----------------------------------------------------------------
