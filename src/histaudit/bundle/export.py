@@ -37,6 +37,7 @@ from histaudit.verify.report import Report
 from histaudit.verify.verifier import verify_chain
 
 from .envelope import BUNDLE_VERSION, MANIFEST_TYPE, b64, pae
+from .progress import Progress, Tally
 from .staging import StagedOutput
 
 __all__ = ["ExportResult", "export"]
@@ -55,8 +56,11 @@ class ExportResult:
 def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str], *,
            signer: Signer, trust: TrustStore, since: str | None = None,
            until: str | None = None, with_payloads: bool = False,
-           html: bool = True) -> ExportResult:
+           html: bool = True, progress: Progress | None = None) -> ExportResult:
     """Write a bundle of ``instances`` (all instances when empty) to directory ``out``.
+
+    ``progress(done, total)`` is told how far the bundle is: the ledger's leaves hashed
+    for the inclusion proofs, then the instances' entries written.
 
     Nothing is stored unless the bundle is written: the output directory is checked
     first, the files are written beside it and moved into place inside the transaction
@@ -79,7 +83,7 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
     counts: dict[str, int] = {}
     staged = StagedOutput(out, lambda cp: _bundle_files(ledger, chosen, heads, cp, signer,
                                                         trust, since, until, with_payloads,
-                                                        html, counts),
+                                                        html, counts, progress),
                           what="bundle", directory=True)
     make_checkpoint(ledger, signer, output=staged)
     return ExportResult(Path(out), len(chosen), counts["entries"], staged.written)
@@ -88,9 +92,16 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
 def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.StoredHead | None],
                   cp: Checkpoint, signer: Signer, trust: TrustStore, since: str | None,
                   until: str | None, with_payloads: bool, html: bool,
-                  counts: dict[str, int]) -> dict[str, bytes]:
+                  counts: dict[str, int], progress: Progress | None) -> dict[str, bytes]:
     """Every file of the bundle, the manifest last, for the signed checkpoint ``cp``."""
-    tree = merkle.Tree([merkle.leaf_hash(body) for _, body in ledger.leaves(below=cp.size)])
+    tally = Tally(progress)
+    if progress is not None:
+        wanted = set(chosen)
+        tally.total = cp.size + sum(s.entries for s in ledger.instances()
+                                    if s.instance in wanted)
+        tally.tell()
+    tree = merkle.Tree([merkle.leaf_hash(body)
+                        for _, body in tally.count(ledger.leaves(below=cp.size))])
     files: dict[str, bytes] = {"checkpoint.note": cp.note}
     entry_lines, head_lines, payload_lines = [], [], []
     summaries, kids = [], {signer.kid}
@@ -103,7 +114,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
         if head is None or not rows:
             raise InputError(f"instance {rec.shown_id(instance)} has no signed head or no "
                              f"entries")
-        for r in rows:
+        for r in tally.count(rows):
             proof = tree.inclusion_proof(r.leaf, cp.size)
             entry_lines.append(orjson.dumps({
                 "leaf": r.leaf, "instance": r.instance, "seq": r.seq, "body": b64(r.body),
@@ -120,6 +131,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
         summaries.append({"instance": instance, "entries": len(rows),
                           "last_seq": max(r.seq for r in rows)})
         reports.append(verify_chain(instance, iter(rows), head, trust=trust))
+    tally.tell()
     keys = [k.to_json() for k in trust if k.kid in kids]
     missing = kids - {k["kid"] for k in keys}
     if missing:

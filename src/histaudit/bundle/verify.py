@@ -42,6 +42,7 @@ from .envelope import (
     pae,
     unb64,
 )
+from .progress import Progress, Tally
 
 __all__ = ["BundleResult", "load_manifest", "verify_bundle"]
 
@@ -191,14 +192,16 @@ def load_manifest(root: Path, trust: TrustStore) -> tuple[dict[str, Any], str]:
 
 
 def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
-                  full: bool = True, since: Checkpoint | None = None) -> BundleResult:
+                  full: bool = True, since: Checkpoint | None = None,
+                  progress: Progress | None = None) -> BundleResult:
     """Verify a bundle offline: manifest, files, checkpoint, inclusion proofs, every chain;
     with ``since`` (a kept checkpoint, already verified), also that the bundle's tree
     extends it.
 
     Raises InputError for a bundle that cannot be read (docs/bundle.md §9), or that lacks
     leaves ``since`` covers (exported for some instances only: §5.1); SignatureError when
-    its manifest or checkpoint note is not signed by a trusted key.
+    its manifest or checkpoint note is not signed by a trusted key. ``progress(done,
+    total)`` counts each entry twice: its inclusion proof, then its place in its chain.
     """
     root = Path(path)
     manifest, _ = load_manifest(root, trust)
@@ -248,7 +251,9 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
                 raise InputError(f"bundle payloads.jsonl: {exc}") from None
     rows: dict[str, list[rec.StoredEntry]] = defaultdict(list)
     leaves: dict[int, bytes] = {}  # leaf hash by index; a proven line wins over one that is not
-    for n, e in enumerate(_jsonl(contents["entries.jsonl"], "entries.jsonl"), 1):
+    lines = _jsonl(contents["entries.jsonl"], "entries.jsonl")
+    tally = Tally(progress, 2 * len(lines))
+    for n, e in enumerate(tally.count(lines), 1):
         row = _entry_row(e, n)
         inclusion = e.get("inclusion", [])
         if not isinstance(inclusion, list):
@@ -293,11 +298,12 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     reports = []
     # Payloads are checked (also that a kept one is present or signed erased) only when the
     # signed manifest lists payloads.jsonl: a bundle exported without them claims none.
+    lookup = payloads.get if "payloads.jsonl" in contents else None
     for name in names:
-        reports.append(verify_chain(name, iter(rows.get(name, [])), heads.get(name),
-                                    trust=trust, full=full, workers=1,
-                                    payload_lookup=(payloads.get if "payloads.jsonl" in
-                                                    contents else None)))
+        reports.append(verify_chain(name, iter(tally.count(rows.get(name, []))),
+                                    heads.get(name), trust=trust, full=full, workers=1,
+                                    payload_lookup=lookup))
+    tally.tell()
     return BundleResult(checkpoint=cp, findings=tuple(findings), reports=tuple(reports),
                         consistency=consistency)
 

@@ -3,6 +3,7 @@ have their own modules)."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -14,6 +15,7 @@ from histaudit.ledger.keys import TrustStore, signer_from_env
 from histaudit.verify.findings import Severity
 
 from . import render
+from .progress import Meter
 
 if TYPE_CHECKING:
     from histaudit.ledger.store import Ledger, Snapshot
@@ -179,9 +181,11 @@ def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until
     keys = trust_store(trust)
     if signer.kid not in keys:
         raise UsageError(f"the signing key {signer.kid} is not in the trust store {trust}")
-    with _open(db) as ledger:
+    shown = render.clip(os.path.basename(out_dir.rstrip("/")), 40)
+    with _open(db) as ledger, Meter(f"exporting to {shown}") as meter:
         result = write_bundle(ledger, instance_ids, out_dir, signer=signer, trust=keys,
-                              since=since, until=until, with_payloads=with_payloads)
+                              since=since, until=until, with_payloads=with_payloads,
+                              progress=meter.callback)
     click.echo(f"exported {result.instances} instance(s), {result.entries} entries, "
                f"{result.bytes} bytes to {result.path}")
     return EXIT_CLEAN

@@ -18,6 +18,7 @@ from histaudit.ledger.keys import TrustStore
 
 from . import render
 from .options import EXIT_CLEAN, db_option, trust_option, trust_store
+from .progress import Meter
 
 
 @click.command()
@@ -66,8 +67,12 @@ def _from_ledger(db: str | None, instance: str, keep: tl.EntryFilter, *,
                  payloads: bool) -> tl.Timeline:
     from .ledger import _open
 
-    with _open(db, reading=True) as ledger, ledger.snapshot() as snap:
-        timeline = tl.build(instance, snap.entries(instance), keep,
+    with (_open(db, reading=True) as ledger, ledger.snapshot() as snap,
+          Meter(f"reading {render.clip(instance, 40)}") as meter):
+        if meter.enabled:
+            meter(0, next((s.entries for s in snap.instances() if s.instance == instance),
+                          None))
+        timeline = tl.build(instance, meter.count(snap.entries(instance)), keep,
                             payloads=snap.payload if payloads else None)
     if not timeline.stored:
         raise InputError(f"instance {rec.shown_id(instance)} has no entries in this ledger")
@@ -118,9 +123,12 @@ def _from_bundle(root: Path, trust: TrustStore, instance: str, keep: tl.EntryFil
                 raise InputError(f"bundle payloads.jsonl line {n}: {exc}") from None
         lookup = kept.get
     lines = bv._jsonl(signed("entries.jsonl"), "entries.jsonl")
-    rows = (row for row in (bv._entry_row(e, n) for n, e in enumerate(lines, 1))
-            if row.instance == instance)
-    timeline = tl.build(instance, rows, keep, payloads=lookup)
+    with Meter(f"reading {render.clip(instance, 40)} from the bundle",
+               total=len(lines)) as meter:
+        rows = (row for row in (bv._entry_row(e, n)
+                                for n, e in enumerate(meter.count(lines), 1))
+                if row.instance == instance)
+        timeline = tl.build(instance, rows, keep, payloads=lookup)
     if not timeline.stored:
         raise InputError(f"instance {rec.shown_id(instance)} has no entries in bundle {root}")
     return timeline

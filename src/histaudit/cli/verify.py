@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
 import click
 
 from histaudit.errors import UsageError
 from histaudit.verify.findings import Severity
-from histaudit.verify.report import Report
+from histaudit.verify.report import Report, Scope
 
 from . import render
 from .options import EXIT_CLEAN, EXIT_FINDINGS, db_option, read_file, trust_option, trust_store
+from .progress import Meter
+
+if TYPE_CHECKING:
+    from histaudit.ledger.keys import TrustStore
+    from histaudit.ledger.store import Ledger
 
 
 def _exit_code(reports: list[Report], fail_on: str) -> int:
@@ -57,7 +65,7 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
     from histaudit.ledger.checkpoint import parse_note
     from histaudit.ledger.store import Ledger
     from histaudit.verify.consistency import check_consistency
-    from histaudit.verify.verifier import verify_all, verify_instance
+    from histaudit.verify.verifier import verify_instance
 
     keys = trust_store(trust)
     old = parse_note(read_file(since, "checkpoint"), keys, source=since) if since else None
@@ -72,15 +80,39 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
         if consistency is not None and not (instance_id or all_):
             return _show([consistency], as_json, single=True, fail_on=fail_on)
         if all_:
-            reports = list(verify_all(ledger, trust=keys, full=full, workers=workers))
+            reports = _verify_every(ledger, keys, full=full, workers=workers)
         else:
             assert instance_id is not None
-            reports = [verify_instance(ledger, instance_id, trust=keys, full=full,
-                                       workers=workers, engine_history=history)]
+            # verify_instance reports no progress of its own: a spinner, the size named.
+            with Meter(f"verifying {render.clip(instance_id, 40)}", counts=False) as meter:
+                if meter.enabled:
+                    size = next((s.entries for s in ledger.instances()
+                                 if s.instance == instance_id), None)
+                    if size is not None:
+                        meter.description += f" ({size} entries)"
+                reports = [verify_instance(ledger, instance_id, trust=keys, full=full,
+                                           workers=workers, engine_history=history)]
     if consistency is not None:
         reports.append(consistency)
     # --all is always a list (also of one instance, or none); one instance is an object.
     return _show(reports, as_json, single=not all_ and len(reports) == 1, fail_on=fail_on)
+
+
+def _verify_every(ledger: Ledger, keys: TrustStore, *, full: bool,
+                  workers: int | None) -> list[Report]:
+    """``verify_all`` with a bar that moves one instance at a time (its total from the
+    store's entry counts, read only when the bar is drawn)."""
+    from histaudit.verify.verifier import verify_all
+
+    reports = []
+    with Meter("verifying" + (" (full)" if full else "")) as meter:
+        if meter.enabled:
+            meter(0, sum(s.entries for s in ledger.instances()))
+        for report in verify_all(ledger, trust=keys, full=full, workers=workers):
+            reports.append(report)
+            if report.scope is Scope.INSTANCE:
+                meter.advance(report.entries)
+    return reports
 
 
 def _show(reports: list[Report], as_json: bool, *, single: bool, fail_on: str) -> int:
@@ -98,7 +130,9 @@ def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
 
     keys = trust_store(trust)
     old = parse_note(read_file(since, "checkpoint"), keys, source=since) if since else None
-    result = verify_bundle(path, keys, since=old)
+    with Meter(f"verifying bundle {render.clip(os.path.basename(path.rstrip('/')), 40)}"
+               ) as meter:
+        result = verify_bundle(path, keys, since=old, progress=meter.callback)
     reports = result.all_reports()
     if as_json:
         doc = {"bundle": path, "ok": result.ok,
