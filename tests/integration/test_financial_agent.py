@@ -35,7 +35,7 @@ def test_crash_at_step_87_reexecutes_only_step_87(engine_binary: Path, tmp_path:
     assert "executions: 101 for 100 steps; run twice: [87]; never run: none" in out
     assert "LLM calls: 16 (one per analysis step: 16); reports sent: 1" in out
     assert "findings: ['activity-reexecuted'])" in out
-    assert "activity competitors (task 87) ran 2" in out
+    assert "activity competitors (task 87) delivered 2 times" in out
     sent = (out_dir / "data" / "reports_sent.txt").read_text().splitlines()
     assert len(sent) == 1 and sent[0].startswith("ACME ")
 

@@ -7,14 +7,22 @@ records ``effect.intent`` before a side effect and ``effect.done``, ``effect.ski
 leaves a pattern this analyzer names:
 
 * one task (same ``task_id`` and ``execution_id``) started more than once: Dapr
-  re-delivered it after a crash (at-least-once) — ``activity-reexecuted``;
+  re-delivered it after a crash (at-least-once) — ``activity-reexecuted``, which counts
+  deliveries (starts) and, apart, the ones known to have run the body (a completion,
+  failure or effect record before the next start);
 * its completions carry different output digests (same signing key): the activity is
   not deterministic — ``activity-nondeterministic``;
 * one effect (``name``, ``key``) done twice — ``effect-duplicate``;
-* an intent never closed, and the task ran again — ``effect-uncertain``;
+* an intent never closed, and the task ran again — ``effect-uncertain``, saying what the
+  effect's later records show the retry did: did it again, skipped it, or neither;
 * a later attempt found the effect done and skipped it — ``effect-deduplicated``;
 * on a replay the engine fed back an activity result that is not the signed completion
-  of that task (the interceptor signed ``replay.mismatch``) — ``replay-mismatch``.
+  of that task (the interceptor signed ``replay.mismatch``) — ``replay-mismatch``;
+* one workflow decision (a start by its ``started_at``; a scheduled activity or child by
+  its ``task_id`` within the generation) signed twice, both records present: the workflow
+  made it again because the engine had not kept the first — ``decision-resigned``. A
+  decision re-appended on replay (``"replayed": true``) because its record was lost is
+  signed once and is normal.
 
 Deliberate retries of a failed activity get a new ``task_id`` from the SDK and are not
 re-executions.
@@ -67,6 +75,10 @@ class BehaviourCheck:
             self.mismatch(entry.seq, entry.data)
         elif route == ev.EFFECT:
             self.events.effect(entry.seq, entry.kind, entry.data)
+        elif route == ev.FAILED:
+            self.events.failed(entry.data)
+        elif route == ev.DECISION:
+            self.events.decision(entry.seq, entry.kind, entry.data)
 
     def mismatch(self, seq: int, data: Any) -> None:
         self._mismatches.append(Finding.make(
@@ -78,13 +90,14 @@ class BehaviourCheck:
 
     def finish(self) -> Iterable[Finding]:
         events = self.events
-        tasks, effects = (ev.views_in_memory(events) if events.spill is None
-                          else events.spilled_views())
+        tasks, effects, decisions = (ev.views_in_memory(events) if events.spill is None
+                                     else events.spilled_views())
         out: list[Finding] = list(self._mismatches)
         for task in tasks:
             out += task_findings(self.instance, task)
         for effect in effects:
             out += effect_findings(self.instance, effect)
+        out += [decision_finding(self.instance, decision) for decision in decisions]
         return out
 
     def close(self) -> None:
@@ -98,8 +111,8 @@ def task_findings(instance: str, task: ev.TaskView) -> list[Finding]:
     if task.starts > 1:
         out.append(Finding.make(
             "activity-reexecuted", instance, task.first_starts[1],
-            f"{label} ran {task.starts} times (starts at entries "
-            f"{_seqs(task.first_starts, task.starts)})"))
+            f"{label} delivered {task.starts} times (starts at entries "
+            f"{_seqs(task.first_starts, task.starts)}); {ran_wording(task.ran, task.starts)}"))
     for count, lowest in task.nondeterministic:
         out.append(Finding.make(
             "activity-nondeterministic", instance, lowest[1],
@@ -115,17 +128,49 @@ def effect_findings(instance: str, eff: ev.EffectView) -> list[Finding]:
         out.append(Finding.make(
             "effect-duplicate", instance, eff.first_done[1],
             f"{label} done {eff.done} times (entries {_seqs(eff.first_done, eff.done)})"))
-    for intent in eff.uncertain:
+    for intent, retry in eff.uncertain:
         out.append(Finding.make(
             "effect-uncertain", instance, intent,
             f"{label}: intent at entry {intent} never confirmed, and the "
-            f"activity ran again — it may have happened"))
+            f"activity ran again — {retry_wording(retry)}"))
     if eff.skipped:
         out.append(Finding.make(
             "effect-deduplicated", instance, eff.first_skipped,
             f"{label} was already done; re-execution skipped it "
             f"{eff.skipped} time(s)"))
     return out
+
+
+def ran_wording(ran: int, delivered: int) -> str:
+    """How many deliveries are known to have run the body: those followed, before the
+    next delivery, by a completion, a failure or a side-effect record of the task. A
+    delivery that crashed before the body (or before its first record) is not counted."""
+    if ran == delivered:
+        return "the body ran each time"
+    if ran == 0:
+        return "no record shows the body ran"
+    return f"the body is known to have run {ran} {'time' if ran == 1 else 'times'}"
+
+
+def retry_wording(retry: ev.Retry) -> str:
+    """What the effect's later records say the retry did about an unconfirmed intent."""
+    if retry is None:
+        return "it may have happened, and the retry has not confirmed it either"
+    kind, seq = retry
+    if kind == ev.DONE:
+        return f"the retry did it again (effect.done at entry {seq})"
+    return f"the retry skipped it (effect.skipped at entry {seq})"
+
+
+def decision_finding(instance: str, decision: ev.DecisionView) -> Finding:
+    """One decision signed twice, both records present: the workflow made it again as
+    new work, not as a replay (a replay re-appends only a decision whose record is lost,
+    so that one is signed once)."""
+    return Finding.make(
+        "decision-resigned", instance, decision.first_seqs[1],
+        f"{decision.label} signed {decision.signed} times (entries "
+        f"{_seqs(decision.first_seqs, decision.signed)}): the workflow made it again — the "
+        f"engine had not kept the first (e.g. it was killed while a result was in flight)")
 
 
 def _short(digest: Any) -> str:
@@ -138,4 +183,5 @@ def _seqs(first: list[int], total: int, limit: int = 6) -> str:
     return shown + (", …" if total > limit else "")
 
 
-__all__ = ["SPILL_AT", "BehaviourCheck", "effect_findings", "task_findings"]
+__all__ = ["SPILL_AT", "BehaviourCheck", "decision_finding", "effect_findings", "ran_wording",
+           "retry_wording", "task_findings"]

@@ -15,6 +15,7 @@ raised it: at once for a start or completion, at ``finish`` for an open intent.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from histaudit.ledger.kinds import Kind
 if TYPE_CHECKING:
     from .behaviour_spill import Spill
 
-STARTED, COMPLETED, MISMATCH, EFFECT = 1, 2, 3, 4
+STARTED, COMPLETED, MISMATCH, EFFECT, FAILED, DECISION = 1, 2, 3, 4, 5, 6
 """Routes: which behaviour event a kind makes (0: none)."""
 INTENT, DONE, SKIPPED, CLOSING = 0, 1, 2, 3
 """Effect event kinds; CLOSING is any other ``effect.*`` (it may close an intent)."""
@@ -38,6 +39,13 @@ Result = tuple[int, Any, Any, int, str, str, "str | None"]
 """(o, task_id, execution_id, seq, kid, output digest, task_id as written or None)."""
 EffectEvent = tuple[int, str, str, int, int, "int | None", Any, Any]
 """(o, name, key, effect kind, seq, intent seq closed, task_id, execution_id)."""
+Ran = tuple[int, Any, Any]
+"""(o, task_id, execution_id): a record only a running body writes — a completion (with
+or without a digest), a failure, an effect intent — credited to the task's latest start."""
+Decision = tuple[int, str, int, str]
+"""(o, what names the decision — see :meth:`Events.decision` —, seq, how to call it)."""
+Retry = tuple[int, int] | None
+"""What the retry did after an open intent: (DONE or SKIPPED, its entry), or None."""
 
 _UNHASHABLE = b"\x01"
 
@@ -50,6 +58,7 @@ class TaskView:
     task_id: str
     activity: str
     starts: int
+    ran: int  # starts followed, before the next start, by a record only the body writes
     first_starts: list[int]  # seqs of its first six starts
     nondeterministic: list[tuple[int, list[int]]]  # per key: (results, six lowest seqs)
 
@@ -63,9 +72,23 @@ class EffectView:
     key: str
     done: int
     first_done: list[int]
-    uncertain: list[int]  # intent seqs, ascending
+    uncertain: list[tuple[int, Retry]]  # (intent seq, what the retry did), ascending
     skipped: int
     first_skipped: int
+
+
+@dataclass(slots=True)
+class DecisionView:
+    """One workflow decision signed more than once (``decision-resigned``)."""
+
+    first_o: int
+    label: str
+    signed: int
+    first_seqs: list[int]
+
+
+_DECISIONS = frozenset({Kind.WORKFLOW_STARTED, Kind.WORKFLOW_SCHEDULED_ACTIVITY,
+                        Kind.WORKFLOW_SCHEDULED_CHILD})
 
 
 def route_of(kind: str) -> int:
@@ -73,8 +96,12 @@ def route_of(kind: str) -> int:
         return STARTED
     if kind == Kind.ACTIVITY_COMPLETED:
         return COMPLETED
+    if kind == Kind.ACTIVITY_FAILED:
+        return FAILED
     if kind == Kind.REPLAY_MISMATCH:
         return MISMATCH
+    if kind in _DECISIONS:
+        return DECISION
     return EFFECT if kind.startswith("effect.") else 0
 
 
@@ -117,6 +144,14 @@ def _stand_in(value: Any) -> bytes:
         return _UNHASHABLE + repr(value).encode("utf-8", "replace")
 
 
+def _ident(*parts: Any) -> str:
+    """Parts (str, and ints within 64 bits: task ids) as one unambiguous text."""
+    try:
+        return orjson.dumps(parts).decode()
+    except orjson.JSONEncodeError:
+        return repr(parts)
+
+
 def _intent(value: Any) -> int | None:
     if value.__class__ is int:
         return int(value)
@@ -132,6 +167,9 @@ class Events:
         self.starts: list[Start] = []
         self.results: list[Result] = []
         self.effects: list[EffectEvent] = []
+        self.ran: list[Ran] = []
+        self.decisions: list[Decision] = []
+        self.generation: str | None = None  # the newest workflow.started's started_at
         self.spill: Spill | None = None
 
     def started(self, seq: int, data: Mapping[str, Any]) -> None:
@@ -146,6 +184,7 @@ class Events:
     def completed(self, seq: int, kid: str, data: Mapping[str, Any]) -> None:
         digest = data.get("output_digest")
         if digest.__class__ is not str:
+            self.failed(data)
             return
         tid, eid, shown = data.get("task_id"), data.get("execution_id"), None
         if tid.__class__ is not int or eid.__class__ is not str:
@@ -155,18 +194,52 @@ class Events:
         if len(self.results) >= self.spill_at:
             self._move()
 
+    def failed(self, data: Mapping[str, Any]) -> None:
+        """An ``activity.failed`` (or a completion without a digest): the body ran."""
+        tid, eid, _ = task_key(data.get("task_id"), data.get("execution_id"))
+        self.o += 1
+        self.ran.append((self.o, tid, eid))
+        if len(self.ran) >= self.spill_at:
+            self._move()
+
+    def decision(self, seq: int, kind: str, data: Mapping[str, Any]) -> None:
+        """A workflow decision, named as the same decision made again would be: a start
+        by its ``started_at`` (the engine's, kept across re-runs); a scheduled activity or
+        child by its kind and integer ``task_id`` (the workflow's sequence number) within
+        the generation that start opened. Without those (a legacy start, a hidden task id)
+        it is not tracked. The execution id is no name: a re-run draws a new one."""
+        if kind == Kind.WORKFLOW_STARTED:
+            started = data.get("started_at")
+            self.generation = started if started.__class__ is str else None
+            if self.generation is None:
+                return
+            ident, label = _ident(kind, started), f"workflow.started at {started}"
+        else:
+            tid = data.get("task_id")
+            if self.generation is None or tid.__class__ is not int:
+                return
+            what = data.get("activity" if kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY
+                            else "child_workflow", "?")
+            ident = _ident(kind, self.generation, tid)
+            label = f"{kind} of {what} (task {tid})"
+        self.o += 1
+        self.decisions.append((self.o, ident, seq, label))
+        if len(self.decisions) >= self.spill_at:
+            self._move()
+
     def effect(self, seq: int, kind: str, data: Mapping[str, Any]) -> None:
         name, key = str(data.get("name")), str(data.get("key"))
         self.o += 1
         if kind == Kind.EFFECT_INTENT:
             tid, eid, _ = task_key(data.get("task_id"), data.get("execution_id"))
             self.effects.append((self.o, name, key, INTENT, seq, None, tid, eid))
+            self.ran.append((self.o, tid, eid))
         else:
             code = DONE if kind == Kind.EFFECT_DONE else (
                 SKIPPED if kind == Kind.EFFECT_SKIPPED else CLOSING)
             self.effects.append((self.o, name, key, code, seq, _intent(data.get("intent_seq")),
                                  None, None))
-        if len(self.effects) >= self.spill_at:
+        if len(self.effects) >= self.spill_at or len(self.ran) >= self.spill_at:
             self._move()
 
     def _move(self) -> None:
@@ -175,10 +248,11 @@ class Events:
             from .behaviour_spill import Spill
 
             self.spill = Spill()
-        self.spill.add(self.starts, self.results, self.effects)
-        self.starts, self.results, self.effects = [], [], []
+        self.spill.add(self.starts, self.results, self.effects, self.ran, self.decisions)
+        self.starts, self.results, self.effects, self.ran = [], [], [], []
+        self.decisions = []
 
-    def spilled_views(self) -> tuple[list[TaskView], list[EffectView]]:
+    def spilled_views(self) -> tuple[list[TaskView], list[EffectView], list[DecisionView]]:
         """The views, from the spill files (the rest of the events are moved there first)."""
         assert self.spill is not None
         self._move()
@@ -194,20 +268,38 @@ class Events:
 
 # --- the in-memory analysis: the original analyzer's dicts ----------------------------
 
-def views_in_memory(events: Events) -> tuple[list[TaskView], list[EffectView]]:
+def views_in_memory(events: Events
+                    ) -> tuple[list[TaskView], list[EffectView], list[DecisionView]]:
     """The views of events that never left memory."""
-    tasks = tasks_in_memory(events.starts, events.results)
-    return task_views(tasks), effects_in_memory(events.effects, tasks)
+    tasks = tasks_in_memory(events.starts, events.results, events.ran)
+    return (task_views(tasks), effects_in_memory(events.effects, tasks),
+            decisions_in_memory(events.decisions))
+
+
+def decisions_in_memory(decisions: Iterable[Decision]) -> list[DecisionView]:
+    """The decisions signed more than once, in the order they were first signed."""
+    seen: dict[str, DecisionView] = {}
+    for o, ident, seq, label in decisions:
+        view = seen.get(ident)
+        if view is None:
+            seen[ident] = DecisionView(o, label, 1, [seq])
+        else:
+            view.signed += 1
+            if len(view.first_seqs) < 6:
+                view.first_seqs.append(seq)
+    return [view for view in seen.values() if view.signed > 1]
 
 
 class Task:
     """One task as the original analyzer kept it."""
 
-    __slots__ = ("activity", "first_o", "results", "shown", "starts")
+    __slots__ = ("activity", "first_o", "ran", "results", "shown", "start_os", "starts")
 
     def __init__(self, o: int, shown: object) -> None:
         self.first_o, self.shown, self.activity = o, shown, "?"
         self.starts: list[int] = []
+        self.start_os: list[int] = []  # each start's event number, ascending
+        self.ran: set[int] = set()  # indexes of the starts whose body left a record
         self.results: dict[tuple[str, str], int] = {}  # (kid, digest) -> first seq
 
     def touched(self, o: int, shown: object) -> None:
@@ -222,14 +314,18 @@ class Task:
         if len(self.starts) <= 1 and not nondet:
             return None
         return TaskView(self.first_o, f"{self.shown}", self.activity, len(self.starts),
-                        self.starts[:6], nondet)
+                        len(self.ran), self.starts[:6], nondet)
 
 
 Tasks = dict[tuple[Any, Any], Task]
 
 
-def tasks_in_memory(starts: Iterable[Start], results: Iterable[Result]) -> Tasks:
-    """Each task's starts and results; ``first_o`` is its first event of either kind."""
+def tasks_in_memory(starts: Iterable[Start], results: Iterable[Result],
+                    ran: Iterable[Ran]) -> Tasks:
+    """Each task's starts and results; ``first_o`` is its first event of either kind.
+
+    ``ran`` (and each result) credits the task's latest start before it: that delivery
+    is known to have run the body. A record before any start credits none."""
     tasks: Tasks = {}
     for o, tid, eid, seq, activity, show in starts:
         task = tasks.get((tid, eid))
@@ -237,6 +333,7 @@ def tasks_in_memory(starts: Iterable[Start], results: Iterable[Result]) -> Tasks
             task = tasks[(tid, eid)] = Task(o, tid if show is None else show)
         task.activity = activity
         task.starts.append(seq)
+        task.start_os.append(o)
     for o, tid, eid, seq, kid, digest, show in results:
         task = tasks.get((tid, eid))
         shown = tid if show is None else show
@@ -245,7 +342,18 @@ def tasks_in_memory(starts: Iterable[Start], results: Iterable[Result]) -> Tasks
         else:
             task.touched(o, shown)
         task.results.setdefault((kid, digest), seq)
+        _credit(task, o)
+    for o, tid, eid in ran:
+        task = tasks.get((tid, eid))
+        if task is not None:
+            _credit(task, o)
     return tasks
+
+
+def _credit(task: Task, o: int) -> None:
+    at = bisect.bisect_left(task.start_os, o) - 1
+    if at >= 0:
+        task.ran.add(at)
 
 
 def task_views(tasks: Tasks) -> list[TaskView]:
@@ -261,15 +369,29 @@ def ran_again(tasks: Tasks, task_key: tuple[Any, Any], intent: int) -> bool:
     return started is not None and any(s > intent for s in started.starts)
 
 
+def retry_of(closings: Iterable[tuple[int, int, int]], intent_o: int) -> Retry:
+    """What came after an open intent (its event ``intent_o``), from the effect's
+    ``(o, DONE or SKIPPED, seq)`` events in order: the first done, else the first skip."""
+    skipped: Retry = None
+    for o, kind, seq in closings:
+        if o > intent_o:
+            if kind == DONE:
+                return DONE, seq
+            if skipped is None:
+                skipped = SKIPPED, seq
+    return skipped
+
+
 class _Effect:
-    __slots__ = ("closed", "done", "intents", "skipped", "view")
+    __slots__ = ("closed", "closings", "done", "intents", "skipped", "view")
 
     def __init__(self, view: EffectView) -> None:
         self.view = view
-        self.intents: dict[int, tuple[Any, Any]] = {}  # intent seq -> task key
+        self.intents: dict[int, tuple[tuple[Any, Any], int]] = {}  # seq -> (task key, o)
         self.closed: set[int] = set()
         self.done: list[int] = []
         self.skipped: list[int] = []
+        self.closings: list[tuple[int, int, int]] = []  # (o, DONE or SKIPPED, seq)
 
 
 def effects_in_memory(effects: Iterable[EffectEvent], tasks: Tasks) -> list[EffectView]:
@@ -280,20 +402,23 @@ def effects_in_memory(effects: Iterable[EffectEvent], tasks: Tasks) -> list[Effe
         if eff is None:
             eff = state[(name, key)] = _Effect(EffectView(o, name, key, 0, [], [], 0, 0))
         if kind == INTENT:
-            eff.intents[seq] = (tid, eid)
+            eff.intents[seq] = ((tid, eid), o)
             continue
         if intent is not None:
             eff.closed.add(intent)
         if kind == DONE:
             eff.done.append(seq)
+            eff.closings.append((o, kind, seq))
         elif kind == SKIPPED:
             eff.skipped.append(seq)
+            eff.closings.append((o, kind, seq))
     out = []
     for eff in state.values():
         view = eff.view
         view.done, view.first_done = len(eff.done), eff.done[:6]
         view.skipped, view.first_skipped = len(eff.skipped), eff.skipped[0] if eff.skipped else 0
-        view.uncertain = [intent for intent, task_key in sorted(eff.intents.items())
+        view.uncertain = [(intent, retry_of(eff.closings, o))
+                          for intent, (task_key, o) in sorted(eff.intents.items())
                           if intent not in eff.closed and ran_again(tasks, task_key, intent)]
         if view.done > 1 or view.uncertain or view.skipped:
             out.append(view)

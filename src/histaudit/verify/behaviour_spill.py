@@ -13,6 +13,7 @@ does the directory's finalizer should ``close`` never run):
   (:func:`~histaudit.verify.behaviour_events.tasks_in_memory`): a hash shared by two
   tasks just brings both in, each complete. A clean instance costs a hash per event and
   one pass over the arrays.
+* **Decisions** go to a second SQLite table, whose GROUP BY names those signed twice.
 * **Effect events** go to a SQLite table, whose indexed GROUP BYs name the effects done
   twice or skipped, and — exactly, by an anti-join, not by hash — the intents never
   closed. Equality in SQLite is the dict's here: effect names and keys are ``str``;
@@ -41,13 +42,18 @@ from .behaviour_events import (
     DONE,
     INTENT,
     SKIPPED,
+    Decision,
+    DecisionView,
     EffectEvent,
     EffectView,
+    Ran,
     Result,
+    Retry,
     Start,
     Tasks,
     TaskView,
     ran_again,
+    retry_of,
     task_views,
     tasks_in_memory,
 )
@@ -57,21 +63,29 @@ _SCHEMA = (
     "PRAGMA locking_mode = EXCLUSIVE", "PRAGMA cache_size = -512",
     "PRAGMA temp_store = FILE",
     "CREATE TABLE effects (o INTEGER PRIMARY KEY, name, key, kind, seq, intent, tid, eid)",
+    "CREATE TABLE decisions (o INTEGER PRIMARY KEY, ident, seq, label)",
 )
 _INDEX = "CREATE INDEX effects_intent ON effects (name, key, intent)"
+_DECISION_INDEX = "CREATE INDEX decisions_ident ON decisions (ident)"
+# each decision signed twice: its first event, and its entries in order
+_RESIGNED = "SELECT ident, min(o) AS first FROM decisions GROUP BY ident HAVING count(*) > 1"
+_DECISION_ROWS = "SELECT seq, label FROM decisions WHERE ident = ? ORDER BY o"
 _EFFECTS = f"""
     SELECT name, key FROM effects WHERE kind = {DONE} GROUP BY name, key HAVING count(*) > 1
     UNION
     SELECT name, key FROM effects WHERE kind = {SKIPPED}"""
 # intents by (effect, seq), the last one written for a seq winning, never closed
 _OPEN_INTENTS = f"""
-    SELECT i.name, i.key, i.seq, i.tid, i.eid FROM (
-        SELECT name, key, seq, tid, eid, max(o) FROM effects WHERE kind = {INTENT}
+    SELECT i.name, i.key, i.seq, i.tid, i.eid, i.o FROM (
+        SELECT name, key, seq, tid, eid, max(o) AS o FROM effects WHERE kind = {INTENT}
         GROUP BY name, key, seq) AS i
     WHERE NOT EXISTS (SELECT 1 FROM effects AS c WHERE c.name = i.name AND c.key = i.key
                       AND c.intent = i.seq AND c.kind <> {INTENT})"""
 _FIRST_EFFECT = "SELECT min(o) FROM effects WHERE name = ? AND key = ?"
 _EFFECT_SEQS = "SELECT seq FROM effects WHERE name = ? AND key = ? AND kind = ? ORDER BY o"
+_CLOSINGS_AFTER = f"""
+    SELECT o, kind, seq FROM effects WHERE name = ? AND key = ? AND o > ?
+    AND kind IN ({DONE}, {SKIPPED}) ORDER BY o"""
 
 _ROWS_PER_INSERT = 256
 _INT64 = range(-(2**63), 2**63)
@@ -128,33 +142,49 @@ class Spill:
         self._starts, self._results = _Hashes(path, "starts"), _Hashes(path, "results")
 
     def add(self, starts: list[Start], results: list[Result],
-            effects: list[EffectEvent]) -> None:
-        if starts or results:
-            _dump((starts, results), self._log)
+            effects: list[EffectEvent], ran: list[Ran], decisions: list[Decision]) -> None:
+        if starts or results or ran:
+            _dump((starts, results, ran), self._log)
             self._starts.add([hash((e[1], e[2])) for e in starts])
             self._results.add([hash((e[1], e[2])) for e in results])
         _insert(self.db, effects)
+        if decisions:
+            self.db.executemany("INSERT INTO decisions VALUES (?, ?, ?, ?)",
+                                [(o, ident, _wide_number(seq), label)
+                                 for o, ident, seq, label in decisions])
 
-    def views(self) -> tuple[list[TaskView], list[EffectView]]:
+    def views(self) -> tuple[list[TaskView], list[EffectView], list[DecisionView]]:
         self._log.close()
         self.db.execute(_INDEX)
         open_intents = self._open_intents()
         wanted = self._starts.repeated() | self._results.repeated()
-        wanted.update(hash((tid, eid)) for _n, _k, _s, tid, eid in open_intents)
+        wanted.update(hash((tid, eid)) for _n, _k, _s, tid, eid, _o in open_intents)
         tasks = self._tasks(wanted) if wanted else {}
-        uncertain: dict[tuple[str, str], list[int]] = {}
-        for name, key, seq, tid, eid in open_intents:
+        uncertain: dict[tuple[str, str], list[tuple[int, Retry]]] = {}
+        for name, key, seq, tid, eid, o in open_intents:
             if ran_again(tasks, (tid, eid), seq):
-                uncertain.setdefault((name, key), []).append(seq)
-        return task_views(tasks), self._effects(uncertain)
+                closings = ((o, kind, _number(at)) for o, kind, at
+                            in self.db.execute(_CLOSINGS_AFTER, (name, key, o)))
+                uncertain.setdefault((name, key), []).append((seq, retry_of(closings, o)))
+        return task_views(tasks), self._effects(uncertain), self._decisions()
 
-    def _open_intents(self) -> list[tuple[str, str, int, Any, Any]]:
+    def _decisions(self) -> list[DecisionView]:
+        self.db.execute(_DECISION_INDEX)
+        out = []
+        for ident, first in self.db.execute(_RESIGNED).fetchall():
+            rows = self.db.execute(_DECISION_ROWS, (ident,)).fetchall()
+            out.append(DecisionView(int(first), str(rows[0][1]), len(rows),
+                                    [_number(seq) for seq, _label in rows[:6]]))
+        out.sort(key=lambda v: v.first_o)
+        return out
+
+    def _open_intents(self) -> list[tuple[str, str, int, Any, Any, int]]:
         """Every intent never closed, ordered as the analyzer visits them (effect by first
-        event, then by entry number)."""
-        found = [(self._first_o(name, key), _number(seq), name, key, _key(tid), _key(eid))
-                 for name, key, seq, tid, eid in self.db.execute(_OPEN_INTENTS)]
+        event, then by entry number), with its event number."""
+        found = [(self._first_o(name, key), _number(seq), name, key, _key(tid), _key(eid), o)
+                 for name, key, seq, tid, eid, o in self.db.execute(_OPEN_INTENTS)]
         found.sort(key=lambda f: f[:2])
-        return [(name, key, seq, tid, eid) for _o, seq, name, key, tid, eid in found]
+        return [(name, key, seq, tid, eid, o) for _f, seq, name, key, tid, eid, o in found]
 
     def _tasks(self, wanted: set[int]) -> Tasks:
         """The events of every task whose key hashes into ``wanted``, analysed."""
@@ -163,12 +193,15 @@ class Spill:
 
         starts: list[Start] = []
         results: list[Result] = []
-        for batch_starts, batch_results in _load(self._log_path):
+        ran: list[Ran] = []
+        for batch_starts, batch_results, batch_ran in _load(self._log_path):
             starts += kept(batch_starts)
             results += kept(batch_results)
-        return tasks_in_memory(starts, results)
+            ran += kept(batch_ran)
+        return tasks_in_memory(starts, results, ran)
 
-    def _effects(self, uncertain: dict[tuple[str, str], list[int]]) -> list[EffectView]:
+    def _effects(self, uncertain: dict[tuple[str, str], list[tuple[int, Retry]]]
+                 ) -> list[EffectView]:
         keys = {(name, key) for name, key in self.db.execute(_EFFECTS)} | set(uncertain)
         views = [self._effect(name, key, uncertain.get((name, key), [])) for name, key in keys]
         views.sort(key=lambda v: v.first_o)
@@ -177,7 +210,8 @@ class Spill:
     def _first_o(self, name: str, key: str) -> int:
         return int(self.db.execute(_FIRST_EFFECT, (name, key)).fetchone()[0])
 
-    def _effect(self, name: str, key: str, uncertain: list[int]) -> EffectView:
+    def _effect(self, name: str, key: str, uncertain: list[tuple[int, Retry]]
+                ) -> EffectView:
         done = [_number(seq) for (seq,) in self.db.execute(_EFFECT_SEQS, (name, key, DONE))]
         skipped = self.db.execute(_EFFECT_SEQS, (name, key, SKIPPED))
         first_skipped = next(skipped, None)

@@ -71,7 +71,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "inclusion-invalid": (E, "entry's inclusion proof does not lead to the checkpoint root"),
     "bundle-file-changed": (E, "a bundle file differs from what the signed manifest lists"),
     # behaviour across crashes
-    "activity-reexecuted": (I, "activity body ran more than once for one task (at-least-once)"),
+    "activity-reexecuted": (I, "activity delivered more than once for one task (at-least-once)"),
     "activity-nondeterministic": (W, "re-executions of one task returned different results"),
     "effect-duplicate": (E, "side effect completed more than once for one idempotency key"),
     "effect-uncertain": (W, "side effect started, never confirmed, and the activity ran again"),
@@ -82,6 +82,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "engine-missing-completion": (W, "signed completion is absent from the engine history"),
     "engine-completion-unverifiable": (I, "engine completion not comparable: signed payload "
                                           "erased, sizes agree"),
+    "decision-resigned": (I, "workflow decision signed twice: made again after the engine "
+                             "lost the first (a replay's re-append of a lost one is normal)"),
 }
 
 

@@ -178,6 +178,10 @@ class ChainScan:
                     events.completed(seq, kid, data)
                 elif route == ev.EFFECT:
                     events.effect(seq, kind, data)
+                elif route == ev.FAILED:
+                    events.failed(data)
+                elif route == ev.DECISION:
+                    events.decision(seq, kind, data)
                 else:
                     behaviour.mismatch(seq, data)
             for observe in after:

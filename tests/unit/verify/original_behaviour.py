@@ -1,7 +1,13 @@
 """The behaviour analyzer as it was before events could spill to disk (git 2080e38).
 
-A verbatim copy, kept as the oracle the new :class:`~histaudit.verify.behaviour.BehaviourCheck`
-must agree with, finding for finding and in the same order.
+A copy, kept as the oracle the new :class:`~histaudit.verify.behaviour.BehaviourCheck`
+must agree with, finding for finding and in the same order; changed since only where the
+findings' wording changed (issue 13): deliveries apart from runs known to have reached the
+body, and what the retry did after an unconfirmed effect — written here the plain way
+(each record credits the task's latest start; the effect's later records scanned in
+order), not as the fast code does it; and one finding added, ``decision-resigned``: a
+workflow decision signed twice, named by its ``started_at`` or by (kind, generation,
+integer ``task_id``).
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ from histaudit.verify.findings import Finding
 class _Task:
     activity: str = "?"
     starts: list[int] = field(default_factory=list)  # seq of each activity.started
+    ran: set[int] = field(default_factory=set)  # indexes of starts whose body left a record
     results: dict[tuple[str, str], int] = field(default_factory=dict)  # (kid, digest) -> seq
 
 
 @dataclass
 class _Effect:
-    intents: dict[int, Any] = field(default_factory=dict)  # intent seq -> task key
+    intents: dict[int, Any] = field(default_factory=dict)  # intent seq -> (task key, order)
+    later: list[tuple[int, str, int]] = field(default_factory=list)  # (order, kind, seq)
     closed: set[int] = field(default_factory=set)  # intent seqs with done/failed/skipped
     done: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
@@ -44,6 +52,33 @@ class OriginalBehaviourCheck:
         self._tasks: dict[tuple[Any, Any], _Task] = defaultdict(_Task)
         self._effects: dict[tuple[str, str], _Effect] = defaultdict(_Effect)
         self._mismatches: list[Finding] = []
+        self._order = 0
+        self._generation: str | None = None
+        self._decisions: dict[tuple[Any, ...], tuple[str, list[int]]] = {}
+
+    def _decision(self, entry: Entry) -> None:
+        data, kind = entry.data, entry.kind
+        if kind == Kind.WORKFLOW_STARTED:
+            started = data.get("started_at")
+            self._generation = started if type(started) is str else None
+            if self._generation is None:
+                return
+            key: tuple[Any, ...] = ("started", started)
+            label = f"workflow.started at {started}"
+        else:
+            tid = data.get("task_id")
+            if self._generation is None or type(tid) is not int:
+                return
+            key = (kind, self._generation, tid)
+            what = data.get("activity" if kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY
+                            else "child_workflow", "?")
+            label = f"{kind} of {what} (task {tid})"
+        self._decisions.setdefault(key, (label, []))[1].append(entry.seq)
+
+    def _ran(self, data: Any) -> None:
+        task = self._tasks.get(_task_key(data))
+        if task is not None and task.starts:
+            task.ran.add(len(task.starts) - 1)
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
         if isinstance(parsed, Entry):
@@ -51,6 +86,12 @@ class OriginalBehaviourCheck:
 
     def observe_entry(self, entry: Entry) -> None:
         data, kind = entry.data, entry.kind
+        self._order += 1
+        if kind == Kind.ACTIVITY_FAILED:
+            self._ran(data)
+        if kind in (Kind.WORKFLOW_STARTED, Kind.WORKFLOW_SCHEDULED_ACTIVITY,
+                    Kind.WORKFLOW_SCHEDULED_CHILD):
+            self._decision(entry)
         if kind == Kind.ACTIVITY_STARTED:
             task = self._tasks[_task_key(data)]
             task.activity = str(data.get("activity", "?"))
@@ -59,6 +100,7 @@ class OriginalBehaviourCheck:
             digest = data.get("output_digest")
             if isinstance(digest, str):
                 self._tasks[_task_key(data)].results.setdefault((entry.kid, digest), entry.seq)
+            self._ran(data)
         elif kind == Kind.REPLAY_MISMATCH:
             self._mismatches.append(Finding.make(
                 "replay-mismatch", self.instance, entry.seq,
@@ -69,7 +111,8 @@ class OriginalBehaviourCheck:
         elif kind.startswith("effect."):
             effect = self._effects[(str(data.get("name")), str(data.get("key")))]
             if kind == Kind.EFFECT_INTENT:
-                effect.intents[entry.seq] = _task_key(data)
+                effect.intents[entry.seq] = (_task_key(data), self._order)
+                self._ran(data)
                 return
             intent = data.get("intent_seq")
             if isinstance(intent, int):
@@ -78,16 +121,22 @@ class OriginalBehaviourCheck:
                 effect.done.append(entry.seq)
             elif kind == Kind.EFFECT_SKIPPED:
                 effect.skipped.append(entry.seq)
+            if kind in (Kind.EFFECT_DONE, Kind.EFFECT_SKIPPED):
+                effect.later.append((self._order, kind, entry.seq))
 
     def finish(self) -> Iterable[Finding]:
         out: list[Finding] = list(self._mismatches)
         for (task_id, _), task in self._tasks.items():
             label = f"activity {task.activity} (task {task_id})"
             if len(task.starts) > 1:
+                n, ran = len(task.starts), len(task.ran)
+                runs = ("the body ran each time" if ran == n else
+                        "no record shows the body ran" if ran == 0 else
+                        f"the body is known to have run {ran} time{'s' * (ran > 1)}")
                 out.append(Finding.make(
                     "activity-reexecuted", self.instance, task.starts[1],
-                    f"{label} ran {len(task.starts)} times (starts at entries "
-                    f"{_seqs(task.starts)})"))
+                    f"{label} delivered {n} times (starts at entries "
+                    f"{_seqs(task.starts)}); {runs}"))
             by_key: dict[str, list[int]] = defaultdict(list)
             for (kid, _digest), seq in task.results.items():
                 by_key[kid].append(seq)
@@ -103,20 +152,35 @@ class OriginalBehaviourCheck:
                 out.append(Finding.make(
                     "effect-duplicate", self.instance, eff.done[1],
                     f"{label} done {len(eff.done)} times (entries {_seqs(eff.done)})"))
-            for intent, task_key in sorted(eff.intents.items()):
+            for intent, (task_key, order) in sorted(eff.intents.items()):
                 if intent in eff.closed:
                     continue
                 started = self._tasks.get(task_key)
                 if started is not None and any(s > intent for s in started.starts):
+                    after = [(kind, seq) for o, kind, seq in eff.later if o > order]
+                    done = [seq for kind, seq in after if kind == Kind.EFFECT_DONE]
+                    skipped = [seq for kind, seq in after if kind == Kind.EFFECT_SKIPPED]
+                    retry = (f"the retry did it again (effect.done at entry {done[0]})"
+                             if done else
+                             f"the retry skipped it (effect.skipped at entry {skipped[0]})"
+                             if skipped else
+                             "it may have happened, and the retry has not confirmed it either")
                     out.append(Finding.make(
                         "effect-uncertain", self.instance, intent,
                         f"{label}: intent at entry {intent} never confirmed, and the "
-                        f"activity ran again — it may have happened"))
+                        f"activity ran again — {retry}"))
             if eff.skipped:
                 out.append(Finding.make(
                     "effect-deduplicated", self.instance, eff.skipped[0],
                     f"{label} was already done; re-execution skipped it "
                     f"{len(eff.skipped)} time(s)"))
+        for label, seqs in self._decisions.values():
+            if len(seqs) > 1:
+                out.append(Finding.make(
+                    "decision-resigned", self.instance, seqs[1],
+                    f"{label} signed {len(seqs)} times (entries {_seqs(seqs)}): the workflow "
+                    f"made it again — the engine had not kept the first (e.g. it was killed "
+                    f"while a result was in flight)"))
         return out
 
 

@@ -24,7 +24,7 @@ from histaudit.verify import behaviour_spill
 from histaudit.verify.behaviour import BehaviourCheck
 from histaudit.verify.verifier import verify_chain
 
-from .chains import INSTANCE, TRUST, chain, head_of
+from .chains import INSTANCE, TRUST, chain, head_of, reference
 from .original_behaviour import OriginalBehaviourCheck
 
 KIDS = ("a" * 16, "b" * 16)
@@ -87,6 +87,23 @@ def closing(kind: str, intent_seq: Any, name: Any = "mail", key: Any = "k"
     return (kind, {"name": name, "key": key, "intent_seq": intent_seq})
 
 
+def failed(task: Any, eid: Any = "e") -> tuple[str, dict[str, Any]]:
+    return ("activity.failed", {"task_id": task, "execution_id": eid, "error_type": "E"})
+
+
+def wf_started(at: Any = "2026-12-01T00:00:00Z") -> tuple[str, dict[str, Any]]:
+    return ("workflow.started", {"workflow": "w", "started_at": at})
+
+
+def scheduled(task: Any, eid: Any = "x1", activity: Any = "charge", *, replayed: bool = False,
+              child: bool = False) -> tuple[str, dict[str, Any]]:
+    if child:
+        return ("workflow.scheduled_child", {"child_workflow": activity, "task_id": task,
+                                             "child_instance": eid})
+    data = {"activity": activity, "task_id": task, "execution_id": eid}
+    return ("workflow.scheduled_activity", {**data, "replayed": True} if replayed else data)
+
+
 MISMATCH = ("replay.mismatch", {"task_id": 1, "activity": "charge", "completed_seq": 3,
                                 "seen_digest": "f" * 40, "expected_digest": "e" * 40})
 
@@ -123,6 +140,16 @@ CASES: dict[str, list[tuple[str, dict[str, Any]]]] = {
                                   started([1])],
     "digest not a string": [started(1), completed(1, 5), completed(1, None)],
     "other effect kinds close intents": [intent(1), closing("effect.bogus", 1), started(1)],
+    "decisions signed twice": [wf_started(), scheduled(0), scheduled(0, "x2"), wf_started(),
+                               scheduled(1, child=True), scheduled(1, "c", child=True),
+                               scheduled(2), scheduled(2.0), scheduled(True), scheduled("3"),
+                               scheduled(3), scheduled(3)],
+    "decisions across generations and legacy starts": [
+        wf_started("a"), scheduled(0), wf_started("b"), scheduled(0), wf_started(None),
+        scheduled(0), scheduled(0), wf_started(7), scheduled(1), scheduled(1)],
+    "failures and odd completions are runs": [started(1), failed(1), started(1),
+                                              completed(1, None), started(1), failed(2),
+                                              started(2), failed(2)],
 }
 
 
@@ -144,9 +171,86 @@ def test_the_cases_find_what_they_are_named_after() -> None:
     assert codes("replay mismatch") == ["replay-mismatch", "replay-mismatch"]
     assert codes("unhashable task on an open intent") == []  # never ran again: nothing to say
     assert codes("unhashable task on a closed intent") == []
+    resigned = assert_all_agree(entries(CASES["decisions signed twice"]))
+    assert [(f.code, f.seq) for f in resigned] == [("decision-resigned", s) for s in (4, 3, 6, 12)]
+    assert codes("decisions across generations and legacy starts") == []
     twice = assert_all_agree(entries(CASES["unhashable task run twice"]))
     assert [f.code for f in twice] == ["activity-reexecuted"]
-    assert '(task [1,{"a":1,"b":2}]) ran 2 times' in twice[0].message
+    assert '(task [1,{"a":1,"b":2}]) delivered 2 times' in twice[0].message
+
+
+# Each case: the steps, and the end of the one message of its code (issue 13).
+WORDING: dict[str, tuple[str, list[tuple[str, dict[str, Any]]], str]] = {
+    "first delivery crashed before the body": (
+        "activity-reexecuted", [started(1), started(1), completed(1, "d")],
+        "delivered 2 times (starts at entries 1, 2); the body is known to have run 1 time"),
+    "both deliveries ran": (
+        "activity-reexecuted", [started(1), completed(1, "d"), started(1), completed(1, "d")],
+        "delivered 2 times (starts at entries 1, 3); the body ran each time"),
+    "a failure and an effect intent are runs too": (
+        "activity-reexecuted", [started(1), failed(1), started(1), intent(1), started(1)],
+        "delivered 3 times (starts at entries 1, 3, 5); the body is known to have run 2 times"),
+    "a completion without a digest is a run": (
+        "activity-reexecuted", [started(1), completed(1, None), started(1)],
+        "the body is known to have run 1 time"),
+    "records of another task are not runs": (
+        "activity-reexecuted", [started(1), completed(2, "d"), intent(2), started(1)],
+        "no record shows the body ran"),
+    "the retry did it again": (
+        "effect-uncertain", [started(1), intent(1), started(1), intent(1),
+                             closing("effect.done", 4), completed(1, "d")],
+        "intent at entry 2 never confirmed, and the activity ran again — the retry did "
+        "it again (effect.done at entry 5)"),
+    "the retry skipped it": (
+        "effect-uncertain", [started(1), intent(1), started(1), intent(1),
+                             closing("effect.skipped", 4), completed(1, "d")],
+        "ran again — the retry skipped it (effect.skipped at entry 5)"),
+    "the retry has not confirmed it": (
+        "effect-uncertain", [started(1), intent(1), started(1), intent(1),
+                             closing("effect.failed", 4)],
+        "ran again — it may have happened, and the retry has not confirmed it either"),
+    "a decision signed twice": (
+        "decision-resigned", [wf_started(), scheduled(0), started(0), completed(0, "d"),
+                              scheduled(1, "x1", "send"), scheduled(1, "x2", "send")],
+        "workflow.scheduled_activity of send (task 1) signed 2 times (entries 5, 6): the "
+        "workflow made it again — the engine had not kept the first (e.g. it was killed "
+        "while a result was in flight)"),
+    "a start signed twice": (
+        "decision-resigned", [wf_started("t0"), scheduled(0), wf_started("t0")],
+        "workflow.started at t0 signed 2 times (entries 1, 3): the workflow made it again"
+        " — the engine had not kept the first (e.g. it was killed while a result was in "
+        "flight)"),
+    "a done before the intent is not the retry's": (
+        "effect-uncertain", [started(1), intent(1), closing("effect.done", 2), started(1),
+                             intent(1), started(1)],
+        "intent at entry 5 never confirmed, and the activity ran again — it may have "
+        "happened, and the retry has not confirmed it either"),
+}
+
+
+def test_a_decision_re_appended_on_replay_is_normal() -> None:
+    """The record of a decision was lost (power loss) and the replay appended it, marked
+    ``replayed``: one record of it, nothing to report; a new generation's task ids and a
+    legacy start (no ``started_at``) name no decision already made."""
+    steps = [wf_started(), scheduled(0), started(0), completed(0, "d"),
+             scheduled(1, replayed=True), started(1), completed(1, "e"),
+             ("workflow.continued_as_new", {}), wf_started("2026-12-02T00:00:00Z"),
+             scheduled(0), scheduled(1), wf_started(None), scheduled(0), scheduled(0)]
+    assert assert_all_agree(entries(steps)) == []
+    rows = chain(steps)
+    report = verify_chain(INSTANCE, rows, head_of(rows), trust=TRUST)
+    assert report.findings == () and list(report.findings) == reference(rows, head_of(rows))[1]
+
+
+@pytest.mark.parametrize("case", sorted(WORDING))
+def test_findings_say_what_the_ledger_knows(case: str) -> None:
+    code, steps, ending = WORDING[case]
+    found = [f for f in assert_all_agree(entries(steps)) if f.code == code]
+    assert len(found) == 1 and found[0].message.endswith(ending), found
+    rows = chain(steps)
+    fast = verify_chain(INSTANCE, rows, head_of(rows), trust=TRUST).findings
+    assert list(fast) == reference(rows, head_of(rows))[1]
+    assert [f.message for f in fast if f.code == code] == [found[0].message]
 
 
 def test_forked_and_huge_entry_numbers_agree() -> None:
@@ -209,6 +313,10 @@ _step = st.one_of(
                                         "effect.other"]), _intent_seq, _name, _name),
     st.just(MISMATCH),
     st.just(("workflow.started", {"task_id": 1})),
+    st.builds(failed, _task, _eid),
+    st.builds(wf_started, st.sampled_from(["t0", "t1", None, 3])),
+    st.builds(scheduled, _task, _eid, st.sampled_from(["a", None]),
+              replayed=st.booleans(), child=st.booleans()),
 )
 
 

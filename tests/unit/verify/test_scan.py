@@ -218,6 +218,10 @@ _tracked = st.sampled_from([
     ("effect.skipped", {"name": "n", "key": "k"}),
     ("replay.mismatch", {"task_id": 1, "activity": "a", "completed_seq": 2}),
     ("workflow.started", {"x": [1, {"y": None}]}),
+    ("workflow.started", {"workflow": "w", "started_at": "t0"}),
+    ("workflow.scheduled_activity", {"activity": "a", "task_id": 1, "execution_id": "e"}),
+    ("workflow.scheduled_child", {"child_workflow": "c", "task_id": 2}),
+    ("activity.failed", {"task_id": 1, "execution_id": "e", "error_type": "E"}),
     ("note", {}),
 ])
 
