@@ -40,7 +40,8 @@ sys.path.insert(0, str(REPO / "src"))
 from histaudit import crashtest as ct
 from histaudit.crashtest.sweep import SweepRun
 
-AGENT = f"{REPO / 'examples' / 'financial_agent' / 'app.py'}:financial_agent"
+AGENT_REF = "examples/financial_agent/app.py:financial_agent"  # as reported: repo-relative
+AGENT = f"{REPO / AGENT_REF}"
 GOAL_100_S = 600.0
 GOAL_30_RATIO = 0.25
 
@@ -105,7 +106,7 @@ def run(steps: list[int], sample: int = 3) -> dict[str, Any]:
     """Every size in turn; the figures of :mod:`benchmarks.run` (figure 6)."""
     sizes = [one_size(n, sample) for n in steps]
     by = {d["steps"]: d for d in sizes}
-    return {"target": AGENT, "sizes": sizes, "loadavg": os.getloadavg(),
+    return {"target": AGENT_REF, "sizes": sizes, "loadavg": os.getloadavg(),
             "cores": os.cpu_count(),
             "goals": {"sweep_100_steps_s": GOAL_100_S,
                       "sweep_30_steps_over_points_x_clean": GOAL_30_RATIO},
