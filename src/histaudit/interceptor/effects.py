@@ -9,6 +9,9 @@ a card may run again after a crash. Wrap the effect and the ledger answers for y
             if effect.already_done:
                 effect.skip()                       # done by an earlier attempt
                 return effect.previous_result
+            if effect.uncertain and tracker.has_comment(ticket_id):
+                effect.skip()                       # crashed between effect and done
+                return None
             effect.result = tracker.post(ticket_id, summary)
         return effect.result
 
@@ -20,9 +23,11 @@ leaving normally *asserts the effect happened*.
 Leaving after ``effect.skip()`` records ``effect.skipped`` (the effect was already done,
 this attempt did not repeat it). Leaving with an exception records ``effect.failed``.
 ``already_done`` is true when a done record exists; ``uncertain`` when only an intent does
-(an earlier attempt crashed in the middle): check the target system before doing it
-again. Code that ignores ``already_done`` and does the effect again records a second
-done — exactly what the verifier reports as a duplicate side effect.
+(an earlier attempt crashed in the middle, after its intent and before its done): ask
+the target system, as above, before doing it again; the verifier then reports the crash
+as ``effect-uncertain`` and says whether the retry skipped the effect or repeated it.
+Code that ignores ``already_done`` and does the effect again records a second done —
+exactly what the verifier reports as a duplicate side effect.
 
 All records go into the activity's own instance chain, signed by the runtime's key. The
 effect ``name`` and ``key`` are stored in clear so the verifier and a person can group
