@@ -725,7 +725,7 @@ def test_malformed_entry_is_a_finding_not_a_crash(broken_ctx: Ctx) -> None:
 
     r = run([*DB_COMMANDS["verify"](ctx), "--json"], cwd=ctx.tmp)
     exits(r, 1)
-    doc = json.loads(r.stdout)
+    (doc,) = json.loads(r.stdout)["reports"]
     assert doc["ok"] is False and doc["entries"] == 5
     assert ("entry-malformed", 5, "error") in {
         (f["code"], f["seq"], f["severity"]) for f in doc["findings"]}
@@ -737,12 +737,12 @@ def test_malformed_entry_is_a_finding_not_a_crash(broken_ctx: Ctx) -> None:
 
     r = run([*DB_COMMANDS["verify --all"](ctx), "--json"], cwd=ctx.tmp)
     exits(r, 1)
-    assert [d["ok"] for d in json.loads(r.stdout)] == [False]
+    assert [d["ok"] for d in json.loads(r.stdout)["reports"]] == [False]
 
     r = run([*DB_COMMANDS["list --trust"](ctx), "--json"], cwd=ctx.tmp)
     exits(r, 0)
     (row,) = json.loads(r.stdout)
-    assert row["entries"] == 5 and row["status"].startswith("FAILED")
+    assert row["entries"] == 5 and row["status"] == "failed" and row["findings"]["error"]
     exits(run(DB_COMMANDS["list"](ctx), cwd=ctx.tmp), 0)
 
     r = run(DB_COMMANDS["show"](ctx), cwd=ctx.tmp)
@@ -750,7 +750,9 @@ def test_malformed_entry_is_a_finding_not_a_crash(broken_ctx: Ctx) -> None:
     assert "(malformed)" in r.stdout
     r = run([*DB_COMMANDS["show"](ctx), "--json"], cwd=ctx.tmp)
     exits(r, 0)
-    assert json.loads(r.stdout)["entries"][-1]["kind"] == "(malformed)"
+    malformed = json.loads(r.stdout)["entries"][-1]
+    assert malformed["seq"] == 5 and malformed["error"]
+    assert [malformed[k] for k in ("ts", "kind", "kid", "data")] == [None] * 4
 
     r = run(["redact", "order-1", "--seq", "5", "--field", "input", "--db", ctx.url,
              "--key", str(ctx.key)], cwd=ctx.tmp)
@@ -771,7 +773,8 @@ def test_malformed_signed_head_is_a_finding(ledger_ctx: Ctx) -> None:
     before = ctx.state()
     r = run([*DB_COMMANDS["verify"](ctx), "--json"], cwd=ctx.tmp)
     exits(r, 1)
-    assert "head-invalid" in {f["code"] for f in json.loads(r.stdout)["findings"]}
+    (report,) = json.loads(r.stdout)["reports"]
+    assert "head-invalid" in {f["code"] for f in report["findings"]}
     exits(run(DB_COMMANDS["list --trust"](ctx), cwd=ctx.tmp), 0)
     exits(run(DB_COMMANDS["show"](ctx), cwd=ctx.tmp), 0)
     assert ctx.state() == before
@@ -803,7 +806,7 @@ def test_huge_entry_body(case: str, ledger_ctx: Ctx) -> None:
     started = time.monotonic()
     r = run([*DB_COMMANDS["verify"](ctx), "--json"], cwd=ctx.tmp)
     exits(r, 1)
-    doc = json.loads(r.stdout)
+    (doc,) = json.loads(r.stdout)["reports"]
     assert doc["entries"] == 5 and doc["ok"] is False
     codes = {f["code"] for f in doc["findings"]}
     assert codes & {"entry-malformed", "head-mismatch", "link-broken"}, codes
@@ -844,7 +847,7 @@ def test_huge_committed_payload_verifies_and_redacts(ledger_ctx: Ctx) -> None:
                       signer=Signer.load(ctx.key), payloads={salt: (c, payload)})
     r = run([*DB_COMMANDS["verify"](ctx), "--full", "--json"], cwd=ctx.tmp)
     exits(r, 0)
-    assert json.loads(r.stdout)["findings"] == []
+    assert json.loads(r.stdout)["reports"][0]["findings"] == []
     r = run(["redact", "order-1", "--seq", "5", "--field", "output", "--db", ctx.url,
              "--key", str(ctx.key)], cwd=ctx.tmp)
     exits(r, 0)
@@ -902,7 +905,7 @@ def test_ledger_in_read_only_directory_or_file(what: str, tmp_path: Path) -> Non
             exits(run(DB_COMMANDS[command](ctx), cwd=tmp_path), 0)
         r = run([*DB_COMMANDS["verify"](ctx), "--full", "--json"], cwd=tmp_path)
         exits(r, 0)
-        assert json.loads(r.stdout)["entries"] == 4
+        assert json.loads(r.stdout)["reports"][0]["entries"] == 4
         needles = (str(path.parent), "directory") if what == "directory" else (
             str(path), "read-only")
         one_error_line(run(DB_COMMANDS["redact"](ctx), cwd=tmp_path), *needles)
@@ -1045,7 +1048,7 @@ def _no_crash_verdicts(ctx: Ctx, column: str, *, changed: bool = True,
     r = run([*DB_COMMANDS["verify --all"](ctx), "--full", "--json"], cwd=ctx.tmp)
     assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
     assert r.returncode in (0, 1) and r.stderr == "", (r.returncode, r.stderr)
-    reports = {d["instance_id"]: d for d in json.loads(r.stdout)}
+    reports = {d["instance"]: d for d in json.loads(r.stdout)["reports"]}
     assert "order-2" in reports  # the other instances' findings survive
     if others_intact:
         assert reports["order-2"]["ok"], reports["order-2"]

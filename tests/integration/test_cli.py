@@ -32,6 +32,14 @@ def as_json(result: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(result.stdout)
 
 
+def one_report(result: subprocess.CompletedProcess[str]) -> Any:
+    """The one report of ``verify INSTANCE_ID --json`` ({ok, reports, since_checkpoint})."""
+    doc = as_json(result)
+    assert set(doc) == {"ok", "reports", "since_checkpoint"} and len(doc["reports"]) == 1
+    assert doc["since_checkpoint"] is None and doc["ok"] is doc["reports"][0]["ok"]
+    return doc["reports"][0]
+
+
 # --- building ledgers through the library ------------------------------------------------
 
 SECRET, RESULT = ORDER_SECRET, ORDER_RESULT
@@ -135,8 +143,8 @@ def test_verify_json_document(world: World) -> None:
     r = cli("verify", "order-1", "--db", world.url, "--trust", world.trust, "--json",
             cwd=world.tmp)
     exits(r)
-    doc = as_json(r)
-    assert doc["instance_id"] == "order-1"
+    doc = one_report(r)
+    assert doc["instance"] == "order-1"
     assert doc["ok"] is True
     assert doc["entries"] == 4
     assert doc["mode"] == "default"
@@ -148,7 +156,7 @@ def test_verify_full_checks_signatures_and_payloads(world: World) -> None:
         r = cli("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
                 "--workers", workers, "--json", cwd=world.tmp)
         exits(r)
-        doc = as_json(r)
+        doc = one_report(r)
         assert doc["mode"] == "full" and doc["ok"] is True and doc["findings"] == []
 
 
@@ -158,14 +166,18 @@ def test_behaviour_info_exits_0_by_default_and_1_with_fail_on_info(world: World)
 
     r = cli(*base, "--json", cwd=world.tmp)
     exits(r, 0)
-    doc = as_json(r)
+    doc = one_report(r)
     assert doc["ok"] is True and doc["entries"] == 5
     assert len(doc["findings"]) == 1
     finding = doc["findings"][0]
     assert {"code", "severity", "seq", "message"} <= set(finding)
     assert finding["code"] == "activity-reexecuted"
     assert finding["severity"] == "info"
-    assert finding["seq"] == 3
+    assert finding["seq"] == 3 and finding["instance"] == "order-2"
+    # what the finding is about, apart from its message: both deliveries, the task
+    assert finding["entries"] == [2, 3]
+    assert finding["task_id"] == 1 and finding["activity"] == "charge"
+    assert finding["effect"] is None
     assert "charge" in finding["message"] and "2 times" in finding["message"]
 
     human = cli(*base, cwd=world.tmp)
@@ -177,7 +189,7 @@ def test_behaviour_info_exits_0_by_default_and_1_with_fail_on_info(world: World)
     exits(cli(*base, "--fail-on", "warning", cwd=world.tmp), 0)
     r = cli(*base, "--fail-on", "info", "--json", cwd=world.tmp)
     exits(r, 1)
-    assert as_json(r)["findings"][0]["code"] == "activity-reexecuted"
+    assert one_report(r)["findings"][0]["code"] == "activity-reexecuted"
 
 
 def test_tampered_body_exits_1_and_names_the_entry(world: World) -> None:
@@ -185,7 +197,7 @@ def test_tampered_body_exits_1_and_names_the_entry(world: World) -> None:
     base = ("verify", "order-1", "--db", world.url, "--trust", world.trust)
     r = cli(*base, "--json", cwd=world.tmp)
     exits(r, 1)
-    doc = as_json(r)
+    doc = one_report(r)
     assert doc["ok"] is False
     codes = {(f["code"], f["seq"]) for f in doc["findings"]}
     assert ("body-changed", 2) in codes
@@ -195,7 +207,8 @@ def test_tampered_body_exits_1_and_names_the_entry(world: World) -> None:
     assert "FAILED" in human.stdout and "body-changed" in human.stdout
     full = cli(*base, "--full", "--json", cwd=world.tmp)
     exits(full, 1)
-    assert ("signature-invalid", 2) in {(f["code"], f["seq"]) for f in as_json(full)["findings"]}
+    assert ("signature-invalid", 2) in {(f["code"], f["seq"])
+                                        for f in one_report(full)["findings"]}
 
 
 def test_forged_append_with_another_key_exits_1(world: World) -> None:
@@ -206,7 +219,7 @@ def test_forged_append_with_another_key_exits_1(world: World) -> None:
     r = cli("verify", "order-1", "--db", world.url, "--trust", world.trust, "--json",
             cwd=world.tmp)
     exits(r, 1)
-    codes = {f["code"] for f in as_json(r)["findings"]}
+    codes = {f["code"] for f in one_report(r)["findings"]}
     assert "key-untrusted" in codes
 
 
@@ -214,14 +227,14 @@ def test_verify_with_someone_elses_trust_store_exits_1(world: World) -> None:
     _, other, _ = generate_keypair(world.tmp / "other", name="other")
     r = cli("verify", "order-1", "--db", world.url, "--trust", other, "--json", cwd=world.tmp)
     exits(r, 1)
-    assert {f["code"] for f in as_json(r)["findings"]} == {"key-untrusted"}
+    assert {f["code"] for f in one_report(r)["findings"]} == {"key-untrusted"}
 
 
 def test_verify_unknown_instance_exits_1(world: World) -> None:
     r = cli("verify", "no-such", "--db", world.url, "--trust", world.trust, "--json",
             cwd=world.tmp)
     exits(r, 1)
-    assert [f["code"] for f in as_json(r)["findings"]] == ["instance-missing"]
+    assert [f["code"] for f in one_report(r)["findings"]] == ["instance-missing"]
 
 
 def test_verify_all(world: World) -> None:
@@ -231,11 +244,12 @@ def test_verify_all(world: World) -> None:
 
     r = cli(*base, "--json", cwd=world.tmp)
     exits(r, 0)
-    docs = as_json(r)
-    assert isinstance(docs, list)
-    assert {d["instance_id"] for d in docs} == {"order-1", "order-2", "order-3"}
+    doc = as_json(r)
+    assert doc["ok"] is True and doc["since_checkpoint"] is None
+    docs = doc["reports"]
+    assert {d["instance"] for d in docs} == {"order-1", "order-2", "order-3"}
     assert all(d["ok"] for d in docs)
-    by_id = {d["instance_id"]: d for d in docs}
+    by_id = {d["instance"]: d for d in docs}
     assert [f["code"] for f in by_id["order-2"]["findings"]] == ["activity-reexecuted"]
     assert by_id["order-1"]["findings"] == [] and by_id["order-3"]["findings"] == []
 
@@ -249,8 +263,10 @@ def test_verify_all(world: World) -> None:
     tamper_body(world.url, "order-3", 2)
     r = cli(*base, "--json", cwd=world.tmp)
     exits(r, 1)
-    by_id = {d["instance_id"]: d for d in as_json(r)}
+    doc = as_json(r)
+    by_id = {d["instance"]: d for d in doc["reports"]}
     assert by_id["order-3"]["ok"] is False and by_id["order-1"]["ok"] is True
+    assert doc["ok"] is False
 
 
 # --- list / show -------------------------------------------------------------------------
@@ -267,31 +283,34 @@ def test_list_without_and_with_trust(world: World) -> None:
     assert rows["order-1"]["entries"] == 4 and rows["order-2"]["entries"] == 5
     assert rows["order-1"]["last_kind"] == "workflow.completed"
     assert rows["order-1"]["last_ts"].endswith("Z")
-    assert {row["status"] for row in rows.values()} == {"not checked (no --trust)"}
+    assert {row["status"] for row in rows.values()} == {"not-checked"}
+    assert {row["findings"] for row in rows.values()} == {None}
 
     r = cli("list", "--db", world.url, "--trust", world.trust, "--json", cwd=world.tmp)
     exits(r)
     rows = {row["instance"]: row for row in as_json(r)}
-    assert rows["order-1"]["status"] == "ok"
-    assert rows["order-2"]["status"] == "ok, 1 warning/info"
-    assert rows["order-3"]["status"].startswith("FAILED")
+    assert {i: (row["status"], row["findings"]) for i, row in rows.items()} == {
+        "order-1": ("ok", {"error": 0, "warning": 0, "info": 0}),
+        "order-2": ("findings", {"error": 0, "warning": 0, "info": 1}),
+        "order-3": ("failed", {"error": 2, "warning": 0, "info": 0})}
 
     human = cli("list", "--db", world.url, "--trust", world.trust, cwd=world.tmp)
     exits(human)
     for word in ("instance", "entries", "order-1", "order-2", "order-3",
-                 "workflow.completed", "FAILED"):
+                 "workflow.completed", "FAILED (2)", "ok, 1 warning/info"):
         assert word in human.stdout
     plain = cli("list", "--db", world.url, cwd=world.tmp)
     exits(plain)
     assert "not checked" in plain.stdout and "order-1" in plain.stdout
 
 
-def test_verify_all_json_is_a_list_even_of_one(world: World) -> None:
+def test_verify_all_json_is_the_one_object_with_a_list_even_of_one(world: World) -> None:
     r = cli("verify", "--all", "--db", world.url, "--trust", world.trust, "--json",
             cwd=world.tmp)
     exits(r)
-    docs = as_json(r)
-    assert isinstance(docs, list) and [d["instance_id"] for d in docs] == ["order-1"]
+    doc = as_json(r)
+    assert [d["instance"] for d in doc["reports"]] == ["order-1"]
+    assert doc["ok"] is True and doc["since_checkpoint"] is None
 
 
 def test_empty_ledger(db_url: str, tmp_path: Path) -> None:
@@ -302,7 +321,7 @@ def test_empty_ledger(db_url: str, tmp_path: Path) -> None:
     assert as_json(r) == []
     r = cli("verify", "--all", "--db", db_url, "--trust", trust, "--json", cwd=tmp_path)
     exits(r)
-    assert as_json(r) == []
+    assert as_json(r) == {"ok": True, "reports": [], "since_checkpoint": None}
     exits(cli("verify", "--all", "--db", db_url, "--trust", trust, cwd=tmp_path))
 
 
@@ -317,7 +336,7 @@ def test_show_human_and_json(world: World) -> None:
     r = cli("show", "order-1", "--db", world.url, "--json", cwd=world.tmp)
     exits(r)
     doc = as_json(r)
-    assert doc["instance_id"] == "order-1"
+    assert doc["instance"] == "order-1"
     entries = doc["entries"]
     assert [e["seq"] for e in entries] == [1, 2, 3, 4]
     assert [e["kind"] for e in entries] == ["workflow.started", "activity.started",
@@ -352,7 +371,7 @@ def test_redact_then_verify_full_is_still_clean(world: World) -> None:
     r = cli("verify", "order-1", "--db", world.url, "--trust", world.trust, "--full",
             "--json", cwd=world.tmp)
     exits(r)
-    doc = as_json(r)
+    doc = one_report(r)
     assert doc["ok"] is True and doc["entries"] == 5 and doc["findings"] == []
 
     shown = as_json(cli("show", "order-1", "--db", world.url, "--json", cwd=world.tmp))

@@ -268,7 +268,7 @@ def test_verifiers_beside_writers_see_no_false_findings(db_url: str, tmp_path: P
             assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr[-2000:]
             doc = orjson.loads(r.stdout)
             if args[0] == "verify":
-                cli_findings += [f for d in doc for f in d["findings"]]
+                cli_findings += [f for d in doc["reports"] for f in d["findings"]]
             else:
                 cli_findings += [d for d in doc if d["status"] != "ok"]
             cli_runs += 1

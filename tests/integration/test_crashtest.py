@@ -28,7 +28,7 @@ import pytest
 
 from histaudit import crashtest as ct
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.verify.findings import Finding, Severity
+from histaudit.verify.findings import EffectRef, Finding, Severity
 
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
@@ -101,6 +101,8 @@ def test_cli_triage_matrix_finds_every_point_and_the_duplicate(tmp_path: Path) -
         assert p["outcome"] == "findings" and p["failing"], p
         assert "effect-duplicate" in p["codes"] and p["worst"] == "error"
         assert p["effects"] == {"post-comment": 2} and p["output_matches"]
+        (dup,) = [f for f in p["findings"] if f["code"] == "effect-duplicate"]
+        assert dup["effect"] == {"name": "post-comment", "key": TICKET["id"]}
         assert p["rerun"].endswith(f"--point {name} --no-engine-points")
     # In the middle of the effect: the ledger cannot know; a warning, not a failure.
     for name in ("before-effect:post-comment", "after-effect:post-comment"):
@@ -178,12 +180,19 @@ def test_clean_run_round_trips_through_json(triage_clean: ct.CleanRun) -> None:
     text = json.dumps(dataclasses.asdict(triage_clean))
     assert ct.CleanRun.from_dict(json.loads(text)) == triage_clean
     assert triage_clean.points and triage_clean.findings == ()
-    finding = Finding.make("effect-duplicate", triage_clean.instance, 7, "posted twice")
+    finding = Finding.make("effect-duplicate", triage_clean.instance, 7, "posted twice",
+                           entries=[5, 7], effect=EffectRef("post-comment", "t-1"))
     with_finding = dataclasses.replace(triage_clean, findings=(finding,),
                                        finding_effects=("post-comment",))
     back = ct.CleanRun.from_dict(json.loads(json.dumps(dataclasses.asdict(with_finding))))
     assert back == with_finding and back.findings[0].severity is Severity.ERROR
-    assert back.to_json()["findings"] == [{**finding.to_json(), "effect": "post-comment"}]
+    # the report writes each finding as every --json output does, its effect included
+    (doc,) = back.to_json()["findings"]
+    assert doc == finding.to_json()
+    assert (doc["effect"], doc["entries"]) == ({"name": "post-comment", "key": "t-1"}, [5, 7])
+    # a report read back (Finding.to_json) is the same finding
+    assert ct.CleanRun.from_dict({**dataclasses.asdict(with_finding),
+                                  "findings": [doc]}).findings == (finding,)
     with pytest.raises(dataclasses.FrozenInstanceError):
         triage_clean.status = "FAILED"  # type: ignore[misc]
 

@@ -67,9 +67,10 @@ def test_replay_accepts_decorated_workflows_and_the_runtime(
         r = cli("replay", instance, "--engine", engine.address,
                 "--workflow", f"{APP}:{target}", "--json", cwd=tmp_path)
         exits(r, 0)
-        result = json.loads(r.stdout)
-        assert result["ok"] is True and result["divergence"] is None, result
-        assert result["outcome"] == "completed"
+        item = json.loads(r.stdout)
+        result = item["replay"]
+        assert item["ok"] is True and result["ok"] is True, item
+        assert result["divergence"] is None and result["outcome"] == "completed"
         assert result["workflow"] == ("shouting_wf" if instance == "docs-2" else "greeting_wf")
 
     # The library takes the decorated stand-in too, and a saved history replays offline.
@@ -86,6 +87,6 @@ def test_a_decorated_workflow_that_changed_is_a_divergence_not_a_crash(
     r = cli("replay", "docs-3", "--engine", engine.address,
             "--workflow", f"{changed}:greeting_wf", "--json", cwd=tmp_path)
     exits(r, 1)
-    result = json.loads(r.stdout)
+    result = json.loads(r.stdout)["replay"]
     assert result["divergence"]["kind"] == "different-input", result
     assert "count_letters" in result["divergence"]["message"]

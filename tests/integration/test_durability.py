@@ -79,7 +79,7 @@ class Rig(AppRig):
         r = cli("verify", "--all", "--full", "--json", "--db", url, "--trust", self.pub,
                 cwd=self.tmp)
         exits(r, 0)
-        reports: list[dict[str, Any]] = json.loads(r.stdout)
+        reports: list[dict[str, Any]] = json.loads(r.stdout)["reports"]
         return reports
 
 
@@ -174,7 +174,7 @@ def test_decisions_lost_with_the_ledger_are_reappended_on_replay(rig: Rig) -> No
         report = verify_url(rig.url_b, inst, rig.signer, full=True)
         assert report.ok and not report.findings, [f.to_json() for f in report.findings]
     reports = rig.verify_cli(rig.url_b)
-    assert sorted(d["instance_id"] for d in reports) == sorted(
+    assert sorted(d["instance"] for d in reports) == sorted(
         [instance, child.data["child_instance"]])
     assert [f for d in reports for f in d["findings"]] == []
 

@@ -4,8 +4,10 @@ Schema in ``schemas/*.output.schema.json`` (draft 2020-12).
 
 The schemas are written from the code that prints each document; these tests are what
 keeps the two together. They cover the variants a consumer meets: clean and with
-findings, one object and a list, with and without optional blocks (``--payloads``,
-``--since-checkpoint``), a replay that diverges and a history that cannot be replayed.
+findings, one instance and many, with and without optional blocks (``--payloads``,
+``--since-checkpoint``), a replay that diverges and a history that cannot be replayed —
+and the decisions of issue 13 item 6 (one ``instance`` name, enums for statuses, what a
+finding is about, one verify shape, the replay's ``ok`` apart from the item's).
 """
 
 from __future__ import annotations
@@ -101,28 +103,53 @@ def world(sqlite_url: str, tmp_path: Path) -> World:
 def test_verify_json(world: World) -> None:
     db = ("--db", world.url, "--trust", world.trust, "--json")
     one = valid("verify", stdout_json(world.run("verify", "order-1", *db)))
-    assert one["ok"] is True and one["findings"] == []
+    assert one["ok"] is True and one["since_checkpoint"] is None
+    assert [(r["instance"], r["findings"]) for r in one["reports"]] == [("order-1", [])]
     info = valid("verify", stdout_json(world.run("verify", "order-2", *db)))
-    assert {f["code"] for f in info["findings"]} == {"activity-reexecuted"}
+    [finding] = info["reports"][0]["findings"]
+    assert finding["code"] == "activity-reexecuted" and finding["instance"] == "order-2"
+    assert (finding["entries"], finding["task_id"], finding["activity"]) == (
+        [2, 3], 1, "charge")
     bad = valid("verify", stdout_json(world.run("verify", "order-3", *db), 1))
-    assert not bad["ok"] and {f["severity"] for f in bad["findings"]} == {"error"}
+    [report] = bad["reports"]
+    assert not bad["ok"] and {f["severity"] for f in report["findings"]} == {"error"}
+    assert all(f["entries"] == [f["seq"]] for f in report["findings"])
     every = valid("verify", stdout_json(world.run("verify", "--all", *db), 1))
-    assert sorted(r["instance_id"] for r in every) == ["order-1", "order-2", "order-3"]
+    assert sorted(r["instance"] for r in every["reports"]) == ["order-1", "order-2", "order-3"]
+    assert every["ok"] is False and set(every) == set(one)
+
+
+def test_verify_json_is_one_shape_for_every_variant(world: World) -> None:
+    """The same three members whatever is asked; what varies is inside them."""
+    schema = json.loads((SCHEMAS / "verify.output.schema.json").read_bytes())
+    assert schema["type"] == "object" and "oneOf" not in schema
+    assert set(schema["required"]) == set(schema["properties"]) == {
+        "ok", "reports", "since_checkpoint"}
+    for change in ({"reports": {}}, {"since_checkpoint": []}, {"extra": 1}):
+        assert not validator("verify").is_valid(
+            {"ok": True, "reports": [], "since_checkpoint": None, **change})
 
 
 def test_list_json(world: World) -> None:
     unchecked = valid("list", stdout_json(world.run("list", "--db", world.url, "--json")))
-    assert {r["status"] for r in unchecked} == {"not checked (no --trust)"}
+    assert {(r["status"], r["findings"]) for r in unchecked} == {("not-checked", None)}
     checked = valid("list", stdout_json(world.run("list", "--db", world.url, "--trust",
                                                   world.trust, "--json")))
-    assert {r["instance"]: r["status"] for r in checked} == {
-        "order-1": "ok", "order-2": "ok, 1 warning/info", "order-3": "FAILED (2)"}
+    assert {r["instance"]: (r["status"], r["findings"]["error"]) for r in checked} == {
+        "order-1": ("ok", 0), "order-2": ("findings", 0), "order-3": ("failed", 2)}
+    # the counts must agree with the status
+    row = next(r for r in checked if r["status"] == "failed")
+    assert not validator("list").is_valid([{**row, "findings": {**row["findings"],
+                                                                "error": 0}}])
+    assert not validator("list").is_valid([{**row, "status": "FAILED (2)"}])
 
 
 def test_show_json(world: World) -> None:
     plain = valid("show", stdout_json(world.run("show", "order-1", "--db", world.url,
                                                 "--json")))
+    assert plain["instance"] == "order-1"
     assert len(plain["entries"]) == 4 and all("payloads" not in e for e in plain["entries"])
+    assert all(e["error"] is None for e in plain["entries"])
     filtered = valid("show", stdout_json(world.run(
         "show", "order-1", "--db", world.url, "--kind", "activity", "--seq", "2..",
         "--payloads", "--json")))
@@ -136,15 +163,18 @@ def test_checkpoint_and_bundle_json(world: World) -> None:
     cp = valid("checkpoint-verify", stdout_json(world.run(
         "checkpoint", "verify", note, "--trust", world.trust, "--json")))
     assert cp["size"] == 13  # 4 + 5 (a re-execution) + 4 entries and cp["key_name"] == "ops"
-    # An instance and the ledger's proof against the kept checkpoint: a list of two.
+    # An instance and the ledger's proof against the kept checkpoint: the proof apart.
     both = valid("verify", stdout_json(world.run(
         "verify", "order-1", "--since-checkpoint", note, "--db", world.url, "--trust",
         world.trust, "--json")))
-    assert [r["scope"] for r in both] == ["instance", "ledger"]
+    assert [r["scope"] for r in both["reports"]] == ["instance"]
+    since = both["since_checkpoint"]
+    assert (since["size"], since["origin"], since["checked"]) == (13, cp["origin"], True)
+    assert (since["report"]["scope"], since["report"]["mode"]) == ("ledger", "consistency")
     alone = valid("verify", stdout_json(world.run(
         "verify", "--since-checkpoint", note, "--db", world.url, "--trust", world.trust,
         "--json")))
-    assert alone["scope"] == "ledger"
+    assert alone["reports"] == [] and alone["since_checkpoint"] == since
 
     bundle = world.tmp / "bundle"
     exits(world.run("export", "order-1", "order-2", "--out", bundle, "--with-payloads",
@@ -153,7 +183,7 @@ def test_checkpoint_and_bundle_json(world: World) -> None:
         "verify", "--bundle", bundle, "--trust", world.trust, "--json")))
     assert doc["ok"] and [r["scope"] for r in doc["reports"]] == ["bundle", "instance",
                                                                   "instance"]
-    assert "since_checkpoint" not in doc
+    assert doc["since_checkpoint"] is None
     # Every instance, the tampered one too: its chain fails (exit 1), the tree the
     # checkpoint signed is extended (the ledger-scope report is clean).
     whole = world.tmp / "whole"
@@ -162,9 +192,11 @@ def test_checkpoint_and_bundle_json(world: World) -> None:
     since = world.run("verify", "--bundle", whole, "--trust", world.trust,
                       "--since-checkpoint", note, "--json")
     doc = valid("verify-bundle", stdout_json(since, 1))
+    proof = doc["since_checkpoint"].pop("report")
     assert doc["since_checkpoint"] == {"size": 13, "origin": cp["origin"], "checked": True}
-    assert [r["scope"] for r in doc["reports"]] == ["bundle", *["instance"] * 3, "ledger"]
-    assert [r["ok"] for r in doc["reports"]].count(False) == 1 and doc["reports"][-1]["ok"]
+    assert [r["scope"] for r in doc["reports"]] == ["bundle", *["instance"] * 3]
+    assert [r["ok"] for r in doc["reports"]].count(False) == 1
+    assert proof["scope"] == "ledger" and proof["ok"] and proof["mode"] == "consistency"
     shown = valid("show", stdout_json(world.run(
         "show", "order-1", "--bundle", bundle, "--trust", world.trust, "--payloads",
         "--json")))
@@ -179,6 +211,9 @@ def test_replay_json_one_history(sqlite_url: str, tmp_path: Path) -> None:
     clean = valid("replay", stdout_json(cli("replay", "--history", ORDER_HISTORY,
                                             "--workflow", ORDER_REF, "--json", cwd=REPO)))
     assert clean["status"] == "ok" and clean["output_check"]["status"] == "not-compared"
+    assert clean["ok"] is True and clean["replay"]["ok"] is True
+    assert clean["replay"]["instance"] == "golden-order"
+    assert clean["replay"]["outcome"] == "completed"
     compared = valid("replay", stdout_json(cli(
         "replay", "--history", ORDER_HISTORY, "--workflow", ORDER_REF, "--db", sqlite_url,
         "--json", cwd=REPO)))
@@ -186,7 +221,8 @@ def test_replay_json_one_history(sqlite_url: str, tmp_path: Path) -> None:
     diverged = valid("replay", stdout_json(cli(
         "replay", "--history", ORDER_HISTORY, "--workflow",
         "examples.nondeterminism.v2:order_swapped", "--json", cwd=REPO), 1))
-    assert diverged["status"] == "diverged" and diverged["divergence"]["kind"]
+    assert diverged["status"] == "diverged" and diverged["replay"]["divergence"]["kind"]
+    assert diverged["ok"] is False and diverged["replay"]["ok"] is False
 
 
 def test_replay_json_several_histories(tmp_path: Path) -> None:
@@ -202,6 +238,9 @@ def test_replay_json_several_histories(tmp_path: Path) -> None:
     doc = valid("replay", json.loads(r.stdout))
     assert sorted(i["status"] for i in doc["results"]) == ["error", "ok", "ok"]
     assert doc["summary"]["histories"] == 3 and doc["summary"]["error"] == 1
+    broken = next(i for i in doc["results"] if i["status"] == "error")
+    assert broken["replay"] is None and broken["ok"] is False and broken["error"]
+    assert all(i["replay"]["ok"] and i["ok"] for i in doc["results"] if i is not broken)
 
 
 # --- the crash matrix report ------------------------------------------------------------------
@@ -217,14 +256,32 @@ def test_crashtest_json_report(engine_binary: Path, tmp_path: Path) -> None:
     doc = valid("crashtest", json.loads(report.read_text(encoding="utf-8")))
     assert [p["point"] for p in doc["points"]] == ["before:add"]
     assert doc["summary"] == {"identical": 1}
+    findings = [f for p in [doc["clean"], *doc["points"]] for f in p["findings"]]
+    assert all(valid("finding", f) for f in findings)
 
 
 # --- the schemas refuse what the code never prints --------------------------------------------
 
+FINDING = {"code": "effect-duplicate", "severity": "error", "instance": "i", "seq": 3,
+           "entries": [2, 3], "task_id": None, "activity": None,
+           "effect": {"name": "mail", "key": "k1"}, "message": "m"}
+
+
 @pytest.mark.parametrize("change", [
-    {"code": "no-such-code"}, {"severity": "ERROR"}, {"seq": "3"}, {"extra": 1}])
+    {"code": "no-such-code"}, {"severity": "ERROR"}, {"seq": "3"}, {"extra": 1},
+    {"instance_id": "i"}, {"entries": [3, 3]}, {"entries": None}, {"task_id": 1.5},
+    {"effect": "mail"}, {"effect": {"name": "mail"}}])
 def test_finding_schema_is_closed(change: dict[str, Any]) -> None:
-    finding = {"code": "link-broken", "severity": "error", "instance": "i", "seq": 3,
-               "message": "m"}
-    valid("finding", finding)
-    assert not validator("finding").is_valid({**finding, **change})
+    valid("finding", FINDING)
+    assert not validator("finding").is_valid({**FINDING, **change})
+
+
+@pytest.mark.parametrize("key", sorted(FINDING))
+def test_every_finding_key_is_required(key: str) -> None:
+    assert not validator("finding").is_valid({k: v for k, v in FINDING.items() if k != key})
+
+
+def test_no_output_schema_says_instance_id() -> None:
+    """One name for the instance field in every --json output: ``instance``."""
+    for path in SCHEMAS.glob("*.output.schema.json"):
+        assert '"instance_id"' not in path.read_text(encoding="utf-8"), path.name

@@ -132,8 +132,8 @@ def test_sigkill_during_appends_loses_nothing(db_url: str, tmp_path: Path,
     r = cli("verify", "--all", "--full", "--json", "--db", db_url, "--trust", pub,
             cwd=tmp_path)
     exits(r, 0)
-    reports = json.loads(r.stdout)
-    assert sorted(d["instance_id"] for d in reports) == sorted(INSTANCES)
+    reports = json.loads(r.stdout)["reports"]
+    assert sorted(d["instance"] for d in reports) == sorted(INSTANCES)
     assert [f for d in reports for f in d["findings"]] == []
 
     with Ledger.open(db_url) as ledger:

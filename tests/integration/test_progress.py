@@ -112,7 +112,7 @@ def test_histaudit_progress_0_silences_the_bar_on_a_terminal(big: Big) -> None:
                               env={"HISTAUDIT_PROGRESS": "0"})
     assert result.returncode == 0
     assert terminal == ""
-    assert result.stdout.startswith("[")
+    assert result.stdout.startswith('{\n  "ok": true,\n  "reports": [')
 
 
 @pytest.mark.parametrize("args", [

@@ -218,7 +218,7 @@ def test_replay_compares_the_replayed_output_with_the_signed_one(rig: Rig) -> No
                   "--json")
     assert out.returncode == 0 and out.stderr == "", out
     doc = json.loads(out.stdout)
-    assert sorted(r["instance_id"] for r in doc["results"]) == sorted([first, second])
+    assert sorted(r["replay"]["instance"] for r in doc["results"]) == sorted([first, second])
     assert {r["output_check"]["status"] for r in doc["results"]} == {"same"}
     assert doc["summary"]["ok"] == 2 and doc["ok"] is True
     out = rig.cli("replay", first, second, "--engine", rig.engine.address,
@@ -246,7 +246,8 @@ def test_replay_compares_the_replayed_output_with_the_signed_one(rig: Rig) -> No
     assert "OUTPUT MISMATCH; replay OK" in out.stdout and "replay-mismatch" in out.stdout
     doc = json.loads(rig.cli("replay", "--history", forged, "--workflow", ORDER_REF,
                              "--json").stdout)
-    assert doc["status"] == "mismatch" and doc["ok"] is False
+    # the item failed, while the replay itself went cleanly: both said, apart
+    assert doc["status"] == "mismatch" and doc["ok"] is False and doc["replay"]["ok"] is True
     check = doc["output_check"]
     assert check["status"] == "different"
     entries = rig.entries(first)
@@ -266,9 +267,11 @@ def replay_output(events: list[Any]) -> str:
 # --- verify --engine: the engine's history against the signed ledger ---------------------
 
 def _verify_engine(rig: Rig, instance: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    """(exit status, the instance's report)."""
     out = rig.cli("verify", instance, "--engine", rig.engine.address, "--json", *extra)
     assert out.stderr == "" and out.returncode in (0, 1), out
-    return out.returncode, json.loads(out.stdout)
+    (report,) = json.loads(out.stdout)["reports"]
+    return out.returncode, report
 
 
 def _codes(doc: dict[str, Any]) -> list[str]:
@@ -305,6 +308,8 @@ def test_verify_engine_cross_check_clean_then_altered_engine_state(rig: Rig) -> 
     (mismatch,) = [f for f in doc["findings"] if f["code"] == "replay-mismatch"]
     assert mismatch["seq"] == only(entries, "activity.completed", activity="charge")[0].seq
     assert "activity charge" in mismatch["message"]
+    assert (mismatch["task_id"], mismatch["activity"]) == (charge, "charge")
+    assert mismatch["entries"] == [mismatch["seq"]]
 
     # A different size proves a difference even for the erased output.
     rig.alter_engine_completion(instance, task_of(entries, "reserve"), result='{"x": 1}')

@@ -110,11 +110,14 @@ class Lab(AppRig):
         return verify_url(self.url, instance, self.signer, full=True)
 
     def cli_verify(self, *args: str) -> tuple[int, Any]:
-        """``histaudit verify ... --json`` as a user runs it: (exit status, parsed JSON)."""
+        """``histaudit verify ... --json`` as a user runs it: (exit status, its reports)."""
         proc = cli("verify", *args, "--db", self.url, "--trust", self.keys, "--full", "--json",
                    cwd=self.tmp)
         assert proc.returncode in (0, 1), proc.stderr
-        return proc.returncode, json.loads(proc.stdout)
+        doc = json.loads(proc.stdout)
+        assert doc["since_checkpoint"] is None
+        assert doc["ok"] is all(r["ok"] for r in doc["reports"])
+        return proc.returncode, doc["reports"]
 
 
 @pytest.fixture
@@ -202,7 +205,7 @@ def test_clean_run_verifies_clean_including_the_deliberate_retry(lab: Lab) -> No
     assert report.ok and not report.findings, [f.to_json() for f in report.findings]
     rc, doc = lab.cli_verify("--all", "--fail-on", "info")
     assert rc == 0, doc
-    assert sorted(r["instance_id"] for r in doc) == sorted([instance, f"{instance}-analyze"])
+    assert sorted(r["instance"] for r in doc) == sorted([instance, f"{instance}-analyze"])
     assert all(r["ok"] and not r["findings"] for r in doc), doc
 
 
@@ -258,7 +261,7 @@ def test_crash_inside_the_fanout_resumes_to_the_same_report(lab: Lab, crash_at: 
     assert all(f.severity == Severity.INFO and "activity fetch_source" in f.message
                for f in report.findings)
     assert len(report.findings) == again["fetch_source"]
-    rc, doc = lab.cli_verify(instance, "--fail-on", "warning")
+    rc, (doc,) = lab.cli_verify(instance, "--fail-on", "warning")
     assert rc == 0 and doc["ok"], doc
     assert {(f["code"], f["severity"]) for f in doc["findings"]} == \
         {("activity-reexecuted", "info")}

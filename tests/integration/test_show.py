@@ -109,11 +109,12 @@ NO_FILTERS = {"kinds": None, "task": None, "activity": None, "seq": None}
 
 def test_no_filter_keeps_the_json_shape_and_adds_hashes_and_filters(world: World) -> None:
     doc = shown(world)
-    assert set(doc) == {"instance_id", "entries", "filters"}
-    assert doc["instance_id"] == INSTANCE and doc["filters"] == NO_FILTERS
+    assert set(doc) == {"instance", "entries", "filters"}
+    assert doc["instance"] == INSTANCE and doc["filters"] == NO_FILTERS
     assert [(e["seq"], e["kind"]) for e in doc["entries"]] == [(s, k) for s, k, _, _ in LAYOUT]
     first = doc["entries"][0]
-    assert set(first) == {"seq", "ts", "kind", "kid", "data", "hash"}
+    assert set(first) == {"seq", "ts", "kind", "kid", "data", "hash", "error"}
+    assert all(e["error"] is None for e in doc["entries"])
     with Ledger.open(world.url) as ledger:
         bodies = [row.body for row in ledger.entries(INSTANCE)]
     assert [e["hash"] for e in doc["entries"]] == [hashlib.sha256(b).hexdigest()

@@ -3,6 +3,7 @@ have their own modules)."""
 
 from __future__ import annotations
 
+import enum
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -61,15 +62,17 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
     with _open(db, reading=True) as ledger, ledger.snapshot() as snap:
         for summary in snap.instances():
             last = _last_entry(snap, summary.instance)
-            status = "not checked (no --trust)"
+            status, counts = ListStatus.NOT_CHECKED, None
             if keys is not None:
                 report = verify_instance(ledger, summary.instance, trust=keys)
-                status = "ok" if report.ok else f"FAILED ({len(report.failing(Severity.ERROR))})"
-                if report.ok and report.findings:
-                    status = f"ok, {len(report.findings)} warning/info"
+                counts = {str(sev): sum(1 for f in report.findings if f.severity is sev)
+                          for sev in (Severity.ERROR, Severity.WARNING, Severity.INFO)}
+                status = (ListStatus.FAILED if not report.ok else
+                          ListStatus.FINDINGS if report.findings else ListStatus.OK)
             rows.append({"instance": summary.instance, "entries": summary.entries,
                          "last_ts": last.ts if last else None,
-                         "last_kind": last.kind if last else None, "status": status})
+                         "last_kind": last.kind if last else None, "status": str(status),
+                         "findings": counts})
     if as_json:
         render.emit_json(rows)
         return EXIT_CLEAN
@@ -79,9 +82,33 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
     for r in rows:
         table.add_row(render.clip(r["instance"]), str(r["entries"]),
                       render.clip(r["last_ts"] or "-"), render.clip(r["last_kind"] or "-"),
-                      r["status"])
+                      _status_text(ListStatus(r["status"]), r["findings"]))
     render.console().print(table)
     return EXIT_CLEAN
+
+
+class ListStatus(enum.StrEnum):
+    """An instance's status in ``list`` (its ``--json`` ``status``)."""
+
+    OK = "ok"
+    """Verified, no finding."""
+    FINDINGS = "findings"
+    """Verified, no error: warning or info findings only (a crash's re-execution …)."""
+    FAILED = "failed"
+    """At least one finding at error severity."""
+    NOT_CHECKED = "not-checked"
+    """Not verified: no ``--trust`` given."""
+
+
+def _status_text(status: ListStatus, counts: dict[str, int] | None) -> str:
+    """The table's words for a status: the counts the JSON keeps apart."""
+    if status is ListStatus.NOT_CHECKED or counts is None:
+        return "not checked (no --trust)"
+    if status is ListStatus.FAILED:
+        return f"FAILED ({counts['error']})"
+    if status is ListStatus.FINDINGS:
+        return f"ok, {counts['warning'] + counts['info']} warning/info"
+    return "ok"
 
 
 def _last_entry(snap: Snapshot, instance: str) -> rec.Entry | None:

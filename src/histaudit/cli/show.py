@@ -53,7 +53,7 @@ def show(instance_id: str, kinds: tuple[str, ...], task: int | None, seq: str | 
     else:
         timeline = _from_ledger(db, instance_id, keep, payloads=payloads)
     if as_json:
-        render.emit_json({"instance_id": instance_id,
+        render.emit_json({"instance": instance_id,
                           "entries": [_json_entry(t, payloads) for t in timeline.entries],
                           "filters": keep.as_json()})
     elif compact:
@@ -137,14 +137,15 @@ def _from_bundle(root: Path, trust: TrustStore, instance: str, keep: tl.EntryFil
 # --- rendering -----------------------------------------------------------------------------
 
 def _json_entry(t: tl.TimelineEntry, payloads: bool) -> dict[str, Any]:
-    """An entry in ``--json``: seq, ts, kind, kid, data as before (a malformed row: kind
-    "(malformed)", data {"error"}), plus its full hash and, with --payloads, the values."""
+    """An entry in ``--json``: seq, ts, kind, kid, data, its full hash and ``error`` (null;
+    for a row whose body does not parse the reason, with ts, kind, kid and data null),
+    and with --payloads the values."""
     doc: dict[str, Any] = (
         {"seq": t.seq, "ts": t.ts, "kind": t.kind, "kid": t.kid, "data": dict(t.data)}
         if t.error is None else
-        {"seq": t.seq, "ts": None, "kind": "(malformed)", "kid": None,
-         "data": {"error": t.error}})
+        {"seq": t.seq, "ts": None, "kind": None, "kid": None, "data": None})
     doc["hash"] = t.hash
+    doc["error"] = t.error
     if payloads:
         doc["payloads"] = {name: _json_payload(v) for name, v in t.payloads.items()}
     return doc

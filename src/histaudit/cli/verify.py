@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from histaudit.errors import UsageError
 from histaudit.verify.findings import Severity
 from histaudit.verify.report import Report, Scope
+from histaudit.witness.policy import read_policy, witness_findings, witness_report
 
 from . import render
 from .options import EXIT_CLEAN, EXIT_FINDINGS, db_option, read_file, trust_option, trust_store
 from .progress import Meter
 
 if TYPE_CHECKING:
+    from histaudit.ledger.checkpoint import Checkpoint
     from histaudit.ledger.keys import TrustStore
     from histaudit.ledger.store import Ledger
 
@@ -30,7 +32,8 @@ def _exit_code(reports: list[Report], fail_on: str) -> int:
 @click.option("--all", "all_", is_flag=True, help="Verify every instance in the ledger.")
 @db_option
 @trust_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (or a list).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: {ok, reports, since_checkpoint}.")
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="error",
               show_default=True, help="Lowest severity that makes the exit status 1.")
 @click.option("--full", is_flag=True, help="Also check every entry signature and payload.")
@@ -42,12 +45,17 @@ def _exit_code(reports: list[Report], fail_on: str) -> int:
               help="Also prove the ledger (or the --bundle's signed tree) is an "
                    "append-only extension of this signed checkpoint (catches rollback, "
                    "fork, deleted instances).")
+@click.option("--witness-policy", "policy_file", metavar="FILE",
+              help="Also judge the checkpoint (--since-checkpoint's, or the --bundle's) by "
+                   "this witness policy: its quorum must have cosigned it (docs/bundle.md "
+                   "§4.4).")
 @click.option("--engine", "engine_addr", metavar="HOST:PORT",
               help="Also cross-check INSTANCE_ID's activity completions against the "
                    "engine's own history (GetInstanceHistory).")
 def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | None,
            as_json: bool, fail_on: str, full: bool, workers: int | None,
-           since: str | None, bundle_path: str | None, engine_addr: str | None) -> int:
+           since: str | None, bundle_path: str | None, engine_addr: str | None,
+           policy_file: str | None = None) -> int:
     """Prove INSTANCE_ID's chain complete and untampered; report what happened across crashes."""
     if engine_addr and (not instance_id or all_ or bundle_path):
         raise UsageError("--engine cross-checks one instance: give INSTANCE_ID, without "
@@ -55,11 +63,14 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
     if bundle_path:
         if instance_id or all_:
             raise UsageError("--bundle verifies the whole bundle; drop INSTANCE_ID and --all")
-        return _verify_bundle(bundle_path, trust, as_json, fail_on, since)
+        return _verify_bundle(bundle_path, trust, as_json, fail_on, since, policy_file)
     if instance_id and all_:
         raise UsageError("give INSTANCE_ID or --all, not both")
     if not (instance_id or all_ or since):
         raise UsageError("give INSTANCE_ID, --all or --since-checkpoint FILE")
+    if policy_file and not since:
+        raise UsageError("--witness-policy judges a checkpoint: give --since-checkpoint FILE "
+                         "(or --bundle DIR)")
     Severity.parse(fail_on)
     # The ledger side loads the store (SQLAlchemy) only here: a bundle needs neither.
     from histaudit.ledger.checkpoint import parse_note
@@ -68,7 +79,9 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
     from histaudit.verify.verifier import verify_instance
 
     keys = trust_store(trust)
-    old = parse_note(read_file(since, "checkpoint"), keys, source=since) if since else None
+    kept = read_file(since, "checkpoint") if since else b""
+    old = parse_note(kept, keys, source=since) if since else None
+    policy = read_policy(policy_file) if policy_file else None
     history = None
     if engine_addr:
         assert instance_id is not None
@@ -77,8 +90,13 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
         history = History.fetch(engine_addr, instance_id).events
     with Ledger.open(db) as ledger:
         consistency = check_consistency(ledger, old).report() if old is not None else None
+        if consistency is not None and policy is not None:
+            assert since is not None
+            consistency = consistency.with_findings(witness_findings(
+                policy, kept, where=f"checkpoint {since}", contradicted_by=consistency),
+                "witness policy")
         if consistency is not None and not (instance_id or all_):
-            return _show([consistency], as_json, single=True, fail_on=fail_on)
+            return _show([], as_json, old=old, consistency=consistency, fail_on=fail_on)
         if all_:
             reports = _verify_every(ledger, keys, full=full, workers=workers)
         else:
@@ -92,10 +110,7 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
                         meter.description += f" ({size} entries)"
                 reports = [verify_instance(ledger, instance_id, trust=keys, full=full,
                                            workers=workers, engine_history=history)]
-    if consistency is not None:
-        reports.append(consistency)
-    # --all is always a list (also of one instance, or none); one instance is an object.
-    return _show(reports, as_json, single=not all_ and len(reports) == 1, fail_on=fail_on)
+    return _show(reports, as_json, old=old, consistency=consistency, fail_on=fail_on)
 
 
 def _verify_every(ledger: Ledger, keys: TrustStore, *, full: bool,
@@ -115,34 +130,56 @@ def _verify_every(ledger: Ledger, keys: TrustStore, *, full: bool,
     return reports
 
 
-def _show(reports: list[Report], as_json: bool, *, single: bool, fail_on: str) -> int:
+def _since_json(old: Checkpoint | None, consistency: Report | None) -> dict[str, Any] | None:
+    """The ``since_checkpoint`` member: null without --since-checkpoint, else the kept
+    checkpoint and the proof's report (null when the proof could not be made)."""
+    if old is None:
+        return None
+    return {"size": old.size, "origin": old.origin, "checked": consistency is not None,
+            "report": None if consistency is None else consistency.to_json()}
+
+
+def _show(reports: list[Report], as_json: bool, *, old: Checkpoint | None,
+          consistency: Report | None, fail_on: str) -> int:
+    """One shape for every variant (schemas/verify.output.schema.json): the reports of
+    INSTANCE_ID or --all (none for --since-checkpoint alone), the proof apart."""
+    every = [*reports, *([consistency] if consistency is not None else [])]
     if as_json:
-        render.emit_json(reports[0].to_json() if single else [r.to_json() for r in reports])
+        render.emit_json({"ok": all(r.ok for r in every),
+                          "reports": [r.to_json() for r in reports],
+                          "since_checkpoint": _since_json(old, consistency)})
     else:
-        render.reports(reports)
-    return _exit_code(reports, fail_on)
+        render.reports(every)
+    return _exit_code(every, fail_on)
 
 
 def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
-                   since: str | None) -> int:
+                   since: str | None, policy_file: str | None = None) -> int:
     from histaudit.bundle.verify import verify_bundle
     from histaudit.ledger.checkpoint import parse_note
 
     keys = trust_store(trust)
+    policy = read_policy(policy_file) if policy_file else None
     old = parse_note(read_file(since, "checkpoint"), keys, source=since) if since else None
     with Meter(f"verifying bundle {render.clip(os.path.basename(path.rstrip('/')), 40)}"
                ) as meter:
         result = verify_bundle(path, keys, since=old, progress=meter.callback)
     reports = result.all_reports()
+    if policy is not None:
+        # Judged on the bundle's checkpoint.note as it stands; the manifest's digest of
+        # that file (checked above) covers its cosignature lines too.
+        reports.insert(len(reports) - (result.consistency is not None), witness_report(
+            policy, result.checkpoint.note, where="bundle checkpoint.note"))
     if as_json:
-        doc = {"bundle": path, "ok": result.ok,
-               "checkpoint": {"size": result.checkpoint.size,
-                              "origin": result.checkpoint.origin},
-               "reports": [r.to_json() for r in reports]}
-        if old is not None:
-            doc["since_checkpoint"] = {"size": old.size, "origin": old.origin,
-                                       "checked": result.consistency is not None}
-        render.emit_json(doc)
+        # The proof's report is the last of all_reports(); in JSON it sits in
+        # since_checkpoint, as for a ledger (schemas/verify-bundle.output.schema.json).
+        proof = reports[-1] if result.consistency is not None else None
+        render.emit_json({"bundle": path, "ok": result.ok,
+                          "checkpoint": {"size": result.checkpoint.size,
+                                         "origin": result.checkpoint.origin},
+                          "reports": [r.to_json() for r in reports
+                                      if proof is None or r is not proof],
+                          "since_checkpoint": _since_json(old, proof)})
     else:
         render.reports(reports)
     return _exit_code(reports, fail_on)

@@ -19,7 +19,7 @@ from typing import Any
 
 from histaudit.errors import HistauditError
 from histaudit.ledger.kinds import EFFECT_KINDS, Kind
-from histaudit.verify.findings import BEHAVIOUR_CODES, Finding, Severity
+from histaudit.verify.findings import BEHAVIOUR_CODES, EffectRef, Finding, Severity
 
 from .ignore import without_paths
 from .results import DIVERGED, FAILED, FINDINGS, IDENTICAL, CleanRun, PointResult, short
@@ -61,20 +61,23 @@ def evidence(db_url: str, trust_dir: Path) -> Evidence:
         return Evidence({}, (), ())
     with Ledger.open(db_url) as ledger:
         for instance in ledger.instance_ids():
-            names: dict[int, str] = {}
+            named: dict[int, EffectRef] = {}
             for row in ledger.entries(instance):
                 try:
                     entry = rec.parse_entry(row.body)
                 except HistauditError:
                     continue
                 if entry.kind in EFFECT_KINDS:
-                    names[entry.seq] = str(entry.data.get("name"))
+                    named[entry.seq] = EffectRef(str(entry.data.get("name")),
+                                                 str(entry.data.get("key")))
                     if entry.kind == Kind.EFFECT_DONE:
                         effects[str(entry.data.get("name"))] += 1
             report = verify_instance(ledger, instance, trust=trust, full=True, workers=1)
             for f in report.findings:
-                findings.append(f)
-                about.append(names.get(f.seq) if f.seq is not None else None)
+                # a finding at an effect's entry is about that effect, whatever its code
+                effect = f.effect or (named.get(f.seq) if f.seq is not None else None)
+                findings.append(f if effect is f.effect else replace(f, effect=effect))
+                about.append(None if effect is None else effect.name)
     return Evidence(dict(sorted(effects.items())), tuple(findings), tuple(about))
 
 

@@ -1,9 +1,10 @@
 """What a crash matrix found: the clean run, one result per crash, the whole matrix.
 
 All three are frozen. Their findings are the verifier's
-:class:`~histaudit.verify.findings.Finding` objects; the side effect a finding is about
-(known from the ledger entry at the finding's ``seq``) is kept beside it, in
-``finding_effects``, and written into the finding's JSON as ``"effect"``.
+:class:`~histaudit.verify.findings.Finding` objects, each with the side effect it is
+about when the verifier or the ledger entry at its ``seq`` names one (``effect``, in its
+JSON as ``{"name", "key"}``); the effect's name is also kept beside it, in
+``finding_effects``, for judging.
 
 Outcomes of one crash (:class:`Outcome`):
 
@@ -31,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from histaudit.verify.findings import Finding, Severity
+from histaudit.verify.findings import EffectRef, Finding, Severity
 
 from .discovery import base_point
 from .spec import CrashSpec
@@ -88,15 +89,9 @@ def _with_effects(findings: Sequence[Finding], effects: Sequence[str | None]
     return [(f, effects[i] if i < len(effects) else None) for i, f in enumerate(findings)]
 
 
-def _finding_docs(findings: Sequence[Finding], effects: Sequence[str | None]
-                  ) -> list[dict[str, Any]]:
-    docs = []
-    for finding, effect in _with_effects(findings, effects):
-        doc = finding.to_json()
-        if effect is not None:
-            doc["effect"] = effect
-        docs.append(doc)
-    return docs
+def _finding_docs(findings: Sequence[Finding]) -> list[dict[str, Any]]:
+    """The findings as every ``--json`` output writes them (Finding.to_json)."""
+    return [finding.to_json() for finding in findings]
 
 
 def _finding_of(doc: Finding | Mapping[str, Any]) -> Finding:
@@ -106,8 +101,12 @@ def _finding_of(doc: Finding | Mapping[str, Any]) -> Finding:
         return doc
     sev = doc["severity"]
     severity = Severity.parse(sev) if isinstance(sev, str) else Severity(sev)
+    effect = doc.get("effect")
     return Finding(code=doc["code"], instance=doc["instance"], seq=doc["seq"],
-                   message=doc["message"], severity=severity)
+                   message=doc["message"], severity=severity,
+                   entries=tuple(doc.get("entries", ())), task_id=doc.get("task_id"),
+                   activity=doc.get("activity"),
+                   effect=None if effect is None else EffectRef(effect["name"], effect["key"]))
 
 
 def _freeze(obj: object, *names: str) -> None:
@@ -173,7 +172,7 @@ class CleanRun:
     def to_json(self) -> dict[str, Any]:
         return {"instance": self.instance, "status": self.status, "output": self.output,
                 "effects": self.effects,
-                "findings": _finding_docs(self.findings, self.finding_effects),
+                "findings": _finding_docs(self.findings),
                 "points": list(self.points), "aliases": self.aliases,
                 "workflows": list(self.workflows),
                 "activities": list(self.activities), "wall_s": round(self.wall, 3),
@@ -243,7 +242,7 @@ class PointResult:
                 "failing": self.failing, "detail": self.detail, "status": self.status,
                 "output": self.output, "output_matches": self.output_matches,
                 "effects": self.effects, "diff": list(self.diff),
-                "findings": _finding_docs(self.findings, self.finding_effects),
+                "findings": _finding_docs(self.findings),
                 "instance": self.instance, "wall_s": round(self.wall, 3),
                 "rerun": self.rerun}
 

@@ -71,9 +71,11 @@ class ReplayItem:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        replayed = {} if self.result is None else self.result.to_json()
-        return {"source": self.source, **replayed, "status": str(self.status),
-                "ok": bool(self), "output_check": self.output.to_json(), "error": self.error}
+        """``ok`` is the item's (``status`` is ok); the replay's own ``ok`` (no divergence)
+        stays inside ``replay``, which is null for a history that could not be replayed."""
+        return {"source": self.source, "status": str(self.status), "ok": bool(self),
+                "replay": None if self.result is None else self.result.to_json(),
+                "output_check": self.output.to_json(), "error": self.error}
 
 
 @dataclass(frozen=True, slots=True)

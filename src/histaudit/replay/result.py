@@ -19,6 +19,20 @@ NONDETERMINISM_ERROR = "nondeterminism-error"
 has one)."""
 
 
+OUTCOMES = ("running", "completed", "continued-as-new", "failed", "canceled", "terminated",
+            "pending", "suspended", "stalled", "refused", "unknown")
+"""A replay's JSON ``outcome``: the orchestration status the replayed code ended with
+(src/histaudit/replay/describe.py STATUS), ``refused`` when the SDK refused the replay,
+``unknown`` for a status this version does not know."""
+
+
+def outcome_json(outcome: str) -> str:
+    """:attr:`ReplayResult.outcome` as one of :data:`OUTCOMES`."""
+    if outcome == "refused by the SDK":
+        return "refused"
+    return outcome if outcome in OUTCOMES else "unknown"
+
+
 @dataclass(frozen=True, slots=True)
 class Divergence:
     """One place where the code did not do what the history recorded."""
@@ -109,8 +123,9 @@ class ReplayResult:
         return lines
 
     def to_json(self) -> dict[str, Any]:
-        return {"instance_id": self.instance_id, "workflow": self.workflow, "ok": self.ok,
-                "events": self.events, "outcome": self.outcome,
+        """The replay alone (``instance``: the ledger format's name for the field)."""
+        return {"instance": self.instance_id, "workflow": self.workflow, "ok": self.ok,
+                "events": self.events, "outcome": outcome_json(self.outcome),
                 "divergence": None if self.divergence is None else self.divergence.to_json(),
                 "divergences": [d.to_json() for d in self.divergences],
                 "completed": self.completed, "last_event": self.last_event,

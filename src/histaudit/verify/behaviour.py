@@ -46,7 +46,7 @@ from histaudit.ledger.records import Entry, StoredEntry
 
 from . import behaviour_events as ev
 from .check import Parsed
-from .findings import Finding
+from .findings import EffectRef, Finding
 
 SPILL_AT = 2048
 """Events held in memory per list before the check moves them to a temporary file."""
@@ -86,7 +86,9 @@ class BehaviourCheck:
             f"activity {data.get('activity', '?')} (task {data.get('task_id')}): on "
             f"replay the engine fed back a result (digest {_short(data.get('seen_digest'))})"
             f" that is not the completion signed at entry {data.get('completed_seq')} "
-            f"(digest {_short(data.get('expected_digest'))})"))
+            f"(digest {_short(data.get('expected_digest'))})",
+            entries=[data.get("completed_seq")], task_id=data.get("task_id"),
+            activity=data.get("activity")))
 
     def finish(self) -> Iterable[Finding]:
         events = self.events
@@ -112,32 +114,38 @@ def task_findings(instance: str, task: ev.TaskView) -> list[Finding]:
         out.append(Finding.make(
             "activity-reexecuted", instance, task.first_starts[1],
             f"{label} delivered {task.starts} times (starts at entries "
-            f"{_seqs(task.first_starts, task.starts)}); {ran_wording(task.ran, task.starts)}"))
+            f"{_seqs(task.first_starts, task.starts)}); {ran_wording(task.ran, task.starts)}",
+            entries=task.first_starts, task_id=task.task_ref,
+            activity=task.activity))
     for count, lowest in task.nondeterministic:
         out.append(Finding.make(
             "activity-nondeterministic", instance, lowest[1],
             f"{label} returned {count} different results across executions "
-            f"(completions at entries {_seqs(lowest, count)})"))
+            f"(completions at entries {_seqs(lowest, count)})", entries=lowest,
+            task_id=task.task_ref, activity=task.activity))
     return out
 
 
 def effect_findings(instance: str, eff: ev.EffectView) -> list[Finding]:
     label = f"side effect {eff.name} [{eff.key}]"
+    effect = EffectRef(eff.name, eff.key)
     out = []
     if eff.done > 1:
         out.append(Finding.make(
             "effect-duplicate", instance, eff.first_done[1],
-            f"{label} done {eff.done} times (entries {_seqs(eff.first_done, eff.done)})"))
+            f"{label} done {eff.done} times (entries {_seqs(eff.first_done, eff.done)})",
+            entries=eff.first_done, effect=effect))
     for intent, retry in eff.uncertain:
         out.append(Finding.make(
             "effect-uncertain", instance, intent,
             f"{label}: intent at entry {intent} never confirmed, and the "
-            f"activity ran again — {retry_wording(retry)}"))
+            f"activity ran again — {retry_wording(retry)}",
+            entries=() if retry is None else (retry[1],), effect=effect))
     if eff.skipped:
         out.append(Finding.make(
             "effect-deduplicated", instance, eff.first_skipped,
             f"{label} was already done; re-execution skipped it "
-            f"{eff.skipped} time(s)"))
+            f"{eff.skipped} time(s)", effect=effect))
     return out
 
 
@@ -170,7 +178,8 @@ def decision_finding(instance: str, decision: ev.DecisionView) -> Finding:
         "decision-resigned", instance, decision.first_seqs[1],
         f"{decision.label} signed {decision.signed} times (entries "
         f"{_seqs(decision.first_seqs, decision.signed)}): the workflow made it again — the "
-        f"engine had not kept the first (e.g. it was killed while a result was in flight)")
+        f"engine had not kept the first (e.g. it was killed while a result was in flight)",
+        entries=decision.first_seqs)
 
 
 def _short(digest: Any) -> str:

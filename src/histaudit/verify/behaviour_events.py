@@ -25,6 +25,8 @@ import orjson
 
 from histaudit.ledger.kinds import Kind
 
+from .findings import task_ref
+
 if TYPE_CHECKING:
     from .behaviour_spill import Spill
 
@@ -56,6 +58,7 @@ class TaskView:
 
     first_o: int  # the event that first named the task: the task's place in the report
     task_id: str
+    task_ref: int | str | None  # task_id as a finding's JSON names it (findings.task_ref)
     activity: str
     starts: int
     ran: int  # starts followed, before the next start, by a record only the body writes
@@ -313,8 +316,8 @@ class Task:
         nondet = [(len(seqs), sorted(seqs)[:6]) for seqs in by_key.values() if len(seqs) > 1]
         if len(self.starts) <= 1 and not nondet:
             return None
-        return TaskView(self.first_o, f"{self.shown}", self.activity, len(self.starts),
-                        len(self.ran), self.starts[:6], nondet)
+        return TaskView(self.first_o, f"{self.shown}", task_ref(self.shown), self.activity,
+                        len(self.starts), len(self.ran), self.starts[:6], nondet)
 
 
 Tasks = dict[tuple[Any, Any], Task]

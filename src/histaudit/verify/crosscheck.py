@@ -116,7 +116,8 @@ def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
             findings.append(Finding.make(
                 "engine-unsigned-completion", instance, None,
                 f"the engine holds a completion of task {task_id} "
-                f"({_size(raw)}) that no signed activity.completed records"))
+                f"({_size(raw)}) that no signed activity.completed records",
+                task_id=task_id))
             continue
         verdicts = [_compare(lookup, s, raw) for s in mine]
         last = mine[-1]
@@ -126,13 +127,15 @@ def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
             findings.append(Finding.make(
                 "engine-completion-unverifiable", instance, last.seq,
                 f"activity {last.activity} (task {task_id}): unverifiable (payload erased); "
-                f"the engine's result has the signed size ({_size(raw)})"))
+                f"the engine's result has the signed size ({_size(raw)})",
+                entries=[s.seq for s in mine], task_id=task_id, activity=last.activity))
             continue
         findings.append(Finding.make(
             "replay-mismatch", instance, last.seq,
             f"activity {last.activity} (task {task_id}): the engine's result ({_size(raw)}) "
             f"is not the output signed at entry {last.seq}"
-            + (f" ({len(mine)} signed completions)" if len(mine) > 1 else "")))
+            + (f" ({len(mine)} signed completions)" if len(mine) > 1 else ""),
+            entries=[s.seq for s in mine], task_id=task_id, activity=last.activity))
     reported: set[Any] = set()
     for s in signed:
         ids = engine_tasks.get(s.task_id) if isinstance(s.task_id, int) else None
@@ -144,7 +147,8 @@ def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
         findings.append(Finding.make(
             "engine-missing-completion", instance, s.seq,
             f"activity {s.activity} (task {s.task_id}) completed at entry {s.seq}, but the "
-            f"engine's history has no completion of that task"))
+            f"engine's history has no completion of that task",
+            task_id=s.task_id, activity=s.activity))
     return findings
 
 

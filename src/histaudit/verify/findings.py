@@ -8,6 +8,7 @@ is the single source of truth for each code's severity, group and one-line descr
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,11 @@ CODES: dict[str, tuple[Severity, str]] = {
     "ledger-id-mismatch": (E, "ledger's unsigned id differs from the origin of a checkpoint"),
     "inclusion-invalid": (E, "entry's inclusion proof does not lead to the checkpoint root"),
     "bundle-file-changed": (E, "a bundle file differs from what the signed manifest lists"),
+    # witness cosignatures of checkpoints (docs/bundle.md §4.4)
+    "witness-quorum-missing": (E, "checkpoint lacks the witness cosignatures its policy needs"),
+    "cosignature-invalid": (E, "a policy witness's cosignature does not verify over the note"),
+    "witnessed-checkpoint-contradicted": (E, "ledger contradicts a checkpoint cosigned by its "
+                                             "witness quorum"),
     # behaviour across crashes
     "activity-reexecuted": (I, "activity delivered more than once for one task (at-least-once)"),
     "activity-nondeterministic": (W, "re-executions of one task returned different results"),
@@ -96,25 +102,75 @@ BEHAVIOUR_CODES = frozenset(c for c, g in GROUPS.items() if g is Group.BEHAVIOUR
 """What a crash may legitimately cause; every other code is about integrity."""
 
 
+ENTRIES_LISTED = 6
+"""A finding about many entries lists the first this many in ``entries`` (its message
+gives the total): the behaviour check keeps no more per task or effect, so its memory
+stays bounded however often an activity ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRef:
+    """The side effect a finding is about: its ``name`` and idempotency ``key``."""
+
+    name: str
+    key: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "key": self.key}
+
+
+def task_ref(value: Any) -> int | str | None:
+    """A task id as a finding names it: an integer as the interceptor writes it, None when
+    the entry names none, any other value (a forged entry's) as its text."""
+    if value is None or value.__class__ is int:
+        return value
+    return str(value)  # as the message writes it: True, 1.0, a forged string
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One thing the verifier found, at one position of one instance's chain."""
+    """One thing the verifier found, at one position of one instance's chain.
+
+    ``entries`` are the seqs the finding is about, ascending, ``seq`` among them (empty
+    only when ``seq`` is None); ``task_id``, ``activity`` and ``effect`` are set by the
+    checks that know them (None otherwise).
+    """
 
     code: str
     instance: str
     seq: int | None
     message: str
     severity: Severity
+    entries: tuple[int, ...] = ()
+    task_id: int | str | None = None
+    activity: str | None = None
+    effect: EffectRef | None = None
+
+    def __post_init__(self) -> None:
+        seqs = {s for s in self.entries if s.__class__ is int}
+        if self.seq is not None:
+            seqs.add(self.seq)
+        if tuple(self.entries) != tuple(sorted(seqs)):
+            object.__setattr__(self, "entries", tuple(sorted(seqs)))
 
     @property
     def group(self) -> Group:
         return GROUPS[self.code]
 
     @classmethod
-    def make(cls, code: str, instance: str, seq: int | None, message: str) -> Finding:
+    def make(cls, code: str, instance: str, seq: int | None, message: str, *,
+             entries: Iterable[Any] = (), task_id: Any = None, activity: Any = None,
+             effect: EffectRef | None = None) -> Finding:
+        """A finding at its code's severity. ``entries`` may hold values that are not
+        seqs (a forged entry's ``completed_seq``): only integers are kept."""
         return cls(code=code, instance=instance, seq=seq, message=message,
-                   severity=CODES[code][0])
+                   severity=CODES[code][0], entries=tuple(entries), task_id=task_ref(task_id),
+                   activity=None if activity is None else str(activity), effect=effect)
 
     def to_json(self) -> dict[str, Any]:
+        """Every key always present: ``null`` for what the finding is not about."""
         return {"code": self.code, "severity": str(self.severity), "instance": self.instance,
-                "seq": self.seq, "message": self.message}
+                "seq": self.seq, "entries": list(self.entries), "task_id": self.task_id,
+                "activity": self.activity,
+                "effect": None if self.effect is None else self.effect.to_json(),
+                "message": self.message}

@@ -27,6 +27,19 @@ class Scope(enum.StrEnum):
     """An export bundle's own files: manifest, checkpoint, keys."""
 
 
+MODES = ("default", "full", "default+engine", "full+engine", "consistency",
+         "consistency+witness-policy", "witness-policy", "leaf-index", "bundle")
+"""What a report's JSON ``mode`` can be: its :attr:`Report.mode` without the display
+parts (a consistency proof's sizes, which its JSON gives apart; spaces)."""
+
+
+def mode_json(mode: str) -> str:
+    """``mode`` as one of :data:`MODES` (schemas/report.output.schema.json): each
+    ``+``-joined part without what follows "consistency" and with "-" for spaces."""
+    return "+".join("consistency" if part.startswith("consistency ") else part.replace(" ", "-")
+                    for part in mode.split("+"))
+
+
 def finding_order(f: Finding) -> tuple[int, int]:
     """Report order: by entry (findings about no entry last), worst first."""
     return (f.seq if f.seq is not None else 1 << 62, -f.severity)
@@ -72,6 +85,7 @@ class Report:
                 self)
 
     def to_json(self) -> dict[str, Any]:
-        return {"instance_id": self.instance_id, "scope": str(self.scope), "ok": self.ok,
-                "entries": self.entries, "mode": self.mode,
+        """The JSON object (``instance``: the ledger format's own name for the field)."""
+        return {"instance": self.instance_id, "scope": str(self.scope), "ok": self.ok,
+                "entries": self.entries, "mode": mode_json(self.mode),
                 "findings": [f.to_json() for f in self.findings]}

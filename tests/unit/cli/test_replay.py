@@ -113,15 +113,19 @@ def test_cli_directory_json_has_one_object_per_history_and_a_summary(tmp_path: P
     assert doc["summary"] == {"histories": 3, "replayed": 3, "ok": 2, "diverged": 1,
                               "mismatch": 0, "error": 0, "not_completed": 0,
                               "stopped": False}
-    by_instance = {r["instance_id"]: r for r in doc["results"]}
+    by_instance = {r["replay"]["instance"]: r for r in doc["results"]}
     assert [r["source"] for r in doc["results"]] == [str(d / f"{s}.json")
                                                      for s in ("approval", "dice", "order")]
-    assert by_instance["golden-dice"]["status"] == "diverged"
-    assert by_instance["golden-dice"]["divergence"]["kind"] == "different-input"
+    dice = by_instance["golden-dice"]
+    assert dice["status"] == "diverged" and dice["ok"] is False
+    assert dice["replay"]["ok"] is False
+    assert dice["replay"]["divergence"]["kind"] == "different-input"
     order = by_instance["golden-order"]
-    assert order["status"] == "ok" and order["ok"] is True and order["completed"] is True
+    assert order["status"] == "ok" and order["ok"] is True
+    assert order["replay"]["ok"] is True and order["replay"]["completed"] is True
+    assert order["replay"]["outcome"] == "completed"
     assert order["output_check"]["status"] == "not-compared" and order["error"] is None
-    assert json.loads(order["output"])["tracking"] == "tracking-A-17"
+    assert json.loads(order["replay"]["output"])["tracking"] == "tracking-A-17"
 
 
 def test_cli_directory_with_an_unreadable_history_exits_2_after_reporting_it(
@@ -155,9 +159,11 @@ def test_cli_replays_a_history_saved_mid_run_as_far_as_it_goes(
         assert f"waiting for: {step}" in out.stdout
     for step in next_:
         assert f"next, today's code would: {step}" in out.stdout
-    doc = json.loads(run("replay", "--history", partial, "--json", "--workflow",
-                         "examples.nondeterminism.workflows:order").stdout)
-    assert doc["ok"] is True and doc["completed"] is False and doc["outcome"] == "running"
+    item = json.loads(run("replay", "--history", partial, "--json", "--workflow",
+                          "examples.nondeterminism.workflows:order").stdout)
+    doc = item["replay"]
+    assert item["ok"] is True and doc["ok"] is True
+    assert doc["completed"] is False and doc["outcome"] == "running"
     assert doc["waiting"] == waiting and doc["next"] == next_
     assert doc["last_event"] == ("activity of step #2 completed" if cut == 8
                                  else "activity 'ship' with \"A-17\" (step #3)")

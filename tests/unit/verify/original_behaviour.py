@@ -7,7 +7,8 @@ body, and what the retry did after an unconfirmed effect — written here the pl
 (each record credits the task's latest start; the effect's later records scanned in
 order), not as the fast code does it; and one finding added, ``decision-resigned``: a
 workflow decision signed twice, named by its ``started_at`` or by (kind, generation,
-integer ``task_id``).
+integer ``task_id``). The findings' ``entries``, ``task_id``, ``activity`` and ``effect``
+(issue 13 item 6) are set here from the same lists, the first six entries of each.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.records import Entry, StoredEntry
 from histaudit.verify.check import Parsed
-from histaudit.verify.findings import Finding
+from histaudit.verify.findings import EffectRef, Finding
 
 
 @dataclass
@@ -107,7 +108,9 @@ class OriginalBehaviourCheck:
                 f"activity {data.get('activity', '?')} (task {data.get('task_id')}): on "
                 f"replay the engine fed back a result (digest {_short(data.get('seen_digest'))})"
                 f" that is not the completion signed at entry {data.get('completed_seq')} "
-                f"(digest {_short(data.get('expected_digest'))})"))
+                f"(digest {_short(data.get('expected_digest'))})",
+                entries=[data.get("completed_seq")], task_id=data.get("task_id"),
+                activity=data.get("activity")))
         elif kind.startswith("effect."):
             effect = self._effects[(str(data.get("name")), str(data.get("key")))]
             if kind == Kind.EFFECT_INTENT:
@@ -136,7 +139,8 @@ class OriginalBehaviourCheck:
                 out.append(Finding.make(
                     "activity-reexecuted", self.instance, task.starts[1],
                     f"{label} delivered {n} times (starts at entries "
-                    f"{_seqs(task.starts)}); {runs}"))
+                    f"{_seqs(task.starts)}); {runs}", entries=task.starts[:6],
+                    task_id=task_id, activity=task.activity))
             by_key: dict[str, list[int]] = defaultdict(list)
             for (kid, _digest), seq in task.results.items():
                 by_key[kid].append(seq)
@@ -145,13 +149,16 @@ class OriginalBehaviourCheck:
                     out.append(Finding.make(
                         "activity-nondeterministic", self.instance, sorted(seqs)[1],
                         f"{label} returned {len(seqs)} different results across executions "
-                        f"(completions at entries {_seqs(sorted(seqs))})"))
+                        f"(completions at entries {_seqs(sorted(seqs))})",
+                        entries=sorted(seqs)[:6], task_id=task_id, activity=task.activity))
         for (name, key), eff in self._effects.items():
             label = f"side effect {name} [{key}]"
+            ref = EffectRef(name, key)
             if len(eff.done) > 1:
                 out.append(Finding.make(
                     "effect-duplicate", self.instance, eff.done[1],
-                    f"{label} done {len(eff.done)} times (entries {_seqs(eff.done)})"))
+                    f"{label} done {len(eff.done)} times (entries {_seqs(eff.done)})",
+                    entries=eff.done[:6], effect=ref))
             for intent, (task_key, order) in sorted(eff.intents.items()):
                 if intent in eff.closed:
                     continue
@@ -168,19 +175,20 @@ class OriginalBehaviourCheck:
                     out.append(Finding.make(
                         "effect-uncertain", self.instance, intent,
                         f"{label}: intent at entry {intent} never confirmed, and the "
-                        f"activity ran again — {retry}"))
+                        f"activity ran again — {retry}", entries=(done or skipped)[:1],
+                        effect=ref))
             if eff.skipped:
                 out.append(Finding.make(
                     "effect-deduplicated", self.instance, eff.skipped[0],
                     f"{label} was already done; re-execution skipped it "
-                    f"{len(eff.skipped)} time(s)"))
+                    f"{len(eff.skipped)} time(s)", effect=ref))
         for label, seqs in self._decisions.values():
             if len(seqs) > 1:
                 out.append(Finding.make(
                     "decision-resigned", self.instance, seqs[1],
                     f"{label} signed {len(seqs)} times (entries {_seqs(seqs)}): the workflow "
                     f"made it again — the engine had not kept the first (e.g. it was killed "
-                    f"while a result was in flight)"))
+                    f"while a result was in flight)", entries=seqs[:6]))
         return out
 
 

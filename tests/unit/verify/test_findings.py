@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
-from histaudit.verify.findings import CODES, Finding, Severity
+from histaudit.verify.findings import CODES, EffectRef, Finding, Severity, task_ref
 
 
 def test_every_code_has_a_severity_and_a_description() -> None:
     for code, (severity, text) in CODES.items():
         assert isinstance(severity, Severity) and text, code
         assert Finding.make(code, "i", None, "m").severity == severity
+
+
+def test_a_finding_lists_its_entries_with_seq_among_them_ascending() -> None:
+    f = Finding.make("activity-reexecuted", "i", 6, "m", entries=[6, 2, 2],
+                     task_id=1, activity="charge")
+    assert f.entries == (2, 6)
+    assert Finding.make("link-broken", "i", 3, "m").entries == (3,)
+    assert Finding.make("head-missing", "i", None, "m").entries == ()
+    # a forged entry's completed_seq that is not an integer is not an entry
+    assert Finding.make("replay-mismatch", "i", 4, "m", entries=["3", True, None]).entries \
+        == (4,)
+
+
+def test_finding_json_has_every_key_null_where_it_does_not_apply() -> None:
+    plain = Finding.make("link-broken", "i", 3, "m").to_json()
+    assert plain == {"code": "link-broken", "severity": "error", "instance": "i", "seq": 3,
+                     "entries": [3], "task_id": None, "activity": None, "effect": None,
+                     "message": "m"}
+    about = Finding.make("effect-duplicate", "i", 5, "m", entries=[4, 5],
+                         effect=EffectRef("mail", "k1")).to_json()
+    assert about["entries"] == [4, 5] and about["effect"] == {"name": "mail", "key": "k1"}
+
+
+def test_task_ids_keep_integers_and_write_anything_else_as_text() -> None:
+    assert task_ref(7) == 7 and task_ref(None) is None
+    assert task_ref(True) == "True" and task_ref(1.0) == "1.0" and task_ref("x") == "x"
+    assert Finding.make("activity-reexecuted", "i", 2, "m", task_id=True).task_id == "True"

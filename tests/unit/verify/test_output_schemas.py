@@ -1,5 +1,6 @@
 """The fixed sets the ``--json`` schemas (schemas/*.output.schema.json) list are the code's:
-finding codes and severities, report scopes, replay and crash-matrix statuses. A code or
+finding codes and severities, report scopes and modes, list statuses, replay outcomes and
+statuses, crash-matrix statuses. A code or
 status added in src/ without the schema (or the reverse) fails here, not in a consumer."""
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from typing import Any
 
 import pytest
 
+from histaudit.cli.ledger import ListStatus
 from histaudit.crashtest.results import CrashKind, Outcome
 from histaudit.ledger.timeline import PayloadState
 from histaudit.replay import result as replay_result
 from histaudit.replay.batch import ItemStatus
 from histaudit.replay.signed import OutputStatus
 from histaudit.verify.findings import CODES, Severity
-from histaudit.verify.report import Scope
+from histaudit.verify.report import MODES, Scope
 from support.repo import SCHEMAS
 
 
@@ -31,14 +33,16 @@ def enum_at(name: str, *path: str) -> set[Any]:
 
 
 def test_finding_codes_are_the_verifiers() -> None:
-    assert enum_at("finding", "$defs", "fields", "properties", "code") == set(CODES)
+    assert enum_at("finding", "properties", "code") == set(CODES)
 
 
 @pytest.mark.parametrize(("name", "path", "expected"), [
-    ("finding", ("$defs", "fields", "properties", "severity"), {str(s) for s in Severity}),
+    ("finding", ("properties", "severity"), {str(s) for s in Severity}),
     ("report", ("properties", "scope"), {str(s) for s in Scope}),
-    ("replay", ("$defs", "replayed", "properties", "status"),
-     {str(s) for s in ItemStatus} - {"error"}),
+    ("report", ("properties", "mode"), set(MODES)),
+    ("list", ("items", "properties", "status"), {str(s) for s in ListStatus}),
+    ("replay", ("$defs", "item", "properties", "status"), {str(s) for s in ItemStatus}),
+    ("replay", ("$defs", "replay", "properties", "outcome"), set(replay_result.OUTCOMES)),
     ("replay", ("$defs", "output_check", "properties", "status"),
      {str(s) for s in OutputStatus}),
     ("replay", ("$defs", "divergence", "properties", "kind"),
@@ -58,3 +62,23 @@ def test_schema_enums_are_the_codes(name: str, path: tuple[str, ...],
 def test_replay_summary_counts_every_item_status() -> None:
     summary = schema("replay")["$defs"]["batch"]["properties"]["summary"]
     assert {str(s) for s in ItemStatus} <= set(summary["required"])
+
+
+def test_replay_outcomes_cover_every_status_the_replayer_names() -> None:
+    """Every orchestration status word, the SDK's refusal and an unknown status map into
+    the closed set; the display words themselves stay out of JSON."""
+    from histaudit.replay.describe import STATUS
+
+    assert {replay_result.outcome_json(w) for w in STATUS.values()} <= set(
+        replay_result.OUTCOMES)
+    assert replay_result.outcome_json("refused by the SDK") == "refused"
+    assert replay_result.outcome_json("status 42") == "unknown"
+
+
+def test_every_finding_key_is_required() -> None:
+    """Finding.to_json always writes every key (null where it does not apply)."""
+    from histaudit.verify.findings import Finding
+
+    finding = schema("finding")
+    keys = set(Finding.make("link-broken", "i", 1, "m").to_json())
+    assert keys == set(finding["required"]) == set(finding["properties"])

@@ -6,7 +6,7 @@ import pytest
 
 from histaudit.errors import HistauditError, VerificationError
 from histaudit.verify.findings import CODES, Finding, Severity
-from histaudit.verify.report import Report
+from histaudit.verify.report import MODES, Report, Scope, mode_json
 
 
 def _finding(code: str, seq: int | None = 1) -> Finding:
@@ -30,8 +30,20 @@ def test_report_without_findings_is_ok_and_truthy() -> None:
     report.raise_for_findings()
     report.raise_for_findings(Severity.INFO)
     doc = report.to_json()
-    assert doc == {"instance_id": "wf-1", "scope": "instance", "ok": True, "entries": 3,
+    assert doc == {"instance": "wf-1", "scope": "instance", "ok": True, "entries": 3,
                    "mode": "default", "findings": []}
+
+
+def test_report_json_mode_is_one_of_the_closed_set() -> None:
+    """The display parts of a mode stay out of JSON: a proof's sizes, spaces."""
+    assert mode_json("consistency 4->9") == "consistency"
+    assert mode_json("leaf index") == "leaf-index"
+    assert mode_json("default+engine") == "default+engine"
+    assert mode_json("consistency 4->9+witness policy") == "consistency+witness-policy"
+    report = Report(instance_id="(ledger)", entries=9, mode="consistency 4->9",
+                    scope=Scope.LEDGER)
+    assert report.to_json()["mode"] == "consistency" and report.mode == "consistency 4->9"
+    assert {mode_json(m) for m in MODES} == set(MODES)
 
 
 def test_report_with_an_error_is_falsy_and_raises() -> None:
