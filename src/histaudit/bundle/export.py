@@ -22,15 +22,14 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from histaudit.errors import FormatError, InputError, UsageError
-from histaudit.ledger import merkle
+from histaudit.ledger import merkle, timeline
 from histaudit.ledger import records as rec
 from histaudit.ledger.chain import make_checkpoint
-from histaudit.ledger.checkpoint import Checkpoint
+from histaudit.ledger.checkpoint import Checkpoint, with_lines
 from histaudit.ledger.keys import Signer, TrustStore, parse_time
 from histaudit.ledger.store import Ledger
 from histaudit.verify.report import Report
@@ -102,11 +101,14 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
         tally.tell()
     tree = merkle.Tree([merkle.leaf_hash(body)
                         for _, body in tally.count(ledger.leaves(below=cp.size))])
-    files: dict[str, bytes] = {"checkpoint.note": cp.note}
+    # Witness cosignatures stored for this size go with the note (docs/bundle.md §4.4):
+    # `checkpoint cosign` just before an export, with no append between, gives them.
+    cosigs = [line for size, _, _, line in ledger.cosignatures() if size == cp.size]
+    files: dict[str, bytes] = {"checkpoint.note": with_lines(cp.note, cosigs)}
     entry_lines, head_lines, payload_lines = [], [], []
     summaries, kids = [], {signer.kid}
     reports: list[Report] = []
-    timelines: dict[str, list[tuple[int, str, str, str]]] = {}
+    timelines: dict[str, tuple[timeline.TimelineEntry, ...]] = {}
     for instance in chosen:
         head = heads[instance]
         upto = rec.parse_head(head.body).leaf if head is not None else -1
@@ -121,10 +123,12 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
                 "sig": b64(r.sig), "inclusion": [b64(p) for p in proof]}))
             entry = rec.parse_entry(r.body)
             kids.add(entry.kid)
-            timelines.setdefault(instance, []).append((entry.seq, entry.ts, entry.kind,
-                                                        _detail(entry.data)))
             if with_payloads:
                 payload_lines.extend(_payload_lines(ledger, entry))
+        if html:  # the report's view: every entry, with its payload values if exported
+            timelines[instance] = timeline.build(
+                instance, rows, timeline.EntryFilter(),
+                payloads=ledger.payload if with_payloads else None).entries
         kids.add(rec.parse_head(head.body).kid)
         head_lines.append(orjson.dumps({"instance": instance, "body": b64(head.body),
                                         "sig": b64(head.sig)}))
@@ -145,7 +149,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
     if html:
         from .html import render_html
         files["report.html"] = render_html(reports, origin=cp.origin, checkpoint=cp,
-                                           entries=timelines)
+                                           entries=timelines, with_payloads=with_payloads)
     manifest = {
         "format": "histaudit-bundle", "version": BUNDLE_VERSION, "origin": cp.origin,
         "created": rec.now_ts(), "exporter": signer.kid,
@@ -161,16 +165,6 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
     files["manifest.dsse.json"] = orjson.dumps(envelope, option=orjson.OPT_INDENT_2)
     counts["entries"] = len(entry_lines)
     return files
-
-
-def _detail(data: Mapping[str, Any]) -> str:
-    parts = []
-    for key in sorted(data):
-        value = data[key]
-        if isinstance(value, dict) and "c" in value:
-            value = "<committed payload>"
-        parts.append(f"{key}={value}")
-    return " ".join(parts)[:400]
 
 
 def _in_window(ledger: Ledger, instance: str, since: str | None, until: str | None) -> bool:

@@ -1,77 +1,503 @@
-"""The human report inside a bundle: one HTML file, no scripts, no network.
+"""The human report inside a bundle: one HTML file, no script, nothing loaded from outside.
 
-Each instance is a timeline of its signed entries (steps, attempts, re-executions, side
-effects) followed by its findings, so an auditor sees at a glance what ran, what ran
-again after a crash, and what the verifier concluded.
+Per instance, in the order an auditor asks: what the verifier found (each finding linked
+to the entries it is about), a picture of the run (steps and attempts per worker
+process, crashes, re-deliveries and duplicate side effects marked; :mod:`.timeline_svg`),
+a table of the steps (deliveries, re-runs after a crash, side effects, outcome) and the
+signed entries themselves. Payload values are shown when the bundle carries them
+(``export --with-payloads``), their digests otherwise.
+
+Everything that came from the ledger is escaped: payloads are whatever an activity
+returned, so an attacker's. A Content-Security-Policy meta tag allows only the page's own
+stylesheet (by its hash) and ``data:`` images, so even a bug in the escaping could not
+run a script or reach the network. Large instances are bounded (:class:`Limits`) and the
+page says what it left out.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+import base64
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
+from typing import Any
+
+import orjson
 
 from histaudit.ledger.checkpoint import Checkpoint
+from histaudit.ledger.timeline import PayloadState, TimelineEntry, payload_refs
+from histaudit.verify.findings import Finding
 from histaudit.verify.report import Report
 
-# The "attempt=N" member of an entry's detail text; N > 1 marks a re-execution.
-_ATTEMPT = re.compile(r"(?:^| )attempt=(\d+)(?= |$)")
+from .steps import Effect, Run, Step, StepGroup, analyse, collapse
+from .timeline_svg import PALETTE, render_svg
+
+__all__ = ["Limits", "render_html"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """How much of one instance the page shows; what is left out is said in the page."""
+
+    svg_steps: int = 40
+    """Rows of steps in the picture (uneventful runs are summed up beyond it)."""
+    workers: int = 12
+    """Worker lanes in the picture."""
+    table_steps: int = 300
+    """Rows of the step table (uneventful runs are summed up beyond it)."""
+    entry_rows: int = 400
+    """Entry rows: the first and last halves, plus every entry a finding names."""
+    value_chars: int = 160
+    """Characters of a payload value shown inline; the rest is behind a disclosure."""
+    value_bytes: int = 16 * 1024
+    """Bytes of a payload value put in the page at all."""
+
 
 _CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#222;max-width:72em}
-h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ccc}
-table{border-collapse:collapse;width:100%;margin:.5em 0}
-td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
-th{background:#f4f4f4}.ok{color:#137333;font-weight:bold}.bad{color:#b3261e;font-weight:bold}
-.error{background:#fde7e9}.warning{background:#fff4d6}.info{background:#e8f1fd}
-.retry{background:#fff8e1}code{font-size:.92em}
+:root{--ok:#137333;--bad:#b3261e;--warn:#8a5a00}
+body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#222;max-width:80em}
+h1{font-size:1.5em;margin:0 0 .3em}h2{font-size:1.25em;margin:0;padding-top:.3em}
+h3{font-size:1.05em;margin:1.2em 0 .3em;border-bottom:1px solid #ccc}
+section.instance{margin-top:2.5em;border-top:3px solid #555}
+table{border-collapse:collapse;width:100%;margin:.4em 0}
+td,th{border:1px solid #ddd;padding:.2em .45em;text-align:left;vertical-align:top}
+th{background:#f4f4f4}td.n{text-align:right;white-space:nowrap}
+td.t,td.ev,td.wk{white-space:nowrap}
+.ok{color:var(--ok);font-weight:bold}.bad{color:var(--bad);font-weight:bold}
+.badge{display:inline-block;padding:0 .4em;border-radius:3px;font-size:.85em;
+ font-weight:bold;color:#fff;background:#666}
+.badge.error,.badge.dup{background:var(--bad)}.badge.warning{background:var(--warn)}
+.badge.info{background:#3367d6}.badge.okb{background:var(--ok)}
+tr.error td{background:#fde7e9}tr.warning td{background:#fff4d6}tr.info td{background:#eef4fd}
+tr.retry td{background:#fff8e1}tr.flag td:first-child{border-left:4px solid var(--bad)}
+tr.gap td{background:#f7f7f7;color:#555;font-style:italic}
+tr:target td{outline:2px solid #1a73e8}
+code,.mono{font:12px/1.35 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;
+ overflow-wrap:anywhere}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;
+ font:12px/1.35 ui-monospace,Menlo,Consolas,monospace}
+.k{color:#555}.h{color:#555;font:12px ui-monospace,Menlo,Consolas,monospace}
+.val{background:#f3f6f0;padding:0 .2em}.note{color:#555;font-size:.92em}
+details summary{cursor:pointer}.meta{color:#444;margin:.2em 0}
+.sw{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.25em;
+ vertical-align:-.05em}
+.w0{background:#4e79a7;fill:#4e79a7}.w1{background:#f28e2b;fill:#f28e2b}
+.w2{background:#59a14f;fill:#59a14f}.w3{background:#b07aa1;fill:#b07aa1}
+.w4{background:#76b7b2;fill:#76b7b2}.w5{background:#edc948;fill:#edc948}
+.w6{background:#9c755f;fill:#9c755f}.w7{background:#bab0ac;fill:#bab0ac}
+.wx{background:#999;fill:#999}
+.figure{overflow-x:auto}
+svg.run{display:block;max-width:100%;height:auto;font:11px system-ui,sans-serif}
+svg.run .lbl{fill:#222}svg.run .note,svg.run .tick{fill:#666}
+svg.run .axis{stroke:#999;stroke-width:1}
+svg.run .lane{opacity:.45}svg.run .att{stroke:#333;stroke-width:.6}
+svg.run .failedatt{stroke:var(--bad);stroke-width:2}
+svg.run .crash{stroke:var(--bad);stroke-width:2.5;fill:none}
+svg.run .redo{fill:#fff;stroke:#e37400;stroke-width:2.5}
+svg.run .eff{fill:#1b5e20;stroke:#fff;stroke-width:.8}
+svg.run .dup{fill:var(--bad);stroke:#fff;stroke-width:1}
+svg.run .skip{fill:#fff;stroke:#1b5e20;stroke-width:1.5}
+svg.run .intent{stroke:#222;stroke-width:1.5}
+svg.run .wf{fill:#333}svg.run .bad{fill:var(--bad)}svg.run .grp{fill:#ccc}
+@media print{
+ body{margin:0;max-width:none;font-size:10pt}
+ section.instance{break-before:page;border-top:none}
+ tr,svg.run{break-inside:avoid}thead{display:table-header-group}
+ .figure{overflow:visible}a{color:inherit;text-decoration:none}
+ .h .s{display:none}.h::after{content:attr(title);overflow-wrap:anywhere}
+ details>*{display:block}details::details-content{content-visibility:visible;display:block}
+ tr:target td{outline:none}
+}
 """
+_CSS_HASH = base64.b64encode(hashlib.sha256(_CSS.encode("utf-8")).digest()).decode("ascii")
+CSP = (f"default-src 'none'; style-src 'sha256-{_CSS_HASH}'; img-src data:; "
+       "base-uri 'none'; form-action 'none'")
+"""The page's Content-Security-Policy: its own stylesheet, nothing else."""
+
+_STATES = {PayloadState.ERASED: "erased (a signed payload.erased says so)",
+           PayloadState.ABSENT: "not in the bundle",
+           PayloadState.MISMATCH: "stored bytes do not match the signed commitment: not shown"}
 
 
 def render_html(reports: Sequence[Report], *, origin: str, checkpoint: Checkpoint,
-                entries: dict[str, list[tuple[int, str, str, str]]] | None = None) -> bytes:
-    """Render the bundle report. ``entries`` maps instance -> [(seq, ts, kind, detail)]."""
+                entries: Mapping[str, Sequence[TimelineEntry]] | None = None,
+                with_payloads: bool = False, limits: Limits | None = None) -> bytes:
+    """Render the bundle report: ``entries`` maps instance -> its entries in chain order
+    (payload values filled in when ``with_payloads``)."""
+    limits = limits or Limits()
+    # What needs a look first: failed instances, then those with any finding, then clean.
+    reports = sorted(reports, key=lambda r: (r.ok, not r.findings))
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        f"<title>histaudit bundle — {escape(origin)}</title><style>{_CSS}</style></head><body>",
-        "<h1>histaudit audit trail</h1>",
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        '<meta name="referrer" content="no-referrer">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>histaudit bundle — {escape(origin)}</title><style>{_CSS}</style></head>",
+        "<body><header><h1>histaudit audit trail</h1>",
         f"<p>Ledger <code>{escape(origin)}</code>, checkpoint at "
         f"<b>{checkpoint.size}</b> entries, signed by key <code>{escape(checkpoint.kid)}</code>."
-        " Verify this bundle offline with <code>histaudit verify --bundle DIR --trust KEYS</code>"
+        " This page is what the exporter's verifier concluded; it proves nothing by itself."
+        " Verify the bundle offline with <code>histaudit verify --bundle DIR --trust KEYS</code>"
         " (or any implementation of docs/format.md and docs/bundle.md).</p>",
-        "<table><tr><th>instance</th><th>entries</th><th>status</th><th>findings</th></tr>",
+        "<p class=note>"
+        + ("Exported <b>with payloads</b>: activity inputs and outputs are shown as recorded "
+           "(escaped text; they are whatever the workflow handled)." if with_payloads else
+           "Exported <b>without payloads</b>: values are not in the bundle; each is shown "
+           "by its keyed digest (equal values in one instance have equal digests).")
+        + " Hover a shortened digest for the full value.</p></header>",
+        "<table class=summary><thead><tr><th>instance</th><th>entries</th><th>status</th>"
+        "<th>findings</th></tr></thead><tbody>",
     ]
     for r in reports:
-        status = '<span class=ok>OK</span>' if r.ok else '<span class=bad>FAILED</span>'
-        codes = ", ".join(sorted(r.codes())) or "—"
         parts.append(f"<tr><td><a href='#{_anchor(r.instance_id)}'>{escape(r.instance_id)}"
-                     f"</a></td><td>{r.entries}</td><td>{status}</td><td>{escape(codes)}</td></tr>")
-    parts.append("</table>")
+                     f"</a></td><td class=n>{r.entries}</td><td>{_status(r)}</td>"
+                     f"<td>{_counts(r.findings)}</td></tr>")
+    parts.append("</tbody></table>")
     for r in reports:
-        parts.append(f"<h2 id='{_anchor(r.instance_id)}'>{escape(r.instance_id)}</h2>")
-        rows = (entries or {}).get(r.instance_id)
-        if rows:
-            parts.append("<table><tr><th>seq</th><th>time (UTC)</th><th>event</th>"
-                         "<th>details</th></tr>")
-            for seq, ts, kind, detail in rows:
-                attempt = _ATTEMPT.search(detail)
-                cls = " class=retry" if attempt and attempt.group(1) != "1" else ""
-                parts.append(f"<tr{cls}><td>{seq}</td><td>{escape(ts)}</td>"
-                             f"<td>{escape(kind)}</td><td>{escape(detail)}</td></tr>")
-            parts.append("</table>")
-        if r.findings:
-            parts.append("<table><tr><th>seq</th><th>severity</th><th>code</th>"
-                         "<th>finding</th></tr>")
-            for f in r.findings:
-                parts.append(f"<tr class={f.severity}><td>{'' if f.seq is None else f.seq}</td>"
-                             f"<td>{f.severity}</td><td>{escape(f.code)}</td>"
-                             f"<td>{escape(f.message)}</td></tr>")
-            parts.append("</table>")
-        else:
-            parts.append("<p class=ok>No findings.</p>")
+        rows = list((entries or {}).get(r.instance_id, ()))
+        parts.append(_instance(r, rows, with_payloads=with_payloads, limits=limits))
     parts.append("</body></html>\n")
     return "".join(parts).encode("utf-8")
 
 
+# --- one instance ----------------------------------------------------------------------
+
+class _Page:
+    """What one instance's sections share: anchors, the rows shown, the findings."""
+
+    def __init__(self, report: Report, rows: Sequence[TimelineEntry], run: Run,
+                 limits: Limits, with_payloads: bool) -> None:
+        self.anchor = _anchor(report.instance_id)
+        self.instance = report.instance_id
+        self.limits = limits
+        self.with_payloads = with_payloads
+        self.run = run
+        self.workers = {w.name: w.index % PALETTE for w in run.workers}
+        self.findings = list(report.findings)
+        self.about: dict[int, list[int]] = {}  # seq -> indices of the findings naming it
+        for i, f in enumerate(self.findings):
+            for seq in finding_entries(f):
+                self.about.setdefault(seq, []).append(i)
+        self.shown = _shown(rows, self.about, limits.entry_rows)
+
+    def entry_href(self, seq: int) -> str | None:
+        return f"#{self.anchor}-e{seq}" if seq in self.shown else None
+
+    def entry_link(self, seq: int, text: str | None = None) -> str:
+        href = self.entry_href(seq)
+        label = escape(text if text is not None else str(seq))
+        return f"<a href='{href}'>{label}</a>" if href else label
+
+    def finding_link(self, i: int) -> str:
+        f = self.findings[i]
+        return (f"<a href='#{self.anchor}-f{i + 1}' class='badge {f.severity}'>"
+                f"{escape(f.code)}</a>")
+
+    def worker(self, name: Any) -> str:
+        if not isinstance(name, str) or not name:
+            return ""
+        cls = f"w{self.workers[name]}" if name in self.workers else "wx"
+        return f"<span class='sw {cls}'></span><span class=mono>{escape(name)}</span>"
+
+
+def finding_entries(f: Finding) -> list[int]:
+    """The entries a finding is about: its ``entries`` when it names them, else its seq."""
+    named = getattr(f, "entries", None)
+    seqs = [s for s in named if type(s) is int] if isinstance(named, list | tuple) else []
+    if f.seq is not None and f.seq not in seqs:
+        seqs.insert(0, f.seq)
+    return seqs
+
+
+def _instance(r: Report, rows: Sequence[TimelineEntry], *, with_payloads: bool,
+              limits: Limits) -> str:
+    run = analyse(rows)
+    page = _Page(r, rows, run, limits, with_payloads)
+    out = [f"<section class=instance id='{page.anchor}'>"
+           f"<h2>{escape(r.instance_id)} {_status(r)}</h2>"]
+    if rows:
+        out.append(f"<p class=meta>{len(rows)} entries, {rows[0].ts or '?'} to "
+                   f"{rows[-1].ts or '?'} (UTC); {len(run.steps)} step(s), "
+                   f"{len(run.workers)} worker process(es); verified: "
+                   f"<code>{escape(r.mode)}</code>.</p>")
+    out.append(_findings(page))
+    if rows:
+        out.append(_picture(page))
+        out.append(_steps(page))
+        out.append(_entries(page, rows))
+    out.append("</section>")
+    return "".join(out)
+
+
+def _findings(page: _Page) -> str:
+    out = [f"<section class=findings id='{page.anchor}-findings'><h3>Findings</h3>"]
+    if not page.findings:
+        out.append("<p class=ok>No findings.</p></section>")
+        return "".join(out)
+    out.append("<table><thead><tr><th>severity</th><th>code</th><th>entries</th>"
+               "<th>what the verifier found</th></tr></thead><tbody>")
+    for i, f in enumerate(page.findings):
+        seqs = finding_entries(f)
+        links = ", ".join(page.entry_link(s) for s in seqs) or "—"
+        out.append(f"<tr id='{page.anchor}-f{i + 1}' class={f.severity}>"
+                   f"<td><span class='badge {f.severity}'>{f.severity}</span></td>"
+                   f"<td><code>{escape(f.code)}</code></td><td>{links}</td>"
+                   f"<td>{escape(f.message)}</td></tr>")
+    out.append("</tbody></table></section>")
+    return "".join(out)
+
+
+def _picture(page: _Page) -> str:
+    svg, dropped = render_svg(page.run, link=page.entry_href, max_steps=page.limits.svg_steps,
+                              max_workers=page.limits.workers)
+    out = [f"<section class=picture id='{page.anchor}-run'><h3>The run</h3>"
+           "<p class=note>One lane per worker process, then one row per step; each bar is "
+           "an attempt (a delivery by the engine) in its worker's colour, placed by entry "
+           "order. Marks link to their entries.</p>", f"<div class=figure>{svg}</div>"]
+    steps = len(page.run.steps)
+    if steps > page.limits.svg_steps:
+        out.append(f"<p class=note>This instance has {steps} steps: the picture sums up runs "
+                   f"of uneventful steps (delivered once, completed, no odd side effect) as "
+                   f"grey bars")
+        out.append(f" and leaves out {dropped} step(s) past the first "
+                   f"{page.limits.svg_steps} rows." if dropped else ".")
+        out.append(" Every step is in the step table.</p>" if steps <= page.limits.table_steps
+                   else "</p>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _steps(page: _Page) -> str:
+    out = [f"<section class=steps id='{page.anchor}-steps'><h3>Steps</h3>"]
+    if not page.run.steps:
+        out.append("<p class=note>No activity ran in this instance.</p></section>")
+        return "".join(out)
+    lines, dropped = collapse(page.run.steps, page.limits.table_steps)
+    out.append("<table><thead><tr><th>step</th><th>deliveries</th><th>workers</th>"
+               "<th>ran again after a crash</th><th>side effects</th><th>outcome</th>"
+               "</tr></thead><tbody>")
+    for line in lines:
+        if isinstance(line, StepGroup):
+            names = sorted({s.activity for s in line.steps})
+            shown = ", ".join(escape(n) for n in names[:8]) + (" …" if len(names) > 8 else "")
+            out.append(f"<tr class=gap><td colspan=6>{len(line.steps)} steps ({shown}), each "
+                       f"delivered once and completed, entries "
+                       f"{page.entry_link(line.first)}–{page.entry_link(line.last)}</td></tr>")
+        else:
+            out.append(_step_row(page, line))
+    if dropped:
+        out.append(f"<tr class=gap><td colspan=6>{dropped} more step(s) not listed (over "
+                   f"{page.limits.table_steps} rows): <code>histaudit show "
+                   f"{escape(page.instance)} --bundle DIR --trust KEYS --kind activity</code> "
+                   f"lists them.</td></tr>")
+    out.append("</tbody></table></section>")
+    return "".join(out)
+
+
+def _step_row(page: _Page, s: Step) -> str:
+    cls = " class=retry" if s.deliveries > 1 else ""
+    if s.duplicates:
+        cls = " class=error"
+    attempts = ", ".join(page.entry_link(a.started, f"#{a.number}") for a in s.attempts)
+    workers = "<br>".join(dict.fromkeys(page.worker(a.worker) for a in s.attempts
+                                        if a.worker))
+    crashed = [a for a in s.attempts[:-1] if a.cut_short]
+    if crashed:
+        again = "<b>yes</b>: " + "; ".join(
+            f"attempt {a.number} on <span class=mono>{escape(a.worker or '?')}</span> "
+            f"stopped after entry {page.entry_link(a.last)} with no outcome" for a in crashed)
+    elif s.deliveries > 1:
+        again = "delivered again (no attempt was cut short)"
+    else:
+        again = "no"
+    effects = "<br>".join(_effect(page, e) for e in s.effects.values()) or "—"
+    return (f"<tr{cls}><td><b>{escape(s.activity)}</b> <span class=k>task&nbsp;"
+            f"{escape(str(s.task_id))}</span></td>"
+            f"<td class=n>{s.deliveries} ({attempts})</td><td class=wk>{workers}</td>"
+            f"<td>{again}</td>"
+            f"<td>{effects}</td><td>{_outcome(page, s)}</td></tr>")
+
+
+def _effect(page: _Page, e: Effect) -> str:
+    what = f"<code>{escape(e.name)}</code> <span class=k>[{escape(e.key)}]</span>"
+    counts = []
+    if e.done:
+        done = ", ".join(page.entry_link(s) for s in e.done)
+        counts.append(f"done {len(e.done)}× ({done})")
+    if e.skipped:
+        counts.append(f"skipped {len(e.skipped)}× (already done)")
+    if e.failed:
+        counts.append(f"failed {len(e.failed)}×")
+    if e.unconfirmed:
+        counts.append(f"{e.unconfirmed} intent(s) never confirmed")
+    badge = " <span class='badge dup'>DUPLICATE</span>" if e.duplicate else ""
+    return f"{what}: {'; '.join(counts) or 'intent only'}{badge}"
+
+
+def _outcome(page: _Page, s: Step) -> str:
+    if s.outcome is None:
+        return "<span class=bad>no outcome recorded</span>"
+    word = ("<span class=ok>completed</span>" if s.outcome == "completed"
+            else "<span class=bad>failed</span>")
+    seq = s.output_seq
+    return word + ("" if seq is None else f" at&nbsp;{page.entry_link(seq)}")
+
+
+def _entries(page: _Page, rows: Sequence[TimelineEntry]) -> str:
+    out = [f"<section class=entries id='{page.anchor}-entries'><h3>Entries</h3>"
+           "<table><thead><tr><th>seq</th><th>time (UTC)</th><th>event</th><th>worker</th>"
+           "<th>details</th><th>payloads</th><th>findings</th></tr></thead><tbody>"]
+    hidden: list[int] = []
+    for e in rows:
+        if e.seq not in page.shown:
+            hidden.append(e.seq)
+            continue
+        if hidden:
+            out.append(_gap(page, hidden))
+            hidden = []
+        out.append(_entry_row(page, e))
+    if hidden:
+        out.append(_gap(page, hidden))
+    out.append("</tbody></table></section>")
+    return "".join(out)
+
+
+def _gap(page: _Page, seqs: list[int]) -> str:
+    return (f"<tr class=gap><td colspan=7>{len(seqs)} entries not shown (seq {seqs[0]}–"
+            f"{seqs[-1]}; the page shows {page.limits.entry_rows} entries of a large instance "
+            f"and every entry a finding names): <code>histaudit show {escape(page.instance)} "
+            f"--bundle DIR --trust KEYS --seq {seqs[0]}..{seqs[-1]}</code> lists them."
+            f"</td></tr>")
+
+
+def _entry_row(page: _Page, e: TimelineEntry) -> str:
+    classes = []
+    attempt = e.data.get("attempt")
+    if type(attempt) is int and attempt > 1:
+        classes.append("retry")
+    if e.seq in page.about:
+        classes.append("flag")
+    cls = f" class='{' '.join(classes)}'" if classes else ""
+    flagged = " ".join(page.finding_link(i) for i in page.about.get(e.seq, ()))
+    if e.error is not None:
+        return (f"<tr id='{page.anchor}-e{e.seq}'{cls}><td class=n>{e.seq}</td><td></td>"
+                f"<td class=bad>unreadable</td><td></td><td>{escape(e.error)}</td><td></td>"
+                f"<td>{flagged}</td></tr>")
+    ts = e.ts or ""
+    clock = ts[11:23] if len(ts) >= 20 and ts[10] == "T" else ts
+    return (f"<tr id='{page.anchor}-e{e.seq}'{cls}><td class=n>{e.seq}</td>"
+            f"<td class='t mono' title='{escape(ts)}'>{escape(clock)}</td>"
+            f"<td class=ev><code>{escape(e.kind or '')}</code></td>"
+            f"<td class=wk>{page.worker(e.data.get('worker'))}</td>"
+            f"<td>{_details(page, e.data)}</td><td>{_payloads(page, e)}</td>"
+            f"<td>{flagged}</td></tr>")
+
+
+def _details(page: _Page, data: Mapping[str, Any]) -> str:
+    refs = payload_refs(data)
+    skip = {"worker", *refs, *(f"{name}_digest" for name in refs)}
+    parts = []
+    for key in sorted(data):
+        if key in skip:
+            continue
+        value = data[key]
+        if key.endswith("_seq") and type(value) is int:
+            shown = page.entry_link(value)
+        elif key == "execution_id" and isinstance(value, str) and len(value) > 16:
+            shown = _hash(value)
+        else:
+            shown = f"<span class=mono>{escape(_compact(value, 200))}</span>"
+        parts.append(f"<span class=k>{escape(key)}</span>={shown}")
+    return " ".join(parts)
+
+
+def _payloads(page: _Page, e: TimelineEntry) -> str:
+    parts = []
+    for name, commitment in payload_refs(e.data).items():
+        ref = e.data[name]
+        size = ref.get("n") if isinstance(ref, dict) else None
+        digest = e.data.get(f"{name}_digest")
+        label = f"<span class=k>{escape(name)}</span>"
+        value = e.payloads.get(name) if page.with_payloads else None
+        if value is not None and value.state == PayloadState.KEPT and value.data is not None:
+            parts.append(f"{label} {_value(page, value.data)}")
+        elif value is not None:
+            parts.append(f"{label} <span class=note>{escape(_STATES.get(value.state, value.state))}"
+                         f"</span>")
+        else:
+            shown = digest if isinstance(digest, str) else commitment
+            what = "digest" if isinstance(digest, str) else "commitment"
+            sized = f", {size} bytes" if type(size) is int else ""
+            parts.append(f"{label} <span class=note>{what}</span> {_hash(shown)}"
+                         f"<span class=note>{sized}</span>")
+    return "<br>".join(parts)
+
+
+def _value(page: _Page, data: bytes) -> str:
+    """A kept payload, escaped; long ones behind a disclosure, huge ones cut."""
+    cap = page.limits.value_bytes
+    cut = len(data) > cap
+    text = data[:cap].decode("utf-8", errors="replace")
+    if len(text) <= page.limits.value_chars and not cut:
+        return f"<code class=val>{escape(text)}</code>"
+    head = escape(text[: page.limits.value_chars])
+    tail = (f"<p class=note>… {len(data) - cap} more bytes not in this page "
+            f"(payloads.jsonl has them)</p>" if cut else "")
+    return (f"<details><summary><code class=val>{head}…</code> <span class=note>"
+            f"({len(data)} bytes)</span></summary><pre>{escape(text)}</pre>{tail}</details>")
+
+
+# --- small pieces ----------------------------------------------------------------------
+
+def _status(r: Report) -> str:
+    if r.ok:
+        return "<span class='badge okb'>OK</span>"
+    return "<span class='badge error'>FAILED</span>"
+
+
+def _counts(findings: Sequence[Finding]) -> str:
+    if not findings:
+        return "—"
+    codes: dict[str, Finding] = {}
+    for f in findings:
+        codes.setdefault(f.code, f)
+    return " ".join(f"<span class='badge {f.severity}'>{escape(code)}</span>"
+                    for code, f in sorted(codes.items()))
+
+
+def _hash(full: str, keep: int = 12) -> str:
+    """A digest shortened for people; the full value in the title (and in print)."""
+    if len(full) <= keep + 2:
+        return f"<span class=mono>{escape(full)}</span>"
+    return (f"<span class=h title='{escape(full)}'><span class=s>{escape(full[:keep])}…"
+            f"</span></span>")
+
+
+def _compact(value: Any, limit: int) -> str:
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = orjson.dumps(value).decode("utf-8")
+        except TypeError:
+            text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _shown(rows: Sequence[TimelineEntry], about: Mapping[int, list[int]], limit: int
+           ) -> set[int]:
+    """Seqs whose rows the page holds: all, or the first and last ``limit // 2`` and every
+    entry a finding names (so every finding's link has a target)."""
+    seqs = [e.seq for e in rows]
+    if len(seqs) <= limit:
+        return set(seqs)
+    half = max(limit // 2, 1)
+    return {*seqs[:half], *seqs[-half:], *(set(about) & set(seqs))}
+
+
 def _anchor(instance: str) -> str:
-    return "i-" + "".join(c if c.isalnum() else "-" for c in instance)
+    """A fragment id for an instance: readable, and unique (two ids that read alike after
+    the unsafe characters are replaced still differ by their hash)."""
+    readable = "".join(c if c.isascii() and c.isalnum() else "-" for c in instance[:40])
+    return f"i-{readable}-{hashlib.sha256(instance.encode('utf-8')).hexdigest()[:8]}"
