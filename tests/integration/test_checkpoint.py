@@ -460,7 +460,10 @@ def test_cli_checkpoint_then_verify_since_checkpoint(world: World) -> None:
     r = cli(*verify, "--json", cwd=world.tmp)
     exits(r, 0)
     doc = json.loads(r.stdout)
-    assert doc["ok"] is True and doc["mode"] == "consistency 18->24"
+    assert doc["ok"] is True and doc["reports"] == []
+    proof = doc["since_checkpoint"]
+    assert (proof["size"], proof["checked"]) == (18, True)
+    assert (proof["report"]["mode"], proof["report"]["entries"]) == ("consistency", 24)
 
 
 def test_cli_rollback_after_checkpoint_exits_1(world: World) -> None:
@@ -476,7 +479,7 @@ def test_cli_rollback_after_checkpoint_exits_1(world: World) -> None:
     assert "checkpoint-rollback" in r.stdout and "FAILED" in r.stdout
     r = cli(*verify, "--json", cwd=world.tmp)
     exits(r, 1)
-    assert [f["code"] for f in json.loads(r.stdout)["findings"]] == ["checkpoint-rollback"]
+    assert _json_codes(r) == ["checkpoint-rollback"]
 
 
 def test_cli_bad_checkpoint_files_exit_2_unverified_ones_exit_1(world: World) -> None:
@@ -525,7 +528,8 @@ def _set_ledger_id(url: str, new_id: str | None = None) -> str:
 
 
 def _json_codes(r: subprocess.CompletedProcess[str]) -> list[str]:
-    return [f["code"] for f in json.loads(r.stdout)["findings"]]
+    """The codes of the --since-checkpoint proof in ``verify --json``."""
+    return [f["code"] for f in json.loads(r.stdout)["since_checkpoint"]["report"]["findings"]]
 
 
 def test_rollback_then_edited_ledger_id_is_still_caught(world: World) -> None:
@@ -684,10 +688,13 @@ def test_cli_newer_bundle_extends_a_kept_checkpoint(world: World) -> None:
     exits(r, 0)
     doc = json.loads(r.stdout)
     assert doc["ok"] is True and doc["checkpoint"]["size"] == 24
+    ledger_report = doc["since_checkpoint"].pop("report")
     assert doc["since_checkpoint"] == {"size": 18, "origin": parse_note(
         note.read_bytes(), world.trust).origin, "checked": True}
-    (ledger_report,) = [rep for rep in doc["reports"] if rep["scope"] == "ledger"]
-    assert ledger_report["mode"] == "consistency 18->24" and ledger_report["findings"] == []
+    assert [rep["scope"] for rep in doc["reports"]] == ["bundle", "instance", "instance",
+                                                        "instance"]
+    assert (ledger_report["scope"], ledger_report["mode"]) == ("ledger", "consistency")
+    assert ledger_report["entries"] == 24 and ledger_report["findings"] == []
     # A bundle's own checkpoint.note is a kept checkpoint too: the next bundle extends it.
     append_rounds(world.url, world.signer, rounds=1, start=ROUNDS + 3)
     later = _cli_export(world, "later")
@@ -721,9 +728,9 @@ def test_cli_bundle_of_a_rolled_back_ledger_against_a_later_checkpoint(world: Wo
         exits(r, 1)
         doc = json.loads(r.stdout)
         assert doc["ok"] is False
-        (ledger_report,) = [rep for rep in doc["reports"] if rep["scope"] == "ledger"]
+        ledger_report = doc["since_checkpoint"]["report"]
         assert [f["code"] for f in ledger_report["findings"]] == ["checkpoint-rollback"]
-        assert all(rep["ok"] for rep in doc["reports"] if rep["scope"] != "ledger")
+        assert all(rep["ok"] for rep in doc["reports"])
     r = cli("verify", "--bundle", world.tmp / "bundle", "--since-checkpoint", note,
             "--trust", world.pub, cwd=world.tmp)
     exits(r, 1)
@@ -744,9 +751,10 @@ def test_cli_bundle_of_a_forked_ledger_is_inconsistent(world: World) -> None:
     r = cli("verify", "--bundle", bundle, "--since-checkpoint", note, "--trust", world.pub,
             "--json", cwd=world.tmp)
     exits(r, 1)
-    (ledger_report,) = [rep for rep in json.loads(r.stdout)["reports"]
-                        if rep["scope"] == "ledger"]
-    assert ledger_report["mode"] == "consistency 24->27"
+    since = json.loads(r.stdout)["since_checkpoint"]
+    ledger_report = since["report"]
+    assert (since["size"], ledger_report["mode"], ledger_report["entries"]) == (
+        24, "consistency", 27)
     assert [f["code"] for f in ledger_report["findings"]] == ["checkpoint-inconsistent"]
     # A kept checkpoint of another ledger: named first, then what the content says.
     other_url = f"sqlite:///{world.tmp / 'other.db'}"
@@ -756,8 +764,7 @@ def test_cli_bundle_of_a_forked_ledger_is_inconsistent(world: World) -> None:
     r = cli("verify", "--bundle", bundle, "--since-checkpoint", other, "--trust", world.pub,
             "--json", cwd=world.tmp)
     exits(r, 1)
-    (ledger_report,) = [rep for rep in json.loads(r.stdout)["reports"]
-                        if rep["scope"] == "ledger"]
+    ledger_report = json.loads(r.stdout)["since_checkpoint"]["report"]
     assert [f["code"] for f in ledger_report["findings"]] == ["ledger-id-mismatch",
                                                               "checkpoint-inconsistent"]
 
@@ -776,5 +783,6 @@ def test_cli_bundle_with_entries_cut_out_fails_rather_than_being_called_partial(
     exits(r, 1)
     doc = json.loads(r.stdout)
     assert doc["since_checkpoint"]["checked"] is False
+    assert doc["since_checkpoint"]["report"] is None
     bundle_codes = {f["code"] for rep in doc["reports"] for f in rep["findings"]}
     assert "bundle-file-changed" in bundle_codes

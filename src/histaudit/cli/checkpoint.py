@@ -3,24 +3,38 @@
 ``checkpoint`` is a group invoked without a subcommand, so ``histaudit checkpoint [--db]
 [--key] [--out]`` still writes a checkpoint as it always did, while ``histaudit checkpoint
 verify NOTE --trust PATH`` reads one offline (no database, no SQLAlchemy). The writing
-options belong to the group and are refused before ``verify``, where they would mean
-nothing.
+options belong to the group and are refused before a subcommand, where they would mean
+nothing (``cosign`` takes its own). ``checkpoint cosign --witness-policy FILE`` writes a
+checkpoint and has the policy's witnesses cosign it (C2SP tlog-witness).
 """
 
 from __future__ import annotations
 
 import base64
 import sys
+from datetime import UTC, datetime
+from typing import Any
 
 import click
 from click.core import ParameterSource
 
-from histaudit.errors import UsageError
+from histaudit.errors import UsageError, VerificationError
 from histaudit.ledger.checkpoint import parse_note, verifier_key
 from histaudit.ledger.keys import signer_from_env
+from histaudit.verify.findings import Finding
+from histaudit.witness.policy import read_policy
 
 from . import render
-from .options import EXIT_CLEAN, db_option, key_option, read_file, trust_option, trust_store
+from .options import (
+    EXIT_CLEAN,
+    EXIT_FINDINGS,
+    db_option,
+    key_option,
+    read_file,
+    trust_option,
+    trust_store,
+    write_file,
+)
 
 __all__ = ["checkpoint"]
 
@@ -42,8 +56,8 @@ def checkpoint(ctx: click.Context, db: str | None, key: str | None,
         given = [flag for name, flag in _WRITE_OPTIONS.items()
                  if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
         if given:
-            raise UsageError(f"{', '.join(given)}: for writing a checkpoint; `checkpoint "
-                             f"{ctx.invoked_subcommand}` takes NOTE, --trust and --json")
+            raise UsageError(f"{', '.join(given)}: give them after `checkpoint "
+                             f"{ctx.invoked_subcommand}` (see its --help)")
         return None
     # The ledger side is imported here: `checkpoint verify` loads no database code.
     from histaudit.bundle.staging import StagedOutput
@@ -62,29 +76,88 @@ def checkpoint(ctx: click.Context, db: str | None, key: str | None,
     return EXIT_CLEAN
 
 
+_POLICY_HELP = ("Witness policy file (C2SP tlog-policy lines: witness NAME VKEY [URL], "
+                "group NAME N|any|all MEMBER..., quorum NAME|none; docs/bundle.md §4.4).")
+
+
+@checkpoint.command("cosign")
+@db_option
+@key_option
+@click.option("--witness-policy", "policy_file", metavar="FILE", required=True,
+              envvar="HISTAUDIT_WITNESS_POLICY", help=_POLICY_HELP)
+@click.option("--out", "out_file", metavar="FILE", help="Also write the cosigned note to FILE.")
+@click.option("--timeout", type=click.FloatRange(0.1, 300), default=10.0, show_default=True,
+              metavar="S", help="Seconds to wait for each witness.")
+def cosign_command(db: str | None, key: str | None, policy_file: str, out_file: str | None,
+                   timeout: float) -> int:
+    """Sign a checkpoint and have the policy's witnesses cosign it; print the cosigned note.
+
+    Each witness with a URL gets the checkpoint with a consistency proof from the size it
+    last cosigned. Cosignatures are stored beside the checkpoint. Exit 0 when the quorum
+    holds; 1 (one line naming each witness) when it does not, or when a witness has seen a
+    tree this ledger does not extend (a rollback or fork); 2 for unusable input.
+    """
+    from histaudit.witness.cosign import cosign
+
+    from .ledger import _open
+
+    policy = read_policy(policy_file)
+    if not any(w.url for w in policy.witnesses.values()):
+        raise UsageError(f"witness policy {policy_file} gives no witness a URL to send "
+                         f"checkpoints to (witness NAME VKEY URL)")
+    signer = signer_from_env(key)
+    with _open(db) as ledger:
+        result = cosign(ledger, signer, policy, timeout=timeout)
+    if not result.ok:
+        raise VerificationError(result.summary())
+    if out_file:
+        write_file(out_file, result.note)
+    sys.stdout.write(result.note.decode())
+    return EXIT_CLEAN
+
+
 @checkpoint.command("verify")
 @click.argument("note", metavar="NOTE")
 @trust_option
+@click.option("--witness-policy", "policy_file", metavar="FILE", help=_POLICY_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def verify_note(note: str, trust: str | None, as_json: bool) -> int:
+def verify_note(note: str, trust: str | None, policy_file: str | None, as_json: bool) -> int:
     """Verify a kept checkpoint NOTE offline and say what it proves.
 
-    Exit 0 when a key in --trust signed the note's exact text; 1 when it reads but no
-    trusted signature verifies; 2 when it does not read as a checkpoint note.
+    Exit 0 when a key in --trust signed the note's exact text (and, with
+    --witness-policy, its witness quorum cosigned it); 1 when it reads but no trusted
+    signature verifies, or the policy's findings; 2 when it does not read as a note.
     """
     keys = trust_store(trust)
-    cp = parse_note(read_file(note, "checkpoint"), keys, source=note)
+    data = read_file(note, "checkpoint")
+    policy = read_policy(policy_file) if policy_file else None
+    cp = parse_note(data, keys, source=note)
     signer = keys.get(cp.kid)
     assert signer is not None  # parse_note returns the kid of a key it found in ``keys``
-    doc = {"note": note, "ok": True, "origin": cp.origin, "size": cp.size,
+    doc: dict[str, Any] = {"note": note, "ok": True, "origin": cp.origin, "size": cp.size,
            "root": base64.b64encode(cp.root).decode(), "root_hex": cp.root.hex(),
            "kid": cp.kid, "key_name": signer.name,
            "verifier_key": verifier_key(cp.origin, signer),
            # C2SP checkpoints carry no time, and histaudit adds no extension line for one.
            "timestamp": None}
+    findings: tuple[Finding, ...] = ()
+    if policy is not None:
+        verdict = policy.judge(data)
+        findings = verdict.findings(note)
+        doc["ok"] = not findings
+        doc["witnesses"] = {"required": verdict.required, "satisfied": verdict.satisfied,
+                            "cosigned": dict(verdict.cosigned),
+                            "findings": [f.to_json() for f in findings]}
+    status = EXIT_FINDINGS if findings else EXIT_CLEAN
     if as_json:
         render.emit_json(doc)
-        return EXIT_CLEAN
+        return status
+    if findings:
+        click.echo(f"checkpoint {render.clip(note)}: signed by trusted key {cp.kid}, but its "
+                   f"witness cosignatures fail the policy:")
+        for f in findings:
+            click.echo(f"  {f.code:<24} {render.clip(f.message)}")
+        return status
     name = f" ({render.clip(signer.name)})" if signer.name else ""
     click.echo(f"checkpoint {render.clip(note)}: OK, signed by trusted key {cp.kid}{name}\n"
                f"  origin        {render.clip(cp.origin)}\n"
@@ -96,4 +169,16 @@ def verify_note(note: str, trust: str | None, as_json: bool) -> int:
                f"{cp.size} leaves (entries) whose RFC 9162 tree has this root. Keep it; "
                f"`histaudit verify --since-checkpoint` later proves the ledger (or a "
                f"bundle) only grew since.")
+    if policy is not None:
+        when = ", ".join(f"{n} at {_utc(t)}" for n, t in sorted(doc["witnesses"]["cosigned"]
+                                                                 .items()))
+        click.echo(f"  witnesses     quorum {render.clip(policy.describe())} holds: "
+                   f"{render.clip(when or 'none needed')}")
     return EXIT_CLEAN
+
+
+def _utc(timestamp: int) -> str:
+    try:
+        return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"UNIX time {timestamp}"

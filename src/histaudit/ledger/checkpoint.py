@@ -14,6 +14,14 @@ defines it for Ed25519, so Go's ``golang.org/x/mod/sumdb/note`` can read these n
 Anyone who keeps a checkpoint can later prove the ledger only grew since
 (:mod:`histaudit.verify.consistency`); checkpoints are made by
 :func:`histaudit.ledger.chain.make_checkpoint`.
+
+Witnesses (C2SP tlog-witness) add *cosignature* lines to the same note: C2SP
+tlog-cosignature ``cosignature/v1``, whose signature line is ``— <witness name>
+base64(4-byte key hash || 8-byte big-endian UNIX time || 64-byte Ed25519 signature)``,
+the key hash taken with algorithm byte 0x04, and the signed message
+``cosignature/v1\ntime <T>\n`` followed by the note text exactly as signed
+(:func:`cosignature_message`). :class:`WitnessKey` and :func:`verify_cosignature` check
+one; which witnesses must have cosigned is a policy (:mod:`histaudit.witness.policy`).
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from histaudit.errors import InputError, SignatureError
 from .keys import PublicKey, Signer, TrustStore
 
 ED25519_ALG = b"\x01"
+COSIGNATURE_V1_ALG = b"\x04"
+"""The signed-note algorithm byte of a C2SP tlog-cosignature/v1 (timestamped) key."""
 SIG_PREFIX = "\u2014 "  # an em dash and a space start every signature line
 
 
@@ -124,3 +134,110 @@ def _verify_signatures(text: bytes, block: str, origin: str, trust: TrustStore,
         if key is not None and key.verify(blob[4:], text):
             return key.kid
     raise SignatureError(f"{source}: no valid signature by a trusted key for origin {origin}")
+
+
+# --- witness cosignatures (C2SP tlog-cosignature) ----------------------------------------
+
+def note_text(note: bytes) -> bytes:
+    """A signed note's text: everything up to and including the LF before the blank line
+    that starts its signatures (the bytes every signature and cosignature covers)."""
+    end = note.rfind(b"\n\n")
+    if end < 0:
+        raise InputError("not a signed note (no blank line before signatures)")
+    return note[:end + 1]
+
+
+def signature_lines(note: bytes) -> list[bytes]:
+    """The note's signature lines, each with its LF, in order."""
+    block = note[len(note_text(note)) + 1:]
+    return [line + b"\n" for line in block.split(b"\n")[:-1]]
+
+
+def with_lines(note: bytes, lines: list[bytes]) -> bytes:
+    """``note`` with the signature ``lines`` not already in it appended, in order."""
+    have = set(signature_lines(note))
+    extra = []
+    for line in lines:
+        if line not in have:
+            have.add(line)
+            extra.append(line)
+    return note + b"".join(extra)
+
+
+def cosignature_message(timestamp: int, text: bytes) -> bytes:
+    """What a cosignature/v1 signs: ``cosignature/v1``, ``time T``, then the note text."""
+    return b"cosignature/v1\ntime %d\n" % timestamp + text
+
+
+@dataclass(frozen=True)
+class WitnessKey:
+    """A witness's cosignature/v1 verifier key (``name+hash+base64(0x04||key)``)."""
+
+    name: str
+    key: PublicKey
+    key_hash: bytes
+
+    @classmethod
+    def parse(cls, vkey: str, *, source: str = "witness key") -> WitnessKey:
+        """Read a vkey; InputError when it is malformed, its hash does not match, or its
+        algorithm is not cosignature/v1 (0x04)."""
+        parts = vkey.split("+", 2)  # the base64 key may itself hold "+"
+        if len(parts) != 3 or not parts[0] or any(c.isspace() for c in parts[0]):
+            raise InputError(f"{source}: {vkey[:80]!r} is not a vkey (name+hash+key)")
+        name, hash_hex, key_b64 = parts
+        try:
+            blob = base64.b64decode(key_b64, validate=True)
+            want = bytes.fromhex(hash_hex)
+        except (binascii.Error, ValueError):
+            raise InputError(f"{source}: {vkey[:80]!r} is not a vkey (name+hash+key)") from None
+        if blob[:1] != COSIGNATURE_V1_ALG or len(blob) != 33:
+            raise InputError(f"{source}: {name} is not an Ed25519 cosignature/v1 key "
+                             f"(algorithm byte 0x04)")
+        digest = hashlib.sha256(name.encode() + b"\n" + blob).digest()[:4]
+        if len(want) != 4 or want != digest:
+            raise InputError(f"{source}: the key hash of {name} does not match its key")
+        raw = blob[1:]
+        return cls(name=name, key=PublicKey(kid=f"witness:{name}", raw=raw), key_hash=digest)
+
+    @property
+    def vkey(self) -> str:
+        return (f"{self.name}+{self.key_hash.hex()}+"
+                f"{base64.b64encode(COSIGNATURE_V1_ALG + self.key.raw).decode()}")
+
+
+@dataclass(frozen=True)
+class Cosignature:
+    """One cosignature line as read: who (name, key hash), when, and the signature."""
+
+    name: str
+    key_hash: bytes
+    timestamp: int
+    signature: bytes
+    line: bytes
+
+
+def read_cosignature(line: bytes) -> Cosignature | None:
+    """The cosignature/v1 a signature line carries, or None when it has another shape
+    (the log's own signature, another algorithm, not a signature line)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not text.startswith(SIG_PREFIX) or not text.endswith("\n") or text.count(" ") != 2:
+        return None
+    _, name, blob_b64 = text[:-1].split(" ")
+    try:
+        blob = base64.b64decode(blob_b64, validate=True)
+    except binascii.Error:
+        return None
+    if len(blob) != 4 + 8 + 64:
+        return None
+    return Cosignature(name=name, key_hash=blob[:4],
+                       timestamp=int.from_bytes(blob[4:12], "big"), signature=blob[12:],
+                       line=line)
+
+
+def verify_cosignature(text: bytes, cosig: Cosignature, key: WitnessKey) -> bool:
+    """True when ``cosig`` is ``key``'s cosignature/v1 over the exact note ``text``."""
+    return (cosig.name == key.name and cosig.key_hash == key.key_hash
+            and key.key.verify(cosig.signature, cosignature_message(cosig.timestamp, text)))

@@ -285,6 +285,16 @@ class Ledger:
         with self.snapshot() as snap:
             return snap.checkpoint_notes()
 
+    def cosignatures(self) -> list[tuple[int, str, str, bytes]]:
+        """Every stored witness cosignature as (size, witness, key hash hex, line), by
+        size; none for a ledger made before cosignatures (its table is created by the
+        first write)."""
+        with self.db.connect() as conn:
+            if not sa.inspect(conn).has_table("histaudit_cosignatures"):
+                return []
+        with self.snapshot() as snap:
+            return snap.cosignatures()
+
     def instances(self) -> list[InstanceSummary]:
         """Every instance that has entries or a head, with entry counts."""
         with self.snapshot() as snap:

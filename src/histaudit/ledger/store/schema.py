@@ -48,6 +48,16 @@ checkpoints = sa.Table(
     sa.Column("root", sa.String(64), nullable=False),
     sa.Column("note", sa.LargeBinary, nullable=False),
 )
+# Witness cosignatures of a stored checkpoint (docs/format.md §12): one row per witness
+# key per checkpoint size, the exact signature line the witness returned. A separate,
+# append-only table: the checkpoint row itself is never updated to gain them.
+cosignatures = sa.Table(
+    "histaudit_cosignatures", metadata,
+    sa.Column("size", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("witness", sa.Text, primary_key=True),
+    sa.Column("key_hash", sa.String(8), primary_key=True),
+    sa.Column("line", sa.LargeBinary, nullable=False),
+)
 
 HEAD_MISMATCH = "histaudit head must match its signed body and the newest entry"
 """What the head triggers say when a head's columns, body and the entries disagree. It is
@@ -94,6 +104,17 @@ _SQLITE_TRIGGERS = [
        BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
     """CREATE TRIGGER IF NOT EXISTS histaudit_checkpoints_no_delete BEFORE DELETE
        ON histaudit_checkpoints
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_cosignatures_no_update BEFORE UPDATE
+       ON histaudit_cosignatures
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_cosignatures_no_delete BEFORE DELETE
+       ON histaudit_cosignatures
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_cosignatures_no_replace BEFORE INSERT
+       ON histaudit_cosignatures
+       WHEN EXISTS (SELECT 1 FROM histaudit_cosignatures WHERE size = NEW.size
+                    AND witness = NEW.witness AND key_hash = NEW.key_hash)
        BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
     """CREATE TRIGGER IF NOT EXISTS histaudit_payloads_no_update BEFORE UPDATE
        ON histaudit_payloads
@@ -161,6 +182,10 @@ _PG_TRIGGERS = [
        ON histaudit_checkpoints FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
     """CREATE OR REPLACE TRIGGER histaudit_checkpoints_no_truncate BEFORE TRUNCATE
        ON histaudit_checkpoints FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_cosignatures_append_only BEFORE UPDATE OR DELETE
+       ON histaudit_cosignatures FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_cosignatures_no_truncate BEFORE TRUNCATE
+       ON histaudit_cosignatures FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
     """CREATE OR REPLACE TRIGGER histaudit_payloads_no_update BEFORE UPDATE
        ON histaudit_payloads FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
 ]
@@ -175,8 +200,8 @@ def writer_role_sql(role: str = "histaudit_writer") -> list[str]:
     these statements (a test compares them).
     """
     return [
-        f"GRANT SELECT, INSERT ON histaudit_entries, histaudit_payloads, histaudit_checkpoints "
-        f"TO {role}",
+        f"GRANT SELECT, INSERT ON histaudit_entries, histaudit_payloads, histaudit_checkpoints, "
+        f"histaudit_cosignatures TO {role}",
         f"GRANT SELECT, INSERT, UPDATE ON histaudit_heads TO {role}",
         f"GRANT SELECT ON histaudit_meta TO {role}",
         f"REVOKE UPDATE, DELETE, TRUNCATE ON histaudit_entries FROM {role}",
@@ -190,7 +215,12 @@ def _pg_guards(conn: Connection) -> list[str]:
 
 
 def _install_guards(conn: Connection, *, upgrade: bool = False) -> None:
-    """Create the append-only triggers (``upgrade``: replace outdated ones first)."""
+    """Create the append-only triggers (``upgrade``: replace outdated ones first).
+
+    Also the one migration there is: a ledger made before witness cosignatures gets the
+    (empty) ``histaudit_cosignatures`` table here, before its triggers are created.
+    """
+    cosignatures.create(conn, checkfirst=True)
     if conn.dialect.name == "postgresql":
         # CREATE OR REPLACE: installing is idempotent, and it is also the upgrade.
         # text() escapes the '%' in the PL/pgSQL RAISE format for psycopg's pyformat
@@ -205,8 +235,10 @@ def _install_guards(conn: Connection, *, upgrade: bool = False) -> None:
 
 
 def _guards_outdated(conn: Connection) -> bool:
-    """True when the head trigger exists but is an older histaudit's (see
-    :meth:`Ledger._upgrade_guards`)."""
+    """True when the head trigger exists but is an older histaudit's, or the ledger predates
+    the cosignatures table (see :meth:`Ledger._upgrade_guards`)."""
+    if not sa.inspect(conn).has_table(cosignatures.name):
+        return True
     if conn.dialect.name == "postgresql":
         found = conn.execute(sa.text(
             "SELECT p.prosrc, (SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = c.oid "

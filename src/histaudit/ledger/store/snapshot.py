@@ -115,6 +115,11 @@ class Snapshot:
         """Every stored checkpoint as (size, signed note), oldest first."""
         return [(_int(size), _blob(note)) for size, note in self._all(self._sql.checkpoints)]
 
+    def cosignatures(self) -> list[tuple[int, str, str, bytes]]:
+        """Every stored witness cosignature as (size, witness, key hash hex, line)."""
+        return [(_int(size), _text(name), _text(kh), _blob(line))
+                for size, name, kh, line in self._all(self._sql.cosignatures)]
+
     def instances(self) -> list[InstanceSummary]:
         """Every instance that has entries or a head, with entry counts."""
         found: dict[str, InstanceSummary] = {}

@@ -44,6 +44,9 @@ class Statements:
     checkpoint_at: str
     insert_checkpoint: str
     checkpoints: str
+    cosignatures: str
+    cosignature_at: str
+    insert_cosignature: str
     instances: str
     head_instances: str
 
@@ -73,6 +76,12 @@ _QMARK = Statements(
     checkpoint_at="SELECT note FROM histaudit_checkpoints WHERE size = ?",
     insert_checkpoint="INSERT INTO histaudit_checkpoints (size, root, note) VALUES (?, ?, ?)",
     checkpoints="SELECT size, note FROM histaudit_checkpoints ORDER BY size",
+    cosignatures="SELECT size, witness, key_hash, line FROM histaudit_cosignatures "
+                 "ORDER BY size, witness, key_hash",
+    cosignature_at="SELECT 1 FROM histaudit_cosignatures WHERE size = ? AND witness = ? "
+                   "AND key_hash = ?",
+    insert_cosignature="INSERT INTO histaudit_cosignatures (size, witness, key_hash, line) "
+                       "VALUES (?, ?, ?, ?)",
     instances="SELECT instance, count(*), max(seq), min(leaf), max(leaf) FROM histaudit_entries "
               "GROUP BY instance ORDER BY max(leaf) DESC",
     head_instances="SELECT instance FROM histaudit_heads",

@@ -102,6 +102,19 @@ class WriteTx:
                              f"checkpoints table was written by something other than "
                              f"histaudit (compare it with the checkpoints you kept)")
 
+    def add_cosignature(self, size: int, witness: str, key_hash: str, line: bytes) -> bool:
+        """Store a witness's cosignature line of the checkpoint of ``size``, unless one by
+        that witness key is stored already (the first is kept: rows are never replaced);
+        True when stored. The checkpoint must be stored."""
+        self._cur.execute(self._sql.checkpoint_at, (size,))
+        if self._cur.fetchone() is None:
+            raise StoreError(f"no checkpoint of size {size} is stored to add a cosignature to")
+        self._cur.execute(self._sql.cosignature_at, (size, witness, key_hash))
+        if self._cur.fetchone() is not None:
+            return False
+        self._cur.execute(self._sql.insert_cosignature, (size, witness, key_hash, line))
+        return True
+
 
 def _note_text(note: bytes) -> bytes:
     """A signed note's text: everything before the blank line that starts its signatures."""

@@ -1,0 +1,247 @@
+"""A witness policy (C2SP tlog-policy text) and the verdict it gives on a cosigned note.
+
+The file names witnesses and how many of them must have cosigned, in the line format of
+Sigsum and tlog-policy that torchwood's ``ParsePolicy`` reads too::
+
+    log <log vkey>                        # optional; the log key is checked by --trust
+    witness <name> <cosignature vkey> [<add-checkpoint base URL>]
+    group <name> <N|any|all> <member>...  # members: witnesses or earlier groups
+    quorum <witness or group name | none>
+
+``#`` starts a comment. :meth:`WitnessPolicy.judge` reads the cosignature lines of a note
+and verifies each one that names a policy witness over the note's exact text (never a
+re-serialization); :class:`PolicyVerdict` says whether the quorum holds and turns what
+fails into findings (``witness-quorum-missing``, ``cosignature-invalid``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from histaudit.errors import InputError
+from histaudit.ledger.checkpoint import (
+    WitnessKey,
+    note_text,
+    read_cosignature,
+    signature_lines,
+    verify_cosignature,
+)
+from histaudit.verify.findings import Finding
+from histaudit.verify.report import Report, Scope
+
+__all__ = ["Group", "PolicyVerdict", "PolicyWitness", "WitnessPolicy", "read_policy",
+           "witness_findings", "witness_report"]
+
+LEDGER = "ledger"
+_CONTRADICTIONS = frozenset({"checkpoint-rollback", "checkpoint-inconsistent"})
+
+
+@dataclass(frozen=True)
+class PolicyWitness:
+    """A witness the policy names: its policy ``name``, cosignature key, optional URL."""
+
+    name: str
+    key: WitnessKey
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    threshold: int
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PolicyVerdict:
+    """What a policy says of one note: which witnesses cosigned it (name → UNIX time),
+    which named witnesses' cosignatures do not verify, and whether the quorum holds."""
+
+    satisfied: bool
+    cosigned: Mapping[str, int]
+    invalid: tuple[str, ...]
+    required: str
+
+    def findings(self, where: str = "checkpoint") -> tuple[Finding, ...]:
+        found = [Finding.make("cosignature-invalid", LEDGER, None,
+                              f"{where}: the cosignature of witness {name} does not verify "
+                              f"over the note text")
+                 for name in self.invalid]
+        if not self.satisfied:
+            have = ", ".join(sorted(self.cosigned)) or "none"
+            found.append(Finding.make(
+                "witness-quorum-missing", LEDGER, None,
+                f"{where}: the witness policy needs {self.required}; valid cosignatures "
+                f"by: {have}"))
+        return tuple(found)
+
+
+@dataclass(frozen=True)
+class WitnessPolicy:
+    witnesses: Mapping[str, PolicyWitness]
+    groups: Mapping[str, Group] = field(default_factory=dict)
+    quorum: str | None = None
+    """A witness or group name; None for ``quorum none``."""
+    logs: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str, *, source: str = "witness policy") -> WitnessPolicy:
+        """Read policy text; InputError (naming the line) when it does not read."""
+        witnesses: dict[str, PolicyWitness] = {}
+        groups: dict[str, Group] = {}
+        quorum: str | None = None
+        have_quorum = False
+        logs: list[str] = []
+        for number, raw in enumerate(text.split("\n"), 1):
+            fields = raw.split("#", 1)[0].split()
+            if not fields:
+                continue
+            where = f"{source}, line {number}"
+            kind, args = fields[0], fields[1:]
+            if kind == "log" and len(args) in (1, 2):
+                logs.append(args[0])
+            elif kind == "witness" and len(args) in (2, 3):
+                name = args[0]
+                cls._new_name(name, witnesses, groups, where)
+                url = args[2] if len(args) == 3 else None
+                if url is not None:
+                    parts = urlsplit(url)
+                    if parts.scheme not in ("http", "https") or not parts.netloc:
+                        raise InputError(f"{where}: witness URL {url[:80]!r} is not an "
+                                         f"http(s) URL")
+                    url = url if url.endswith("/") else url + "/"
+                witnesses[name] = PolicyWitness(name, WitnessKey.parse(args[1], source=where),
+                                                url)
+            elif kind == "group" and len(args) >= 3:
+                name, count, members = args[0], args[1], tuple(args[2:])
+                cls._new_name(name, witnesses, groups, where)
+                for m in members:
+                    if m not in witnesses and m not in groups:
+                        raise InputError(f"{where}: group {name} names {m!r}, which is "
+                                         f"not defined above it")
+                if len(set(members)) != len(members):
+                    raise InputError(f"{where}: group {name} names a member twice")
+                n = {"any": 1, "all": len(members)}.get(count)
+                if n is None:
+                    n = int(count) if count.isascii() and count.isdigit() else -1
+                if not 1 <= n <= len(members):
+                    raise InputError(f"{where}: group {name} threshold {count!r} is not "
+                                     f"any, all or 1..{len(members)}")
+                groups[name] = Group(name, n, members)
+            elif kind == "quorum" and len(args) == 1:
+                if have_quorum:
+                    raise InputError(f"{where}: a second quorum line")
+                have_quorum = True
+                if args[0] != "none":
+                    if args[0] not in witnesses and args[0] not in groups:
+                        raise InputError(f"{where}: quorum names {args[0]!r}, which is "
+                                         f"not defined above it")
+                    quorum = args[0]
+            else:
+                raise InputError(f"{where}: cannot read {raw.strip()[:80]!r} (expected log, "
+                                 f"witness, group or quorum with their fields)")
+        if not have_quorum:
+            raise InputError(f"{source}: no quorum line (write `quorum none` to require "
+                             f"no cosignature)")
+        return cls(witnesses, groups, quorum, tuple(logs))
+
+    @staticmethod
+    def _new_name(name: str, witnesses: Mapping[str, object], groups: Mapping[str, object],
+                  where: str) -> None:
+        if name in witnesses or name in groups or name == "none":
+            raise InputError(f"{where}: the name {name!r} is already taken")
+
+    def describe(self, name: str | None = None) -> str:
+        """The quorum (or one component) in words: ``2 of (w1, w2, w3)``."""
+        name = self.quorum if name is None else name
+        if name is None:
+            return "no cosignature"
+        if name in self.witnesses:
+            return f"witness {name}"
+        group = self.groups[name]
+        inner = ", ".join(m if m in self.witnesses else f"[{self.describe(m)}]"
+                          for m in group.members)
+        return f"{group.threshold} of ({inner})"
+
+    def judge(self, note: bytes) -> PolicyVerdict:
+        """Verify the note's cosignatures by policy witnesses over its exact text and say
+        whether the quorum holds. A line naming no policy witness (the log's signature,
+        another witness) is not looked at; InputError when the note does not read."""
+        text = note_text(note)
+        by_key = {(w.key.name, w.key.key_hash): w for w in self.witnesses.values()}
+        cosigned: dict[str, int] = {}
+        invalid: list[str] = []
+        for line in signature_lines(note):
+            cosig = read_cosignature(line)
+            if cosig is None:
+                continue
+            witness = by_key.get((cosig.name, cosig.key_hash))
+            if witness is None:
+                continue
+            if verify_cosignature(text, cosig, witness.key):
+                cosigned.setdefault(witness.name, cosig.timestamp)
+            elif witness.name not in invalid:
+                invalid.append(witness.name)
+        return PolicyVerdict(satisfied=self._holds(self.quorum, cosigned),
+                             cosigned=cosigned, invalid=tuple(invalid),
+                             required=self.describe())
+
+    def _holds(self, name: str | None, cosigned: Mapping[str, int]) -> bool:
+        if name is None:
+            return True
+        if name in self.witnesses:
+            return name in cosigned
+        group = self.groups[name]
+        return sum(self._holds(m, cosigned) for m in group.members) >= group.threshold
+
+    def needed(self) -> int:
+        """The fewest witnesses whose cosignatures can satisfy the quorum."""
+        def fewest(name: str | None) -> int:
+            if name is None:
+                return 0
+            if name in self.witnesses:
+                return 1
+            group = self.groups[name]
+            return sum(sorted(fewest(m) for m in group.members)[:group.threshold])
+        return fewest(self.quorum)
+
+
+def read_policy(path: str) -> WitnessPolicy:
+    """Read a policy file; InputError when it cannot be read or does not read."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(1 << 20)
+    except OSError as exc:
+        raise InputError(f"witness policy {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"witness policy {path} is not UTF-8 text") from None
+    return WitnessPolicy.parse(text, source=f"witness policy {path}")
+
+
+def witness_findings(policy: WitnessPolicy, note: bytes, *, where: str,
+                     contradicted_by: Report | None = None) -> tuple[Finding, ...]:
+    """The policy's findings on ``note``, plus ``witnessed-checkpoint-contradicted`` when
+    its quorum cosigned it and ``contradicted_by`` (the consistency proof against it)
+    found the ledger rolled back or forked: independent witnesses vouched for that tree,
+    so the ledger, not the note, is what changed."""
+    verdict = policy.judge(note)
+    found = list(verdict.findings(where))
+    contradictions = [] if contradicted_by is None else [
+        f for f in contradicted_by.findings if f.code in _CONTRADICTIONS]
+    if verdict.satisfied and verdict.cosigned and contradictions:
+        found.append(Finding.make(
+            "witnessed-checkpoint-contradicted", LEDGER, None,
+            f"{where} was cosigned by {', '.join(sorted(verdict.cosigned))} ("
+            f"{verdict.required}), and the ledger contradicts it "
+            f"({', '.join(sorted({f.code for f in contradictions}))})"))
+    return tuple(found)
+
+
+def witness_report(policy: WitnessPolicy, note: bytes, *, where: str) -> Report:
+    """A ledger-scope report of the policy's verdict on ``note`` (its findings only)."""
+    return Report(instance_id=f"({LEDGER})", entries=0, mode="witness policy",
+                  findings=witness_findings(policy, note, where=where), scope=Scope.LEDGER)

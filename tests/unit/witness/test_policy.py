@@ -1,0 +1,164 @@
+"""Witness policies (C2SP tlog-policy lines) and cosignature/v1 checks, without a network.
+
+Cosignatures here are made with the ``cryptography`` package straight from the C2SP
+tlog-cosignature text (the signed message and the line layout written out in the test),
+not with histaudit's helpers, so a mistake in those cannot make its own test pass.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from histaudit.errors import InputError
+from histaudit.ledger.checkpoint import (
+    WitnessKey,
+    cosignature_message,
+    note_text,
+    read_cosignature,
+    signature_lines,
+    verify_cosignature,
+    with_lines,
+)
+from histaudit.verify.findings import CODES
+from histaudit.witness.policy import WitnessPolicy, read_policy
+
+TEXT = (b"histaudit/00000000-0000-4000-8000-000000000000\n3\n"
+        b"NmQuc8JUCrEh46a/lUWwokmCzYMOsT080Z3jzmwCHsE=\n")
+LOG_LINE = b"\xe2\x80\x94 histaudit/00000000-0000-4000-8000-000000000000 " + \
+    base64.b64encode(b"\x01\x02\x03\x04" + bytes(64)) + b"\n"
+NOTE = TEXT + b"\n" + LOG_LINE
+
+
+class Cosigner:
+    """A witness key, doing by hand what C2SP tlog-cosignature says."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.private = Ed25519PrivateKey.generate()
+        self.raw = self.private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self.key_hash = hashlib.sha256(name.encode() + b"\n\x04" + self.raw).digest()[:4]
+        key_b64 = base64.b64encode(b"\x04" + self.raw).decode()
+        self.vkey = f"{name}+{self.key_hash.hex()}+{key_b64}"
+
+    def line(self, text: bytes = TEXT, when: int = 1_764_000_000) -> bytes:
+        message = b"cosignature/v1\ntime " + str(when).encode() + b"\n" + text
+        blob = self.key_hash + when.to_bytes(8, "big") + self.private.sign(message)
+        return "— ".encode() + self.name.encode() + b" " + base64.b64encode(blob) + b"\n"
+
+
+@pytest.fixture(scope="module")
+def cosigners() -> list[Cosigner]:
+    return [Cosigner(f"witness.example/{n}") for n in ("a", "b", "c")]
+
+
+def _policy(cosigners: list[Cosigner], tail: str) -> WitnessPolicy:
+    lines = [f"witness {n} {c.vkey} https://{n}.example/w" for n, c in zip("abc", cosigners)]
+    return WitnessPolicy.parse("\n".join(lines) + "\n" + tail)
+
+
+# --- cosignature/v1 -----------------------------------------------------------------
+
+def test_a_hand_made_cosignature_verifies_and_nothing_else_does(cosigners: list[Cosigner]
+                                                                ) -> None:
+    c = cosigners[0]
+    key = WitnessKey.parse(c.vkey)
+    assert (key.name, key.key_hash, key.key.raw, key.vkey) == (c.name, c.key_hash, c.raw,
+                                                                 c.vkey)
+    cosig = read_cosignature(c.line(when=1_700_000_123))
+    assert cosig is not None and cosig.timestamp == 1_700_000_123
+    assert verify_cosignature(TEXT, cosig, key)
+    assert cosignature_message(7, TEXT) == b"cosignature/v1\ntime 7\n" + TEXT
+    # Another text, another time, another witness's key: no.
+    assert not verify_cosignature(TEXT.replace(b"\n3\n", b"\n4\n"), cosig, key)
+    forged = read_cosignature(c.line(when=1).replace(c.line(when=1)[-20:-2], b"A" * 18))
+    assert forged is None or not verify_cosignature(TEXT, forged, key)
+    assert not verify_cosignature(TEXT, cosig, WitnessKey.parse(cosigners[1].vkey))
+    # The log's own signature line (68 bytes, not 76) is not a cosignature.
+    assert read_cosignature(LOG_LINE) is None
+
+
+@pytest.mark.parametrize(("vkey", "why"), [
+    ("no-plus-signs", "not a vkey"),
+    ("a+zzzzzzzz+BAAA", "not a vkey"),
+    ("a+00000000+" + base64.b64encode(b"\x01" + bytes(32)).decode(), "0x04"),
+    ("a+00000000+" + base64.b64encode(b"\x04" + bytes(32)).decode(), "does not match"),
+    ("a+00000000+" + base64.b64encode(b"\x04" + bytes(31)).decode(), "0x04"),
+])
+def test_bad_vkeys_are_input_errors(vkey: str, why: str) -> None:
+    with pytest.raises(InputError, match=why):
+        WitnessKey.parse(vkey)
+
+
+def test_note_parts_and_appending_lines(cosigners: list[Cosigner]) -> None:
+    extra = cosigners[0].line()
+    note = with_lines(NOTE, [extra, extra, LOG_LINE])
+    assert note == NOTE + extra  # nothing twice, nothing already there
+    assert note_text(note) == TEXT
+    assert signature_lines(note) == [LOG_LINE, extra]
+    with pytest.raises(InputError):
+        note_text(b"no blank line\n")
+
+
+# --- the policy file ---------------------------------------------------------------------
+
+def test_quorums_nested_groups_and_their_verdicts(cosigners: list[Cosigner]) -> None:
+    a, b, c = cosigners
+    policy = _policy(cosigners, "group ab any a b\ngroup top 2 ab c # a comment\nquorum top\n")
+    assert policy.describe() == "2 of ([1 of (a, b)], c)"
+    assert policy.needed() == 2
+    assert policy.witnesses["a"].url == "https://a.example/w/"
+    only_a = policy.judge(NOTE + a.line())
+    assert not only_a.satisfied and dict(only_a.cosigned) == {"a": 1_764_000_000}
+    assert [f.code for f in only_a.findings()] == ["witness-quorum-missing"]
+    assert policy.judge(NOTE + b.line() + c.line()).satisfied
+    # a and b satisfy only one member (the group ab): not 2 of (ab, c).
+    assert not policy.judge(NOTE + a.line() + b.line()).satisfied
+
+
+def test_a_cosignature_that_fails_is_a_finding(cosigners: list[Cosigner]) -> None:
+    a, b, _ = cosigners
+    policy = _policy(cosigners, "group all2 all a b\nquorum all2\n")
+    other_text = TEXT.replace(b"\n3\n", b"\n9\n")
+    verdict = policy.judge(NOTE + a.line(other_text) + b.line())
+    assert verdict.invalid == ("a",) and not verdict.satisfied
+    codes = [f.code for f in verdict.findings("kept.note")]
+    assert codes == ["cosignature-invalid", "witness-quorum-missing"]
+    assert all(code in CODES for code in codes)
+    # A line by a witness the policy does not name is not looked at.
+    stranger = Cosigner("witness.example/stranger")
+    assert policy.judge(NOTE + stranger.line() + a.line() + b.line()).satisfied
+
+
+def test_quorum_none_and_single_witness(cosigners: list[Cosigner]) -> None:
+    assert _policy(cosigners, "quorum none\n").judge(NOTE).satisfied
+    single = _policy(cosigners, "quorum b\n")
+    assert single.describe() == "witness b" and single.needed() == 1
+    assert single.judge(NOTE + cosigners[1].line()).satisfied
+
+
+@pytest.mark.parametrize(("tail", "why"), [
+    ("", "no quorum line"),
+    ("quorum nobody\n", "not defined"),
+    ("group g 3 a b\nquorum g\n", "threshold"),
+    ("group g 0 a b\nquorum g\n", "threshold"),
+    ("group g any a x\nquorum g\n", "not defined above"),
+    ("group g any a a\nquorum g\n", "twice"),
+    ("group a any b\nquorum a\n", "already taken"),
+    ("quorum a\nquorum b\n", "second quorum"),
+    ("witnesses a b\nquorum a\n", "line 4"),
+])
+def test_bad_policies_name_the_line(cosigners: list[Cosigner], tail: str, why: str) -> None:
+    with pytest.raises(InputError, match=why):
+        _policy(cosigners, tail)
+
+
+def test_witness_url_must_be_http(cosigners: list[Cosigner]) -> None:
+    with pytest.raises(InputError, match="http"):
+        WitnessPolicy.parse(f"witness a {cosigners[0].vkey} ftp://x/\nquorum a\n")
+    with pytest.raises(InputError, match="witness policy"):
+        read_policy("/nonexistent/policy.txt")
