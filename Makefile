@@ -3,8 +3,11 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 ENGINE := .tools/bin/durabletask-go
+DAPRD  := .tools/daprd/bin/daprd
 
-.PHONY: test demo demo-87 bench engine postgres venv lint clean
+WITNESS := .tools/bin/.litewitness-v0.9.0
+
+.PHONY: test demo demo-87 bench engine daprd witness postgres chromium venv lint clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -17,17 +20,33 @@ engine: $(ENGINE)
 $(ENGINE): scripts/install-engine.sh engine/main.go engine/go.mod
 	scripts/install-engine.sh
 
+# Real daprd + placement + scheduler + sentry (dapr v1.18.3) from ../shared/vendor and the
+# Go module proxy (docs/adr/0008-daprd.md). Always run: the script checks the tarballs'
+# pinned hashes and skips the build when the installed binaries' recorded inputs match.
+daprd:
+	scripts/install-daprd.sh
+
+# The C2SP witness the witness tests cosign with (litewitness, witnessctl; ADR 0007).
+witness: $(WITNESS)
+$(WITNESS): scripts/install-witness.sh
+	scripts/install-witness.sh
+
 postgres:
 	scripts/ensure-postgres.sh
+
+# The HTML report's tests open report.html in headless Chromium (Debian's package).
+chromium:
+	scripts/ensure-chromium.sh
 
 # Most tests wait (fsync, engine round trips, app restarts) rather than compute, so four
 # xdist workers on two cores roughly halve the wall time; each worker starts its own
 # PostgreSQL server and engines on free ports.
 PYTEST_WORKERS ?= 4
-test: venv engine postgres
-	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+test: venv engine daprd witness postgres chromium
+	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) \
+	    $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
-demo: venv engine
+demo: venv engine daprd
 	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) examples/triage/demo.py
 
 # The seed's case: the 100-step financial agent crashes right after step 87, Dapr resumes

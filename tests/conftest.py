@@ -15,6 +15,7 @@ import pytest
 
 from histaudit.crashtest.engine import EngineProcess, find_engine_binary
 from histaudit.errors import EngineError
+from support.daprd import DAPRD, DURABLETASK, Sidecar, start_engine, teardown
 from support.postgres import PostgresError, PostgresServer
 
 
@@ -94,3 +95,23 @@ def engine(engine_binary: Path, tmp_path: Path) -> Iterator[EngineProcess]:
         yield eng
     finally:
         eng.kill()
+
+
+@pytest.fixture(params=[DURABLETASK, pytest.param(DAPRD, marks=pytest.mark.daprd)])
+def any_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sidecar]:
+    """A running engine, once the standalone durabletask-go and once real daprd (with its
+    placement and scheduler), state in the test's tmp dir, every process killed afterwards.
+
+    A module runs its engine tests on both by overriding ``engine`` with this fixture.
+    """
+    binary = request.getfixturevalue("engine_binary") if request.param == DURABLETASK else None
+    started: list[Sidecar] = []
+    problem = _attempt(lambda: started.append(start_engine(request.param, tmp_path / "engine",
+                                                           engine_binary=binary)),
+                       (EngineError,))
+    if problem:
+        pytest.fail(f"cannot start the {request.param} engine: {problem}", pytrace=False)
+    try:
+        yield started[0]
+    finally:
+        teardown(started[0])

@@ -21,8 +21,15 @@ import pytest
 
 from histaudit.crashtest.engine import EngineProcess
 from support.apps import AppProcess, wait_until
+from support.daprd import Sidecar
 
 pytestmark = pytest.mark.engine
+
+
+@pytest.fixture
+def engine(any_engine: Sidecar) -> Sidecar:
+    """Every engine test here runs twice: on durabletask-go and on real daprd (conftest)."""
+    return any_engine
 
 APP_SCRIPT = Path(__file__).resolve().parent / "apps" / "smoke_app.py"
 APP_READY_TIMEOUT_S = 20.0

@@ -32,9 +32,16 @@ from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import generate_keypair
 from support.apps import AppProcess, AppRig
 from support.cli import cli
+from support.daprd import Sidecar
 from support.ledgers import read_entries
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
+
+
+@pytest.fixture
+def engine(any_engine: Sidecar) -> Sidecar:
+    """Every engine test here runs twice: on durabletask-go and on real daprd (conftest)."""
+    return any_engine
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "triage"
 APP = EXAMPLE / "app.py"
@@ -156,7 +163,7 @@ def test_crash_recovery_and_what_histaudit_reports(case: Case, store: str,
 
     # What histaudit says about it: the real CLI's exit status and JSON report.
     result = app.verify(instance, "--json")
-    report = json.loads(result.stdout)
+    (report,) = json.loads(result.stdout)["reports"]
     codes = {f["code"] for f in report["findings"]}
     severities = {f["code"]: f["severity"] for f in report["findings"]}
     assert report["entries"] == len(entries)
@@ -170,6 +177,9 @@ def test_crash_recovery_and_what_histaudit_reports(case: Case, store: str,
     elif case is AFTER_POST:
         assert result.returncode == 1 and not report["ok"], result.stdout
         assert severities["effect-duplicate"] == "error"
+        (dup,) = [f for f in report["findings"] if f["code"] == "effect-duplicate"]
+        assert dup["effect"] == {"name": "post-comment", "key": instance}
+        assert len(dup["entries"]) == 2 and dup["seq"] == dup["entries"][1]
         human = app.verify(instance)
         assert human.returncode == 1
         # The table names the duplicated effect by its key, the ticket.

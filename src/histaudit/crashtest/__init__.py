@@ -24,7 +24,8 @@ The package, one idea a module:
 * :mod:`~histaudit.crashtest.reports` — the table, JSON and JUnit XML;
 * :mod:`~histaudit.crashtest.sandbox` — one run's engine, ledger, key and workers;
 * :mod:`~histaudit.crashtest.worker` — the worker process;
-* :mod:`~histaudit.crashtest.engine` — the real workflow engine as a child process.
+* :mod:`~histaudit.crashtest.engine` — the real workflow engine as a child process;
+* :mod:`~histaudit.crashtest.daprd` — real daprd with placement and scheduler, the same way.
 """
 
 from .discovery import declared_points, number_points, sample_points, select_points

@@ -1,0 +1,472 @@
+"""Run the real Dapr runtime — placement, scheduler and daprd — as child processes.
+
+:class:`~histaudit.crashtest.engine.EngineProcess` runs the engine core (durabletask-go)
+alone; :class:`DaprdStack` runs what a Dapr user deploys: daprd built from dapr v1.18.3
+(``scripts/install-daprd.sh``, docs/adr/0008-daprd.md) with the placement and scheduler
+services it needs, all on free loopback ports, with a SQLite actor state store in the
+stack's own directory. It offers the interface callers use on an ``EngineProcess``
+(``address``, ``port``, ``env()``, ``start``/``kill``/``restart``/``stop``, ``running``,
+``pid``, ``db_path``, ``log_tail``), so an app connects to either the same way and a
+crash test kills and restarts daprd as it would the engine. The control plane
+(placement, scheduler) keeps running across :meth:`~DaprdStack.kill` and
+:meth:`~DaprdStack.restart`, as it does when a sidecar crashes in a real deployment.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from histaudit.errors import EngineError
+
+__all__ = ["BINARIES", "ENV_BIN_DIR", "DaprdStack", "find_daprd_bin_dir"]
+
+ENV_BIN_DIR = "HISTAUDIT_DAPRD_BIN_DIR"
+"""Environment variable naming the directory holding daprd, placement and scheduler."""
+
+BINARIES = ("daprd", "placement", "scheduler")
+"""The binaries a stack runs (``make daprd`` also builds sentry, for mTLS)."""
+
+_HINT = "run `make daprd` (scripts/install-daprd.sh) to build it"
+_LOOPBACK = "127.0.0.1"
+
+# Stack processes still running when the interpreter exits are killed, so a failed test
+# run does not leave daprd, placement or an etcd-holding scheduler behind on their ports.
+_LIVE: set[subprocess.Popen[bytes]] = set()
+
+
+def _kill_live() -> None:
+    """Kill every stack process this interpreter started and did not stop (atexit hook)."""
+    for proc in list(_LIVE):
+        try:
+            proc.kill()
+            proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
+    _LIVE.clear()
+
+
+atexit.register(_kill_live)
+
+
+def _repo_root() -> Path:
+    """The checkout this module lives in (``src/histaudit/crashtest/daprd.py`` → root)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def _usable(directory: Path) -> bool:
+    return all(os.access(directory / name, os.X_OK) for name in BINARIES)
+
+
+def find_daprd_bin_dir() -> Path:
+    """Locate the directory holding daprd, placement and scheduler.
+
+    Order: ``$HISTAUDIT_DAPRD_BIN_DIR``, then ``<repo>/.tools/daprd/bin``, then the
+    directory of ``daprd`` on ``PATH``. An explicit variable that points at a directory
+    without all three binaries is an error, not a silent fallback.
+    """
+    explicit = os.environ.get(ENV_BIN_DIR)
+    if explicit:
+        path = Path(explicit).expanduser()
+        if _usable(path):
+            return path.resolve()
+        raise EngineError(f"{ENV_BIN_DIR}={explicit} lacks one of {', '.join(BINARIES)}; "
+                          f"{_HINT}")
+    local = _repo_root() / ".tools" / "daprd" / "bin"
+    if _usable(local):
+        return local
+    found = shutil.which("daprd")
+    if found and _usable(Path(found).parent):
+        return Path(found).parent
+    raise EngineError(f"daprd, placement and scheduler not found; {_HINT}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ports:
+    """Every port one stack listens on; picked free once, kept across daprd restarts."""
+
+    placement: int
+    placement_health: int
+    placement_metrics: int
+    placement_raft: int
+    scheduler: int
+    scheduler_health: int
+    scheduler_metrics: int
+    etcd_client: int
+    etcd_peer: int
+    grpc: int
+    http: int
+    internal_grpc: int
+    metrics: int
+
+    @classmethod
+    def pick(cls) -> _Ports:
+        # Bound all at once so the kernel cannot hand the same port out twice here.
+        socks = []
+        try:
+            for _ in range(len(dataclasses.fields(cls))):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.bind((_LOOPBACK, 0))
+                socks.append(sock)
+            return cls(*(int(s.getsockname()[1]) for s in socks))
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+_STATESTORE = """\
+apiVersion: dapr.io/v1alpha1
+kind: Component
+metadata:
+  name: statestore
+spec:
+  type: state.sqlite
+  version: v1
+  metadata:
+    - name: connectionString
+      value: "{db}"
+    - name: actorStateStore
+      value: "true"
+"""
+
+_PG_STATESTORE = """\
+apiVersion: dapr.io/v1alpha1
+kind: Component
+metadata:
+  name: statestore
+spec:
+  type: state.postgresql
+  version: v1
+  metadata:
+    - name: connectionString
+      value: "{conninfo}"
+    - name: actorStateStore
+      value: "true"
+"""
+
+
+class DaprdStack:
+    """placement + scheduler + daprd on loopback, with their state in ``state_dir``.
+
+    Ports are fixed at construction so ``env()`` and ``address`` are valid before
+    ``start()``, and :meth:`restart` brings daprd back on the same ports with the same
+    actor state store and the same scheduler, which is what a restarted sidecar looks like
+    to an app.
+    """
+
+    def __init__(
+        self,
+        *,
+        bin_dir: str | os.PathLike[str] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        app_id: str = "histaudit",
+        start_timeout: float = 30.0,
+        postgres_actor_store: str | None = None,
+    ) -> None:
+        """Configure, but do not start, a stack (``state_dir=None``: a fresh temp dir,
+        kept, since the state must outlive restarts).
+
+        ``postgres_actor_store``, a libpq connection string, keeps daprd's workflow state
+        in that PostgreSQL database (``state.postgresql`` v1) instead of the SQLite file.
+        """
+        self._bin = Path(bin_dir) if bin_dir is not None else find_daprd_bin_dir()
+        if not _usable(self._bin):
+            raise EngineError(f"{self._bin} lacks one of {', '.join(BINARIES)}; {_HINT}")
+        self._dir = Path(state_dir) if state_dir is not None else Path(
+            tempfile.mkdtemp(prefix="histaudit-daprd-"))
+        self._app_id = app_id
+        self._start_timeout = start_timeout
+        if postgres_actor_store is not None and '"' in postgres_actor_store:
+            raise EngineError("postgres_actor_store must not contain a double quote")
+        self._postgres = postgres_actor_store
+        self._ports = _Ports.pick()
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._started_once = False
+
+    # -- read-only facts -------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """daprd's gRPC port, the one apps talk to (stable across restarts)."""
+        return self._ports.grpc
+
+    @property
+    def host(self) -> str:
+        return _LOOPBACK
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of daprd's gRPC API, e.g. ``127.0.0.1:40123``."""
+        return f"{_LOOPBACK}:{self._ports.grpc}"
+
+    @property
+    def http_port(self) -> int:
+        """daprd's HTTP API port (``/v1.0/healthz``, the workflow HTTP API)."""
+        return self._ports.http
+
+    @property
+    def app_id(self) -> str:
+        return self._app_id
+
+    @property
+    def state_dir(self) -> Path:
+        return self._dir
+
+    @property
+    def db_path(self) -> Path:
+        """The SQLite actor state store daprd keeps workflow state in (Dapr's schema,
+        not durabletask-go's); it survives kill and restart. Unused with
+        ``postgres_actor_store``."""
+        return self._dir / "actors.sqlite"
+
+    @property
+    def actor_store(self) -> str:
+        """The Dapr component type of the actor state store: ``state.sqlite`` or
+        ``state.postgresql``."""
+        return "state.sqlite" if self._postgres is None else "state.postgresql"
+
+    @property
+    def log_path(self) -> Path:
+        """daprd's log, appended across restarts (``log_file(name)`` for the others)."""
+        return self.log_file("daprd")
+
+    def log_file(self, name: str) -> Path:
+        """The log of ``name`` (``daprd``, ``placement`` or ``scheduler``)."""
+        return self._dir / f"{name}.log"
+
+    @property
+    def pid(self) -> int | None:
+        """daprd's process id, or None when it is not running."""
+        proc = self._procs.get("daprd")
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """Process id of every stack process now running, by name."""
+        return {n: p.pid for n, p in self._procs.items() if p.poll() is None}
+
+    @property
+    def running(self) -> bool:
+        """True while daprd is alive (the control plane may run without it)."""
+        return self.pid is not None
+
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Environment for an app that should talk to this daprd (as ``dapr run`` sets it).
+
+        Starts from ``base`` (default ``os.environ``), sets ``DAPR_RUNTIME_HOST``,
+        ``DAPR_GRPC_PORT`` and ``DAPR_HTTP_PORT``, and drops ``DAPR_GRPC_ENDPOINT``, which
+        the SDK would otherwise prefer.
+        """
+        env = dict(os.environ if base is None else base)
+        env.pop("DAPR_GRPC_ENDPOINT", None)
+        env["DAPR_RUNTIME_HOST"] = _LOOPBACK
+        env["DAPR_GRPC_PORT"] = str(self._ports.grpc)
+        env["DAPR_HTTP_PORT"] = str(self._ports.http)
+        return env
+
+    def log_tail(self, max_bytes: int = 4000, name: str = "daprd") -> str:
+        """The last ``max_bytes`` of a process's log, for error messages."""
+        try:
+            with open(self.log_file(name), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - max_bytes))
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    # -- life cycle ------------------------------------------------------------------
+
+    def start(self) -> DaprdStack:
+        """Start whatever is not running (placement, scheduler, then daprd) and wait
+        until each is healthy.
+
+        A first start that fails because a port was taken meanwhile is retried on fresh
+        ports; after a successful start the ports never change.
+        """
+        if self.running:
+            raise EngineError(f"daprd already running at {self.address} (pid {self.pid})")
+        attempts = 1 if self._started_once else 3
+        for attempt in range(attempts):
+            try:
+                self._start_missing()
+            except _PortBusyError as busy:
+                self.kill_all()
+                if attempt + 1 >= attempts:
+                    raise EngineError(f"{busy}: port in use") from None
+                # Nothing was ever stored yet, and etcd's data names its old peer port.
+                shutil.rmtree(self._dir / "etcd", ignore_errors=True)
+                self._ports = _Ports.pick()
+                continue
+            self._started_once = True
+            return self
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def kill(self) -> None:
+        """SIGKILL daprd, as a crashed sidecar, and reap it; placement and scheduler keep
+        running. No-op when daprd is not running."""
+        self._kill("daprd")
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the stack and reap them."""
+        for name in ("daprd", "scheduler", "placement"):
+            self._kill(name)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the whole stack: SIGTERM each process (daprd first), SIGKILL what has not
+        exited after ``timeout`` s."""
+        for name in ("daprd", "scheduler", "placement"):
+            proc = self._procs.get(name)
+            if proc is not None and proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait(timeout=timeout)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    pass
+            self._kill(name)
+
+    def restart(self) -> DaprdStack:
+        """Kill daprd and start it again on the same ports with the same state."""
+        self.kill()
+        return self.start()
+
+    def __enter__(self) -> DaprdStack:
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.kill_all()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"DaprdStack({self.address}, dir={self._dir}, {state})"
+
+    # -- internals -------------------------------------------------------------------
+
+    def _alive(self, name: str) -> bool:
+        proc = self._procs.get(name)
+        return proc is not None and proc.poll() is None
+
+    def _kill(self, name: str) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+        _LIVE.discard(proc)
+
+    def _start_missing(self) -> None:
+        p, loop = self._ports, _LOOPBACK
+        self._dir.mkdir(parents=True, exist_ok=True)
+        if not self._alive("placement"):
+            self._kill("placement")
+            self._spawn("placement", [
+                "--port", str(p.placement), "--listen-address", loop,
+                "--healthz-port", str(p.placement_health),
+                "--metrics-port", str(p.placement_metrics),
+                "--initial-cluster", f"dapr-placement-0={loop}:{p.placement_raft}",
+                "--id", "dapr-placement-0",
+            ], health=f"http://{loop}:{p.placement_health}/healthz")
+        if not self._alive("scheduler"):
+            self._kill("scheduler")
+            self._spawn("scheduler", [
+                "--port", str(p.scheduler), "--listen-address", loop,
+                "--healthz-port", str(p.scheduler_health),
+                "--metrics-port", str(p.scheduler_metrics),
+                "--etcd-data-dir", str(self._dir / "etcd"),
+                "--etcd-client-port", str(p.etcd_client),
+                "--etcd-initial-cluster",
+                f"dapr-scheduler-server-0=http://{loop}:{p.etcd_peer}",
+                "--id", "dapr-scheduler-server-0",
+            ], health=f"http://{loop}:{p.scheduler_health}/healthz")
+        resources = self._dir / "resources"
+        resources.mkdir(exist_ok=True)
+        (resources / "statestore.yaml").write_text(
+            _STATESTORE.format(db=self.db_path) if self._postgres is None
+            else _PG_STATESTORE.format(conninfo=self._postgres))
+        self._kill("daprd")
+        self._spawn("daprd", [
+            "--app-id", self._app_id, "--mode", "standalone",
+            "--dapr-grpc-port", str(p.grpc), "--dapr-http-port", str(p.http),
+            "--dapr-internal-grpc-port", str(p.internal_grpc),
+            "--dapr-listen-addresses", loop, "--metrics-port", str(p.metrics),
+            "--placement-host-address", f"{loop}:{p.placement}",
+            "--scheduler-host-address", f"{loop}:{p.scheduler}",
+            "--resources-path", str(resources),
+        ], health=f"http://{loop}:{p.http}/v1.0/healthz")
+
+    def _spawn(self, name: str, args: list[str], *, health: str) -> None:
+        """Start ``name`` and block until ``health`` answers 2xx; raise on failure."""
+        log_path = self.log_file(name)
+        with open(log_path, "ab") as log:
+            offset = log.tell()
+            try:
+                proc = subprocess.Popen([str(self._bin / name), *args],
+                                        stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, close_fds=True)
+            except OSError as exc:
+                raise EngineError(f"cannot run {self._bin / name}: {exc}; {_HINT}") from exc
+        self._procs[name] = proc
+        _LIVE.add(proc)
+        deadline = time.monotonic() + self._start_timeout
+        while not _healthy(health):
+            if proc.poll() is not None:
+                output = _read_from(log_path, offset)
+                self._kill(name)
+                if "address already in use" in output:
+                    raise _PortBusyError(f"{name} could not bind")
+                raise EngineError(f"{name} exited with status {proc.returncode} before it "
+                                  f"was healthy; log {log_path}:\n{output[-2000:]}")
+            if time.monotonic() > deadline:
+                self._kill(name)
+                raise EngineError(
+                    f"{name} not healthy at {health} after {self._start_timeout:.0f}s; "
+                    f"log {log_path}:\n{_read_from(log_path, offset)[-2000:]}")
+            time.sleep(0.05)
+
+
+# Health checks go straight to loopback, never through an HTTP(S)_PROXY from the environment.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _healthy(url: str) -> bool:
+    """True when ``url`` answers with a 2xx status."""
+    try:
+        with _DIRECT.open(url, timeout=1.0) as resp:
+            return 200 <= int(resp.status) < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class _PortBusyError(Exception):
+    """Internal: a stack process exited because one of its ports was already bound."""
