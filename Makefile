@@ -46,7 +46,7 @@ test: venv engine daprd witness postgres chromium
 	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) \
 	    $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
-demo: venv engine daprd
+demo: venv engine
 	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) examples/triage/demo.py
 
 # The seed's case: the 100-step financial agent crashes right after step 87, Dapr resumes
