@@ -88,7 +88,10 @@ def test_engine_killed_holding_a_decision_gives_decision_resigned(rig: Rig,
     out = cli("verify", instance, "--json", cwd=tmp_path, env=rig.env)
     assert out.returncode == 0, out.stdout + out.stderr
     (report,) = json.loads(out.stdout)["reports"]
-    found = [(f["code"], f["severity"], f["seq"]) for f in report["findings"]]
-    assert found == [("decision-resigned", "info", resigned[1].seq)], found
+    found = [(f["code"], f["severity"], f["seq"], f["entries"], f["task_id"], f["activity"])
+             for f in report["findings"]]
+    assert found == [("decision-resigned", "info", resigned[1].seq,
+                      [resigned[0].seq, resigned[1].seq], resigned[0].data["task_id"],
+                      "second")], found
     text = cli("verify", instance, cwd=tmp_path, env=rig.env)
     assert text.returncode == 0 and "decision-resigned" in text.stdout, text.stdout

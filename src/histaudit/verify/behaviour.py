@@ -179,7 +179,7 @@ def decision_finding(instance: str, decision: ev.DecisionView) -> Finding:
         f"{decision.label} signed {decision.signed} times (entries "
         f"{_seqs(decision.first_seqs, decision.signed)}): the workflow made it again — the "
         f"engine had not kept the first (e.g. it was killed while a result was in flight)",
-        entries=decision.first_seqs)
+        entries=decision.first_seqs, task_id=decision.task_id, activity=decision.activity)
 
 
 def _short(digest: Any) -> str:

@@ -44,7 +44,9 @@ EffectEvent = tuple[int, str, str, int, int, "int | None", Any, Any]
 Ran = tuple[int, Any, Any]
 """(o, task_id, execution_id): a record only a running body writes — a completion (with
 or without a digest), a failure, an effect intent — credited to the task's latest start."""
-Decision = tuple[int, str, int, str]
+Decision = tuple[int, str, int, str, "int | None", "str | None"]
+"""(event no., identity, seq, label, task id, activity): a task id for a scheduled activity
+or child, an activity name for a scheduled activity, else None."""
 """(o, what names the decision — see :meth:`Events.decision` —, seq, how to call it)."""
 Retry = tuple[int, int] | None
 """What the retry did after an open intent: (DONE or SKIPPED, its entry), or None."""
@@ -88,6 +90,8 @@ class DecisionView:
     label: str
     signed: int
     first_seqs: list[int]
+    task_id: int | None = None
+    activity: str | None = None
 
 
 _DECISIONS = frozenset({Kind.WORKFLOW_STARTED, Kind.WORKFLOW_SCHEDULED_ACTIVITY,
@@ -217,6 +221,7 @@ class Events:
             if self.generation is None:
                 return
             ident, label = _ident(kind, started), f"workflow.started at {started}"
+            tid, activity = None, None
         else:
             tid = data.get("task_id")
             if self.generation is None or tid.__class__ is not int:
@@ -225,8 +230,10 @@ class Events:
                             else "child_workflow", "?")
             ident = _ident(kind, self.generation, tid)
             label = f"{kind} of {what} (task {tid})"
+            activity = (what if kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY
+                        and what.__class__ is str else None)
         self.o += 1
-        self.decisions.append((self.o, ident, seq, label))
+        self.decisions.append((self.o, ident, seq, label, tid, activity))
         if len(self.decisions) >= self.spill_at:
             self._move()
 
@@ -282,10 +289,10 @@ def views_in_memory(events: Events
 def decisions_in_memory(decisions: Iterable[Decision]) -> list[DecisionView]:
     """The decisions signed more than once, in the order they were first signed."""
     seen: dict[str, DecisionView] = {}
-    for o, ident, seq, label in decisions:
+    for o, ident, seq, label, tid, activity in decisions:
         view = seen.get(ident)
         if view is None:
-            seen[ident] = DecisionView(o, label, 1, [seq])
+            seen[ident] = DecisionView(o, label, 1, [seq], tid, activity)
         else:
             view.signed += 1
             if len(view.first_seqs) < 6:

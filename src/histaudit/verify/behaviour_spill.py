@@ -63,13 +63,13 @@ _SCHEMA = (
     "PRAGMA locking_mode = EXCLUSIVE", "PRAGMA cache_size = -512",
     "PRAGMA temp_store = FILE",
     "CREATE TABLE effects (o INTEGER PRIMARY KEY, name, key, kind, seq, intent, tid, eid)",
-    "CREATE TABLE decisions (o INTEGER PRIMARY KEY, ident, seq, label)",
+    "CREATE TABLE decisions (o INTEGER PRIMARY KEY, ident, seq, label, tid, activity)",
 )
 _INDEX = "CREATE INDEX effects_intent ON effects (name, key, intent)"
 _DECISION_INDEX = "CREATE INDEX decisions_ident ON decisions (ident)"
 # each decision signed twice: its first event, and its entries in order
 _RESIGNED = "SELECT ident, min(o) AS first FROM decisions GROUP BY ident HAVING count(*) > 1"
-_DECISION_ROWS = "SELECT seq, label FROM decisions WHERE ident = ? ORDER BY o"
+_DECISION_ROWS = "SELECT seq, label, tid, activity FROM decisions WHERE ident = ? ORDER BY o"
 _EFFECTS = f"""
     SELECT name, key FROM effects WHERE kind = {DONE} GROUP BY name, key HAVING count(*) > 1
     UNION
@@ -149,9 +149,9 @@ class Spill:
             self._results.add([hash((e[1], e[2])) for e in results])
         _insert(self.db, effects)
         if decisions:
-            self.db.executemany("INSERT INTO decisions VALUES (?, ?, ?, ?)",
-                                [(o, ident, _wide_number(seq), label)
-                                 for o, ident, seq, label in decisions])
+            self.db.executemany("INSERT INTO decisions VALUES (?, ?, ?, ?, ?, ?)",
+                                [(o, ident, _wide_number(seq), label, _wide_key(tid), activity)
+                                 for o, ident, seq, label, tid, activity in decisions])
 
     def views(self) -> tuple[list[TaskView], list[EffectView], list[DecisionView]]:
         self._log.close()
@@ -173,8 +173,10 @@ class Spill:
         out = []
         for ident, first in self.db.execute(_RESIGNED).fetchall():
             rows = self.db.execute(_DECISION_ROWS, (ident,)).fetchall()
-            out.append(DecisionView(int(first), str(rows[0][1]), len(rows),
-                                    [_number(seq) for seq, _label in rows[:6]]))
+            _seq, label, tid, activity = rows[0]
+            out.append(DecisionView(int(first), str(label), len(rows),
+                                    [_number(row[0]) for row in rows[:6]],
+                                    _key(tid), activity))
         out.sort(key=lambda v: v.first_o)
         return out
 

@@ -55,7 +55,8 @@ class OriginalBehaviourCheck:
         self._mismatches: list[Finding] = []
         self._order = 0
         self._generation: str | None = None
-        self._decisions: dict[tuple[Any, ...], tuple[str, list[int]]] = {}
+        # decision -> (label, task id, activity, seqs)
+        self._decisions: dict[tuple[Any, ...], tuple[str, Any, Any, list[int]]] = {}
 
     def _decision(self, entry: Entry) -> None:
         data, kind = entry.data, entry.kind
@@ -65,7 +66,7 @@ class OriginalBehaviourCheck:
             if self._generation is None:
                 return
             key: tuple[Any, ...] = ("started", started)
-            label = f"workflow.started at {started}"
+            label, tid, activity = f"workflow.started at {started}", None, None
         else:
             tid = data.get("task_id")
             if self._generation is None or type(tid) is not int:
@@ -74,7 +75,9 @@ class OriginalBehaviourCheck:
             what = data.get("activity" if kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY
                             else "child_workflow", "?")
             label = f"{kind} of {what} (task {tid})"
-        self._decisions.setdefault(key, (label, []))[1].append(entry.seq)
+            activity = (what if kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY
+                        and type(what) is str else None)
+        self._decisions.setdefault(key, (label, tid, activity, []))[3].append(entry.seq)
 
     def _ran(self, data: Any) -> None:
         task = self._tasks.get(_task_key(data))
@@ -182,13 +185,14 @@ class OriginalBehaviourCheck:
                     "effect-deduplicated", self.instance, eff.skipped[0],
                     f"{label} was already done; re-execution skipped it "
                     f"{len(eff.skipped)} time(s)", effect=ref))
-        for label, seqs in self._decisions.values():
+        for label, tid, activity, seqs in self._decisions.values():
             if len(seqs) > 1:
                 out.append(Finding.make(
                     "decision-resigned", self.instance, seqs[1],
                     f"{label} signed {len(seqs)} times (entries {_seqs(seqs)}): the workflow "
                     f"made it again — the engine had not kept the first (e.g. it was killed "
-                    f"while a result was in flight)", entries=seqs[:6]))
+                    f"while a result was in flight)", entries=seqs[:6], task_id=tid,
+                    activity=activity))
         return out
 
 

@@ -253,6 +253,20 @@ def test_findings_say_what_the_ledger_knows(case: str) -> None:
     assert [f.message for f in fast if f.code == code] == [found[0].message]
 
 
+def test_a_resigned_decision_names_its_task_and_activity() -> None:
+    """In memory, spilled and in the original: a scheduled activity names its task id and
+    activity, a huge task id survives the spill, and a start names neither."""
+    _code, steps, _end = WORDING["a decision signed twice"]
+    (found,) = [f for f in assert_all_agree(entries(steps)) if f.code == "decision-resigned"]
+    assert (found.task_id, found.activity, found.entries) == (1, "send", (5, 6))
+    huge = [wf_started(), scheduled(2**70, "x1", "send"), scheduled(2**70, "x2", "send")]
+    (found,) = assert_all_agree(entries(huge))
+    assert (found.task_id, found.activity) == (2**70, "send")
+    _code, steps, _end = WORDING["a start signed twice"]
+    (found,) = [f for f in assert_all_agree(entries(steps)) if f.code == "decision-resigned"]
+    assert (found.task_id, found.activity) == (None, None)
+
+
 def test_forked_and_huge_entry_numbers_agree() -> None:
     steps = [started(1), intent(1), started(1), intent(1), closing("effect.done", 2),
              started(1), completed(1, "a"), completed(1, "b")]
