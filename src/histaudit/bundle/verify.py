@@ -114,6 +114,14 @@ def _read(root: Path, name: str, limit: int, *, listed: int | None = None) -> by
     return data
 
 
+def read_listed(root: Path, name: str, meta: object) -> bytes:
+    """Bundle file ``name`` as the manifest lists it (``meta``: its entry in the signed
+    file list), read by :func:`_read` under the cap for that name; the caller compares its
+    SHA-256 with ``meta`` (``verify --bundle`` reports a difference, ``show`` refuses)."""
+    limit, listed = _limit(name, meta)
+    return _read(root, name, limit, listed=listed)
+
+
 def _regular(name: str, mode: int) -> None:
     if not stat.S_ISREG(mode):
         what = next((w for test, w in _KINDS if test(mode)), "not a regular file")
@@ -137,7 +145,7 @@ def _json(data: bytes, what: str) -> Any:
         raise InputError(f"{what} is not JSON ({exc.msg} at byte {exc.pos})") from None
 
 
-def _jsonl(data: bytes, name: str) -> list[dict[str, Any]]:
+def read_jsonl(data: bytes, name: str) -> list[dict[str, Any]]:
     if data and not data.endswith(b"\n"):
         raise InputError(f"bundle file {name} is truncated (last line has no newline)")
     out = []
@@ -217,8 +225,7 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
         if "/" in name or name.startswith(".") or not name or "\x00" in name:
             raise InputError(f"bundle manifest names an unsafe path {name!r}")
         meta = declared[name]
-        limit, listed = _limit(name, meta)
-        data = _read(root, name, limit, listed=listed)
+        data = read_listed(root, name, meta)
         if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
             changed.add(name)
             findings.append(Finding.make(
@@ -243,7 +250,7 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
                                          f"bundle key {kid} is not in the trust store"))
     payloads = {}
     if "payloads.jsonl" in contents:
-        for p in _jsonl(contents["payloads.jsonl"], "payloads.jsonl"):
+        for p in read_jsonl(contents["payloads.jsonl"], "payloads.jsonl"):
             try:
                 payloads[str(p["commitment"])] = (unb64(p.get("salt"), "payload salt"),
                                                   unb64(p.get("data"), "payload data"))
@@ -251,10 +258,10 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
                 raise InputError(f"bundle payloads.jsonl: {exc}") from None
     rows: dict[str, list[rec.StoredEntry]] = defaultdict(list)
     leaves: dict[int, bytes] = {}  # leaf hash by index; a proven line wins over one that is not
-    lines = _jsonl(contents["entries.jsonl"], "entries.jsonl")
+    lines = read_jsonl(contents["entries.jsonl"], "entries.jsonl")
     tally = Tally(progress, 2 * len(lines))
     for n, e in enumerate(tally.count(lines), 1):
-        row = _entry_row(e, n)
+        row = entry_row(e, n)
         inclusion = e.get("inclusion", [])
         if not isinstance(inclusion, list):
             raise InputError(f"bundle entries.jsonl line {n}: inclusion is not a list")
@@ -278,7 +285,7 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     if since is not None:
         consistency = _extends(since, cp, leaves, altered="entries.jsonl" in changed)
     heads = {}
-    for n, h in enumerate(_jsonl(contents["heads.jsonl"], "heads.jsonl"), 1):
+    for n, h in enumerate(read_jsonl(contents["heads.jsonl"], "heads.jsonl"), 1):
         try:
             body = unb64(h.get("body"), "head body")
             # A bundle has no seq column: the head's own (signed) seq stands in for it.
@@ -330,7 +337,7 @@ def _extends(old: Checkpoint, cp: Checkpoint, leaves: Mapping[int, bytes], *,
         f"with `histaudit verify --since-checkpoint FILE --db URL`")
 
 
-def _entry_row(e: Mapping[str, Any], n: int) -> rec.StoredEntry:
+def entry_row(e: Mapping[str, Any], n: int) -> rec.StoredEntry:
     try:
         leaf, seq, instance = e["leaf"], e["seq"], e["instance"]
         body = unb64(e.get("body"), "body")

@@ -100,8 +100,7 @@ def _from_bundle(root: Path, trust: TrustStore, instance: str, keep: tl.EntryFil
 
     def signed(name: str) -> bytes:
         meta = files.get(name)
-        limit, listed = bv._limit(name, meta)
-        data = bv._read(root, name, limit, listed=listed)
+        data = bv.read_listed(root, name, meta)
         if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
             raise VerificationError(f"bundle file {name} does not match the signed manifest "
                                     f"(run `histaudit verify --bundle` for the details)")
@@ -115,17 +114,17 @@ def _from_bundle(root: Path, trust: TrustStore, instance: str, keep: tl.EntryFil
             raise UsageError(f"bundle {root} was exported without --with-payloads: it "
                              f"holds no payload values to show")
         kept: dict[str, tuple[bytes, bytes]] = {}
-        for n, p in enumerate(bv._jsonl(signed("payloads.jsonl"), "payloads.jsonl"), 1):
+        for n, p in enumerate(bv.read_jsonl(signed("payloads.jsonl"), "payloads.jsonl"), 1):
             try:
                 kept[str(p["commitment"])] = (unb64(p.get("salt"), "payload salt"),
                                               unb64(p.get("data"), "payload data"))
             except (KeyError, InputError) as exc:
                 raise InputError(f"bundle payloads.jsonl line {n}: {exc}") from None
         lookup = kept.get
-    lines = bv._jsonl(signed("entries.jsonl"), "entries.jsonl")
+    lines = bv.read_jsonl(signed("entries.jsonl"), "entries.jsonl")
     with Meter(f"reading {render.clip(instance, 40)} from the bundle",
                total=len(lines)) as meter:
-        rows = (row for row in (bv._entry_row(e, n)
+        rows = (row for row in (bv.entry_row(e, n)
                                 for n, e in enumerate(meter.count(lines), 1))
                 if row.instance == instance)
         timeline = tl.build(instance, rows, keep, payloads=lookup)
