@@ -86,9 +86,19 @@ class Witness:
         if not key.exists():
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", self.name,
                   "-f", str(key)])
+        self.sock.unlink(missing_ok=True)
         self._agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(self.sock)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self._wait(lambda: self.sock.exists(), "ssh-agent socket")
+
+        def agent_listening() -> bool:
+            # The socket file appears at bind(), before listen(): a connect that is
+            # refused meanwhile is what ssh-add failed on under load.
+            if self._agent is not None and self._agent.poll() is not None:
+                raise WitnessError(f"ssh-agent exited with {self._agent.returncode}")
+            with socket.socket(socket.AF_UNIX) as s:
+                return s.connect_ex(str(self.sock)) == 0
+
+        self._wait(agent_listening, "ssh-agent listening")
         _run(["ssh-add", "-q", str(key)], env={**os.environ, "SSH_AUTH_SOCK": str(self.sock)})
         fingerprint = _run(["ssh-keygen", "-l", "-E", "sha256", "-f", f"{key}.pub"]).split()[1]
         self.port = self.port or _free_port()  # a restart keeps its URL
