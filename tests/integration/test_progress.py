@@ -107,6 +107,28 @@ def test_verify_all_draws_a_bar_on_a_terminal_and_not_on_stdout(big: Big) -> Non
     assert "verifying" not in result.stdout and "\x1b" not in result.stdout
 
 
+def test_verify_of_one_instance_counts_its_entries_on_a_terminal(
+        tmp_path: Path) -> None:
+    """One instance of 20,000 entries: the bar counts entries against the instance's size
+    (not a spinner), and stdout is the same JSON as in a pipe."""
+    _key, trust, signer = generate_keypair(tmp_path / "keys", name="ops")
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    items = [chain.Item("long-job", "workflow.started", {"workflow": "batch"})]
+    items += [chain.Item("long-job", "activity.started", {"task_id": t, "activity": "step"})
+              for t in range(1, ENTRIES)]
+    with Ledger.open(url, create=True) as ledger:
+        chain.append_many(ledger, items, signer=signer, durable=False)
+    args = ("verify", "long-job", "--full", "--workers", "1", "--json", "--db", url,
+            "--trust", trust)
+    piped = cli(*args, cwd=tmp_path)
+    exits(piped)
+    result, terminal = on_pty(*args, cwd=tmp_path)
+    assert result.returncode == 0
+    assert "verifying long-job (full)" in terminal, terminal[-500:]
+    assert f"/{ENTRIES} entries" in terminal, terminal[-500:]
+    assert result.stdout == piped.stdout and "\x1b" not in result.stdout
+
+
 def test_histaudit_progress_0_silences_the_bar_on_a_terminal(big: Big) -> None:
     result, terminal = on_pty(*VERIFY_ALL, "--db", big.url, "--trust", big.trust, cwd=big.tmp,
                               env={"HISTAUDIT_PROGRESS": "0"})

@@ -32,11 +32,11 @@ from histaudit.ledger.chain import make_checkpoint
 from histaudit.ledger.checkpoint import Checkpoint, with_lines
 from histaudit.ledger.keys import Signer, TrustStore, parse_time
 from histaudit.ledger.store import Ledger
+from histaudit.verify.progress import Progress, Tally
 from histaudit.verify.report import Report
 from histaudit.verify.verifier import verify_chain
 
 from .envelope import BUNDLE_VERSION, MANIFEST_TYPE, b64, pae
-from .progress import Progress, Tally
 from .staging import StagedOutput
 
 __all__ = ["ExportResult", "export"]

@@ -27,6 +27,7 @@ from histaudit.ledger.checkpoint import Checkpoint, parse_note
 from histaudit.ledger.keys import PublicKey, TrustStore
 from histaudit.verify.consistency import ConsistencyResult, signed_tree_extends
 from histaudit.verify.findings import Finding
+from histaudit.verify.progress import Progress, Tally
 from histaudit.verify.report import Report, Scope
 from histaudit.verify.verifier import verify_chain
 
@@ -42,7 +43,6 @@ from .envelope import (
     pae,
     unb64,
 )
-from .progress import Progress, Tally
 
 __all__ = ["BundleResult", "load_manifest", "verify_bundle"]
 

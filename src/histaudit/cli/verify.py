@@ -101,15 +101,17 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
             reports = _verify_every(ledger, keys, full=full, workers=workers)
         else:
             assert instance_id is not None
-            # verify_instance reports no progress of its own: a spinner, the size named.
-            with Meter(f"verifying {render.clip(instance_id, 40)}", counts=False) as meter:
+            # A bar over the instance's entries, its total from the store's count (read
+            # only when the bar is drawn).
+            with Meter(f"verifying {render.clip(instance_id, 40)}"
+                       + (" (full)" if full else "")) as meter:
+                size = None
                 if meter.enabled:
                     size = next((s.entries for s in ledger.instances()
                                  if s.instance == instance_id), None)
-                    if size is not None:
-                        meter.description += f" ({size} entries)"
                 reports = [verify_instance(ledger, instance_id, trust=keys, full=full,
-                                           workers=workers, engine_history=history)]
+                                           workers=workers, engine_history=history,
+                                           progress=meter.callback, total=size)]
     return _show(reports, as_json, old=old, consistency=consistency, fail_on=fail_on)
 
 

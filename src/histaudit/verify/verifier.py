@@ -27,6 +27,7 @@ from .consistency import leaf_index_report
 from .crosscheck import EngineCrossCheck
 from .integrity import HeadCheck, IntegrityCheck
 from .payloads import PayloadCheck, PayloadLookup
+from .progress import Progress, Tally
 from .report import Report, finding_order
 from .scan import ChainScan
 from .signatures import KeyCheck, SignatureCheck
@@ -82,24 +83,32 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
 
 def verify_instance(ledger: Ledger, instance: str, *, trust: TrustStore, full: bool = False,
                     workers: int | None = None,
-                    engine_history: Iterable[Any] | None = None) -> Report:
+                    engine_history: Iterable[Any] | None = None,
+                    progress: Progress | None = None, total: int | None = None) -> Report:
     """Verify one instance stored in ``ledger`` (with the engine's history: cross-check).
 
     The head, the entries and the payloads come from one consistent snapshot of the
     ledger (:meth:`~histaudit.ledger.store.Ledger.snapshot`), so writers appending
-    meanwhile cannot make the head look behind its entries.
+    meanwhile cannot make the head look behind its entries. ``progress(done, total)``
+    hears how many entries were read, every few hundred (``total``: the caller's
+    estimate, passed through).
     """
     with ledger.snapshot() as snap:
         return _verify_in(snap, instance, trust=trust, full=full, workers=workers,
-                          engine_history=engine_history)
+                          engine_history=engine_history, tally=Tally(progress, total))
 
 
 def _verify_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool,
-               workers: int | None, engine_history: Iterable[Any] | None = None) -> Report:
-    return verify_chain(instance, snap.entries(instance), snap.head(instance),
-                        trust=trust, full=full, workers=workers,
-                        payload_lookup=snap.payload if full else None,
-                        engine_history=engine_history, engine_lookup=snap.payload)
+               workers: int | None, engine_history: Iterable[Any] | None = None,
+               tally: Tally | None = None) -> Report:
+    rows = snap.entries(instance)
+    report = verify_chain(instance, rows if tally is None else tally.count(rows),
+                          snap.head(instance), trust=trust, full=full, workers=workers,
+                          payload_lookup=snap.payload if full else None,
+                          engine_history=engine_history, engine_lookup=snap.payload)
+    if tally is not None:
+        tally.tell()  # the last few rows
+    return report
 
 
 def verify_all(ledger: Ledger, *, trust: TrustStore, full: bool = False,

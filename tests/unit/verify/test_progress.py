@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from histaudit.bundle.export import export
-from histaudit.bundle.progress import Tally
 from histaudit.bundle.verify import verify_bundle
 from histaudit.ledger.store import Ledger
+from histaudit.verify.progress import Tally
 from support.bundles import build_bundle
 
 

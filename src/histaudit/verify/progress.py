@@ -1,4 +1,4 @@
-"""How export and bundle verification say how far they are, without knowing who listens.
+"""How verification and export say how far they are, without knowing who listens.
 
 A caller passes ``progress(done, total)`` (absolute counts; ``total`` None when unknown):
 the CLI draws a bar from it (``histaudit.cli.progress``), a library user may log it. With
