@@ -20,6 +20,7 @@ from histaudit.errors import HistauditError, VerificationError
 
 from .checkpoint import checkpoint
 from .crashtest import crashtest
+from .dapr_verify import dapr_verify
 from .keys import keys
 from .ledger import export, list_, redact
 from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS
@@ -36,7 +37,8 @@ def cli() -> None:
     """Signed, hash-chained audit ledger for Dapr Workflow, and its verifier."""
 
 
-for command in (keys, verify, export, checkpoint, list_, show, redact, replay, crashtest):
+for command in (keys, verify, export, checkpoint, list_, show, redact, replay, crashtest,
+                dapr_verify):
     cli.add_command(command)
 
 

@@ -31,7 +31,7 @@ from types import TracebackType
 
 from histaudit.errors import EngineError
 
-__all__ = ["BINARIES", "ENV_BIN_DIR", "DaprdStack", "find_daprd_bin_dir"]
+__all__ = ["BINARIES", "ENV_BIN_DIR", "TRUST_DOMAIN", "DaprdStack", "find_daprd_bin_dir"]
 
 ENV_BIN_DIR = "HISTAUDIT_DAPRD_BIN_DIR"
 """Environment variable naming the directory holding daprd, placement and scheduler."""
@@ -110,6 +110,9 @@ class _Ports:
     http: int
     internal_grpc: int
     metrics: int
+    sentry: int
+    sentry_health: int
+    sentry_metrics: int
 
     @classmethod
     def pick(cls) -> _Ports:
@@ -157,6 +160,31 @@ spec:
 """
 
 
+_SENTRY_CONFIG = """\
+apiVersion: dapr.io/v1alpha1
+kind: Configuration
+metadata:
+  name: daprsystem
+spec:
+  mtls:
+    enabled: true
+"""
+
+_SIGNING_CONFIG = """\
+apiVersion: dapr.io/v1alpha1
+kind: Configuration
+metadata:
+  name: histaudit-signing
+spec:
+  features:
+    - name: WorkflowHistorySigning
+      enabled: true
+"""
+
+TRUST_DOMAIN = "localhost"
+"""The control plane's trust domain when a stack runs sentry (``history_signing``)."""
+
+
 class DaprdStack:
     """placement + scheduler + daprd on loopback, with their state in ``state_dir``.
 
@@ -174,12 +202,19 @@ class DaprdStack:
         app_id: str = "histaudit",
         start_timeout: float = 30.0,
         postgres_actor_store: str | None = None,
+        history_signing: bool = False,
     ) -> None:
         """Configure, but do not start, a stack (``state_dir=None``: a fresh temp dir,
         kept, since the state must outlive restarts).
 
         ``postgres_actor_store``, a libpq connection string, keeps daprd's workflow state
         in that PostgreSQL database (``state.postgresql`` v1) instead of the SQLite file.
+
+        ``history_signing`` also runs sentry (its own root and issuer, in
+        ``state_dir/sentry``), turns on mTLS for placement, scheduler and daprd, and
+        enables daprd's ``WorkflowHistorySigning`` preview feature, so daprd signs the
+        workflow history it stores (docs/dapr-signatures.md); ``trust_anchors_path`` is
+        then sentry's root certificate.
         """
         self._bin = Path(bin_dir) if bin_dir is not None else find_daprd_bin_dir()
         if not _usable(self._bin):
@@ -191,6 +226,9 @@ class DaprdStack:
         if postgres_actor_store is not None and '"' in postgres_actor_store:
             raise EngineError("postgres_actor_store must not contain a double quote")
         self._postgres = postgres_actor_store
+        self._signing = history_signing
+        if history_signing and not os.access(self._bin / "sentry", os.X_OK):
+            raise EngineError(f"{self._bin} lacks sentry, which history_signing needs; {_HINT}")
         self._ports = _Ports.pick()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._started_once = False
@@ -238,12 +276,23 @@ class DaprdStack:
         return "state.sqlite" if self._postgres is None else "state.postgresql"
 
     @property
+    def history_signing(self) -> bool:
+        """True when the stack runs sentry + mTLS and daprd signs workflow history."""
+        return self._signing
+
+    @property
+    def trust_anchors_path(self) -> Path:
+        """Sentry's root certificate (PEM), the trust anchor of every certificate it
+        issues; written by sentry on its first start (``history_signing`` only)."""
+        return self._dir / "sentry" / "ca.crt"
+
+    @property
     def log_path(self) -> Path:
         """daprd's log, appended across restarts (``log_file(name)`` for the others)."""
         return self.log_file("daprd")
 
     def log_file(self, name: str) -> Path:
-        """The log of ``name`` (``daprd``, ``placement`` or ``scheduler``)."""
+        """The log of ``name`` (``daprd``, ``placement``, ``scheduler`` or ``sentry``)."""
         return self._dir / f"{name}.log"
 
     @property
@@ -320,13 +369,13 @@ class DaprdStack:
 
     def kill_all(self) -> None:
         """SIGKILL every process of the stack and reap them."""
-        for name in ("daprd", "scheduler", "placement"):
+        for name in ("daprd", "scheduler", "placement", "sentry"):
             self._kill(name)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the whole stack: SIGTERM each process (daprd first), SIGKILL what has not
         exited after ``timeout`` s."""
-        for name in ("daprd", "scheduler", "placement"):
+        for name in ("daprd", "scheduler", "placement", "sentry"):
             proc = self._procs.get(name)
             if proc is not None and proc.poll() is None:
                 try:
@@ -379,6 +428,22 @@ class DaprdStack:
     def _start_missing(self) -> None:
         p, loop = self._ports, _LOOPBACK
         self._dir.mkdir(parents=True, exist_ok=True)
+        tls: list[str] = []
+        daprd_tls: list[str] = []
+        daprd_env: dict[str, str] | None = None
+        if self._signing:
+            self._start_sentry()
+            sentry_addr = f"{loop}:{p.sentry}"
+            tls = ["--tls-enabled", "--sentry-address", sentry_addr,
+                   "--trust-anchors-file", str(self.trust_anchors_path),
+                   "--trust-domain", TRUST_DOMAIN]
+            config = self._dir / "signing.yaml"
+            config.write_text(_SIGNING_CONFIG)
+            daprd_tls = ["--enable-mtls", "--sentry-address", sentry_addr,
+                         "--control-plane-trust-domain", TRUST_DOMAIN,
+                         "--config", str(config)]
+            daprd_env = dict(os.environ)
+            daprd_env["DAPR_TRUST_ANCHORS"] = self.trust_anchors_path.read_text()
         if not self._alive("placement"):
             self._kill("placement")
             self._spawn("placement", [
@@ -386,7 +451,7 @@ class DaprdStack:
                 "--healthz-port", str(p.placement_health),
                 "--metrics-port", str(p.placement_metrics),
                 "--initial-cluster", f"dapr-placement-0={loop}:{p.placement_raft}",
-                "--id", "dapr-placement-0",
+                "--id", "dapr-placement-0", *tls,
             ], health=f"http://{loop}:{p.placement_health}/healthz")
         if not self._alive("scheduler"):
             self._kill("scheduler")
@@ -398,7 +463,7 @@ class DaprdStack:
                 "--etcd-client-port", str(p.etcd_client),
                 "--etcd-initial-cluster",
                 f"dapr-scheduler-server-0=http://{loop}:{p.etcd_peer}",
-                "--id", "dapr-scheduler-server-0",
+                "--id", "dapr-scheduler-server-0", *tls,
             ], health=f"http://{loop}:{p.scheduler_health}/healthz")
         resources = self._dir / "resources"
         resources.mkdir(exist_ok=True)
@@ -413,10 +478,32 @@ class DaprdStack:
             "--dapr-listen-addresses", loop, "--metrics-port", str(p.metrics),
             "--placement-host-address", f"{loop}:{p.placement}",
             "--scheduler-host-address", f"{loop}:{p.scheduler}",
-            "--resources-path", str(resources),
-        ], health=f"http://{loop}:{p.http}/v1.0/healthz")
+            "--resources-path", str(resources), *daprd_tls,
+        ], health=f"http://{loop}:{p.http}/v1.0/healthz", env=daprd_env)
 
-    def _spawn(self, name: str, args: list[str], *, health: str) -> None:
+    def _start_sentry(self) -> None:
+        """Start sentry unless it runs; on its first start it writes a root and issuer
+        into ``state_dir/sentry`` and keeps them across restarts."""
+        if self._alive("sentry"):
+            return
+        self._kill("sentry")
+        p, loop = self._ports, _LOOPBACK
+        creds = self._dir / "sentry"
+        creds.mkdir(exist_ok=True)
+        config = self._dir / "sentry.yaml"
+        config.write_text(_SENTRY_CONFIG)
+        self._spawn("sentry", [
+            "--port", str(p.sentry), "--listen-address", loop,
+            "--healthz-port", str(p.sentry_health), "--healthz-listen-address", loop,
+            "--metrics-port", str(p.sentry_metrics), "--metrics-listen-address", loop,
+            "--issuer-credentials", str(creds), "--trust-domain", TRUST_DOMAIN,
+            "--config", str(config), "--mode", "standalone",
+        ], health=f"http://{loop}:{p.sentry_health}/healthz")
+        if not self.trust_anchors_path.is_file():
+            raise EngineError(f"sentry is healthy but wrote no {self.trust_anchors_path}")
+
+    def _spawn(self, name: str, args: list[str], *, health: str,
+               env: Mapping[str, str] | None = None) -> None:
         """Start ``name`` and block until ``health`` answers 2xx; raise on failure."""
         log_path = self.log_file(name)
         with open(log_path, "ab") as log:
@@ -424,7 +511,8 @@ class DaprdStack:
             try:
                 proc = subprocess.Popen([str(self._bin / name), *args],
                                         stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, close_fds=True)
+                                        stderr=subprocess.STDOUT, close_fds=True,
+                                        env=None if env is None else dict(env))
             except OSError as exc:
                 raise EngineError(f"cannot run {self._bin / name}: {exc}; {_HINT}") from exc
         self._procs[name] = proc

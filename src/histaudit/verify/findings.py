@@ -76,6 +76,22 @@ CODES: dict[str, tuple[Severity, str]] = {
     "cosignature-invalid": (E, "a policy witness's cosignature does not verify over the note"),
     "witnessed-checkpoint-contradicted": (E, "ledger contradicts a checkpoint cosigned by its "
                                              "witness quorum"),
+    # Dapr's own history signatures (WorkflowHistorySigning; docs/dapr-signatures.md)
+    "dapr-signature-invalid": (E, "Dapr history signature does not verify with its "
+                                  "certificate's key"),
+    "dapr-chain-broken": (E, "Dapr history signatures do not link or are not contiguous"),
+    "dapr-events-digest-mismatch": (E, "Dapr history events differ from what their "
+                                       "signature covers"),
+    "dapr-history-uncovered": (E, "Dapr history events are covered by no signature"),
+    "dapr-history-missing": (E, "Dapr history signature covers events no longer stored"),
+    "dapr-cert-untrusted": (E, "Dapr signing certificate does not chain to a trust anchor "
+                               "at the signed events' time"),
+    "dapr-signer-identity": (E, "Dapr history signed by another SPIFFE identity than "
+                                "expected"),
+    "dapr-record-malformed": (E, "Dapr signature, certificate or event row is not the "
+                                 "message it should be"),
+    "dapr-state-inconsistent": (E, "Dapr workflow state rows are missing or disagree with "
+                                   "its metadata"),
     # behaviour across crashes
     "activity-reexecuted": (I, "activity delivered more than once for one task (at-least-once)"),
     "activity-nondeterministic": (W, "re-executions of one task returned different results"),

@@ -1,0 +1,457 @@
+"""Offline check of Dapr's own workflow history signatures (``WorkflowHistorySigning``).
+
+Dapr 1.18 (preview feature ``WorkflowHistorySigning``) signs each batch of history events
+a workflow actor persists. This module re-checks, from the raw rows of the actor state
+store, what daprd checks when it loads the instance: every ``HistorySignature``, their
+chain, full coverage of the history, each signature with its leaf certificate's key, each
+certificate chain against the given trust anchors at the time of the signed events, and
+the signer's SPIFFE ID. docs/dapr-signatures.md describes the format and the limits.
+
+Pure: it is handed the rows (:class:`DaprWorkflowRows`, built by
+``histaudit.bundle.dapr_state`` from a database) and imports no database driver. The
+protobuf messages are read with the small wire-format reader below rather than generated
+code: the messages are tiny, only a handful of fields are needed, and the signed bytes
+must be the exact stored bytes, never a re-serialisation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa, utils
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from .findings import Finding
+
+__all__ = ["DaprHistoryResult", "DaprWorkflowRows", "HistorySignature", "SpiffeId",
+           "events_digest", "parse_history_signature", "parse_signing_certificate",
+           "signature_input", "verify_dapr_history"]
+
+
+class WireError(ValueError):
+    """Bytes that are not the protobuf message they should be."""
+
+
+# -- a minimal protobuf wire-format reader -----------------------------------------------
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if pos >= len(data):
+            raise WireError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift >= 64:
+            raise WireError("varint longer than 10 bytes")
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) of each field: an int for varint/fixed, bytes for
+    length-delimited. Groups (wire types 3, 4) are refused."""
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise WireError("field number 0")
+        if wire == 0:
+            value, pos = _varint(data, pos)
+            yield number, value
+        elif wire == 1:
+            if pos + 8 > len(data):
+                raise WireError("truncated fixed64")
+            yield number, int.from_bytes(data[pos:pos + 8], "little")
+            pos += 8
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            if pos + length > len(data):
+                raise WireError("truncated length-delimited field")
+            yield number, data[pos:pos + length]
+            pos += length
+        elif wire == 5:
+            if pos + 4 > len(data):
+                raise WireError("truncated fixed32")
+            yield number, int.from_bytes(data[pos:pos + 4], "little")
+            pos += 4
+        else:
+            raise WireError(f"unsupported wire type {wire}")
+
+
+def _message(data: bytes, spec: Mapping[int, type]) -> dict[int, Any]:
+    """The fields of ``spec`` (number -> int or bytes) found in ``data``; the last
+    occurrence wins, as in protobuf; a field of the wrong wire type is an error."""
+    out: dict[int, Any] = {}
+    for number, value in _fields(data):
+        want = spec.get(number)
+        if want is None:
+            continue
+        if not isinstance(value, want):
+            raise WireError(f"field {number} has the wrong wire type")
+        out[number] = value
+    return out
+
+
+# -- the messages ------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class HistorySignature:
+    """durabletask ``HistorySignature``: fields 1-6 (3 is proto3 ``optional``)."""
+
+    start_event_index: int
+    event_count: int
+    previous_signature_digest: bytes | None
+    events_digest: bytes
+    certificate_index: int
+    signature: bytes
+
+
+def parse_history_signature(raw: bytes) -> HistorySignature:
+    f = _message(raw, {1: int, 2: int, 3: bytes, 4: bytes, 5: int, 6: bytes})
+    return HistorySignature(start_event_index=f.get(1, 0), event_count=f.get(2, 0),
+                            previous_signature_digest=f.get(3), events_digest=f.get(4, b""),
+                            certificate_index=f.get(5, 0), signature=f.get(6, b""))
+
+
+def parse_signing_certificate(raw: bytes) -> bytes:
+    """durabletask ``SigningCertificate``: field 1, the DER certificates concatenated
+    (leaf first)."""
+    return bytes(_message(raw, {1: bytes}).get(1, b""))
+
+
+def event_timestamp(raw_event: bytes) -> datetime | None:
+    """``HistoryEvent.timestamp`` (field 2, a ``google.protobuf.Timestamp``), or None."""
+    ts = _message(raw_event, {2: bytes}).get(2)
+    if ts is None:
+        return None
+    t = _message(ts, {1: int, 2: int})
+    seconds = t.get(1, 0)
+    if seconds >= 1 << 63:
+        seconds -= 1 << 64
+    nanos = t.get(2, 0)
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds,
+                                                         microseconds=nanos // 1000)
+
+
+def events_digest(raw_events: Sequence[bytes]) -> bytes:
+    """sha256 over each event as u64 big-endian length ‖ bytes."""
+    h = hashlib.sha256()
+    for event in raw_events:
+        h.update(struct.pack(">Q", len(event)))
+        h.update(event)
+    return h.digest()
+
+
+def signature_input(previous_digest: bytes | None, digest: bytes) -> bytes:
+    """What the key signs for an own-history signature: sha256(previous ‖ events)."""
+    return hashlib.sha256((previous_digest or b"") + digest).digest()
+
+
+# -- identities and certificates -----------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SpiffeId:
+    """``spiffe://<trust_domain>/ns/<namespace>/<app_id>``, as Dapr's sentry issues it."""
+
+    uri: str
+    trust_domain: str
+    namespace: str | None
+    app_id: str | None
+
+    @classmethod
+    def of(cls, cert: x509.Certificate) -> SpiffeId | None:
+        try:
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        except (x509.ExtensionNotFound, ValueError):  # absent, or not parseable
+            return None
+        uris = [u for u in san.value.get_values_for_type(x509.UniformResourceIdentifier)
+                if u.startswith("spiffe://")]
+        if len(uris) != 1:
+            return None
+        uri = uris[0]
+        trust_domain, _, path = uri[len("spiffe://"):].partition("/")
+        parts = path.split("/")
+        if len(parts) == 3 and parts[0] == "ns":
+            return cls(uri, trust_domain, parts[1], parts[2])
+        return cls(uri, trust_domain, None, None)
+
+
+def _split_der(chain: bytes) -> list[x509.Certificate]:
+    """The certificates of a DER concatenation (each a self-delimiting SEQUENCE)."""
+    certs, pos = [], 0
+    while pos < len(chain):
+        if chain[pos] != 0x30 or pos + 2 > len(chain):
+            raise ValueError("not a DER SEQUENCE")
+        first = chain[pos + 1]
+        if first < 0x80:
+            header, length = 2, first
+        else:
+            n = first & 0x7F
+            if n == 0 or n > 4 or pos + 2 + n > len(chain):
+                raise ValueError("bad DER length")
+            header, length = 2 + n, int.from_bytes(chain[pos + 2:pos + 2 + n], "big")
+        end = pos + header + length
+        if end > len(chain):
+            raise ValueError("truncated DER certificate")
+        certs.append(x509.load_der_x509_certificate(chain[pos:end]))
+        pos = end
+    if not certs:
+        raise ValueError("empty certificate chain")
+    return certs
+
+
+def _valid_at(cert: x509.Certificate, at: datetime) -> bool:
+    return cert.not_valid_before_utc <= at <= cert.not_valid_after_utc
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except (x509.ExtensionNotFound, ValueError):
+        return False
+
+
+def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+    if cert.issuer != issuer.subject:
+        return False
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def chain_problem(chain: Sequence[x509.Certificate], anchors: Sequence[x509.Certificate],
+                  at: datetime) -> str | None:
+    """Why ``chain`` (leaf first) does not lead to one of ``anchors`` at time ``at``, or
+    None when it does: each certificate valid at ``at``, each issued (name and signature)
+    by the next, every issuer a CA, ending at an anchor. This is what Go's
+    ``x509.Certificate.Verify`` with ``ExtKeyUsageAny`` checks for Dapr; cryptography's
+    ``PolicyBuilder`` is not used because its web-PKI profile imposes rules (EKU,
+    subject and SAN forms) that SPIFFE workload certificates need not meet."""
+    anchor_der = {a.public_bytes(Encoding.DER) for a in anchors}
+    current, pool = chain[0], list(chain[1:])
+    for _ in range(len(chain) + 1):
+        if not _valid_at(current, at):
+            return (f"certificate {current.subject.rfc4514_string() or '(no subject)'} not "
+                    f"valid at {at.isoformat()}")
+        if current.public_bytes(Encoding.DER) in anchor_der:
+            return None
+        for anchor in anchors:
+            if _issued_by(current, anchor) and _is_ca(anchor):
+                if not _valid_at(anchor, at):
+                    return f"trust anchor not valid at {at.isoformat()}"
+                return None
+        issuer = next((c for c in pool if _is_ca(c) and _issued_by(current, c)), None)
+        if issuer is None:
+            return "no path from the certificate to a trust anchor"
+        pool.remove(issuer)
+        current = issuer
+    return "no path from the certificate to a trust anchor"  # pragma: no cover
+
+
+def signature_problem(cert: x509.Certificate, message: bytes, sig: bytes) -> str | None:
+    """Why ``sig`` is not the leaf key's signature of ``message`` (the 32-byte signature
+    input), or None. Ed25519 signs the input itself; ECDSA and RSA PKCS#1 v1.5 sign it
+    as a SHA-256 digest (Dapr's kit signer)."""
+    key = cert.public_key()
+    try:
+        if isinstance(key, ed25519.Ed25519PublicKey):
+            key.verify(sig, message)
+        elif isinstance(key, ec.EllipticCurvePublicKey):
+            key.verify(sig, message, ec.ECDSA(utils.Prehashed(hashes.SHA256())))
+        elif isinstance(key, rsa.RSAPublicKey):
+            key.verify(sig, message, padding.PKCS1v15(), utils.Prehashed(hashes.SHA256()))
+        else:
+            return f"unsupported key type {type(key).__name__}"
+    except InvalidSignature:
+        return "signature does not verify with the leaf certificate's key"
+    except ValueError as exc:
+        return f"signature does not verify: {exc}"
+    return None
+
+
+# -- the check -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DaprWorkflowRows:
+    """One instance's signing-relevant rows from daprd's actor state store, by index
+    (the NNNNNN of ``history-NNNNNN``), raw; ``metadata`` is the raw metadata row."""
+
+    instance: str
+    history: Mapping[int, bytes]
+    signatures: Mapping[int, bytes]
+    certificates: Mapping[int, bytes]
+    metadata: bytes | None = None
+
+
+@dataclass
+class DaprHistoryResult:
+    instance: str
+    events: int
+    signatures: int
+    covered: int
+    signers: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "instance": self.instance, "events": self.events,
+                "signatures": self.signatures, "covered_events": self.covered,
+                "signers": self.signers, "findings": [f.to_json() for f in self.findings]}
+
+
+def _contiguous(rows: Mapping[int, bytes]) -> tuple[list[bytes], list[int]]:
+    """Rows 0..n-1 in order, and the indices missing below the highest one."""
+    top = max(rows, default=-1)
+    missing = [i for i in range(top + 1) if i not in rows]
+    return [rows[i] for i in range(top + 1) if i in rows], missing
+
+
+def _metadata_lengths(raw: bytes | None) -> dict[str, int] | None:
+    if raw is None:
+        return None
+    try:
+        f = _message(raw, {2: int, 4: int, 5: int})
+    except WireError:
+        return None
+    return {"history": f.get(2, 0), "signature": f.get(4, 0), "sigcert": f.get(5, 0)}
+
+
+def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certificate], *,
+                        app_id: str | None = None) -> DaprHistoryResult:
+    """Every check of the module docstring over ``rows``; one finding per problem
+    (a broken signature does not stop the walk: later ones are still judged)."""
+    inst = rows.instance
+    out: list[Finding] = []
+
+    def add(code: str, seq: int | None, message: str) -> None:
+        out.append(Finding.make(code, inst, seq, message))
+
+    history, hist_missing = _contiguous(rows.history)
+    raw_sigs, sig_missing = _contiguous(rows.signatures)
+    raw_certs, cert_missing = _contiguous(rows.certificates)
+    if hist_missing:
+        add("dapr-state-inconsistent", None,
+            f"history rows missing at {hist_missing[:6]} ({len(hist_missing)} in all)")
+        history = [rows.history.get(i, b"") for i in range(max(rows.history) + 1)]
+    if sig_missing:
+        add("dapr-state-inconsistent", sig_missing[0],
+            f"signature rows missing at {sig_missing[:6]} ({len(sig_missing)} in all)")
+    if cert_missing:
+        add("dapr-state-inconsistent", None, f"sigcert rows missing at {cert_missing[:6]}")
+    lengths = _metadata_lengths(rows.metadata)
+    if lengths is not None:
+        for name, have in (("history", len(rows.history)), ("signature", len(rows.signatures)),
+                           ("sigcert", len(rows.certificates))):
+            if lengths[name] != have:
+                add("dapr-state-inconsistent", None,
+                    f"metadata names {lengths[name]} {name} rows, {have} are stored")
+
+    chains: list[list[x509.Certificate] | None] = []
+    for i, raw in enumerate(raw_certs):
+        try:
+            chains.append(_split_der(parse_signing_certificate(raw)))
+        except ValueError as exc:
+            chains.append(None)
+            add("dapr-record-malformed", None, f"sigcert {i} is not a certificate chain: {exc}")
+
+    signers: list[str] = []
+    expected_start = 0
+    covered_flags = [False] * len(history)
+    for i, raw in enumerate(raw_sigs):
+        try:
+            sig = parse_history_signature(raw)
+        except WireError as exc:
+            add("dapr-record-malformed", i, f"signature {i} is not a HistorySignature: {exc}")
+            break
+        start, end = sig.start_event_index, sig.start_event_index + sig.event_count
+        # chain linkage and contiguity
+        if i == 0 and sig.previous_signature_digest is not None:
+            add("dapr-chain-broken", i, "first signature names a previous signature")
+        elif i > 0 and sig.previous_signature_digest != hashlib.sha256(raw_sigs[i - 1]).digest():
+            add("dapr-chain-broken", i,
+                f"signature {i} does not commit to the digest of signature {i - 1}")
+        if start != expected_start:
+            add("dapr-chain-broken", i, f"signature {i} starts at event {start}, "
+                                        f"expected {expected_start}")
+        expected_start = end
+        if sig.event_count == 0:
+            add("dapr-record-malformed", i, f"signature {i} covers no events")
+            continue
+        # events a signature claims count as covered; whether it holds is judged below
+        covered_flags[start:end] = [True] * len(covered_flags[start:end])
+        if end > len(history):
+            add("dapr-history-missing", i, f"signature {i} covers events [{start}, {end}) "
+                                           f"but only {len(history)} are stored")
+            continue
+        covered = history[start:end]
+        if events_digest(covered) != sig.events_digest:
+            add("dapr-events-digest-mismatch", i,
+                f"events [{start}, {end}) do not match signature {i}'s digest")
+        # the signer
+        if sig.certificate_index >= len(chains) or chains[sig.certificate_index] is None:
+            add("dapr-cert-untrusted", i,
+                f"signature {i} names certificate {sig.certificate_index}, which is not stored")
+            continue
+        chain = chains[sig.certificate_index]
+        assert chain is not None
+        leaf = chain[0]
+        problem = signature_problem(leaf, signature_input(sig.previous_signature_digest,
+                                                          sig.events_digest), sig.signature)
+        if problem:
+            add("dapr-signature-invalid", i, f"signature {i}: {problem}")
+        try:
+            at = event_timestamp(covered[-1])
+        except (WireError, OverflowError):  # not a message, or a time datetime cannot hold
+            at = None
+        if at is None:
+            add("dapr-record-malformed", i,
+                f"event {end - 1} (last signed by signature {i}) has no readable timestamp")
+        else:
+            problem = chain_problem(chain, anchors, at)
+            if problem:
+                add("dapr-cert-untrusted", i, f"signature {i}: {problem}")
+        spiffe = SpiffeId.of(leaf)
+        if spiffe is None:
+            add("dapr-signer-identity", i, f"signature {i}'s certificate has no SPIFFE ID")
+        else:
+            if spiffe.uri not in signers:
+                signers.append(spiffe.uri)
+            if app_id is not None and spiffe.app_id != app_id:
+                add("dapr-signer-identity", i,
+                    f"signature {i} was made by {spiffe.uri}, not app {app_id!r}")
+    gaps = _runs(covered_flags)
+    if gaps:
+        where = ", ".join(f"[{a}, {b})" for a, b in gaps[:6])
+        add("dapr-history-uncovered", None, f"events {where} are covered by no signature"
+                                            + ("" if len(gaps) <= 6 else f" ({len(gaps)} runs)"))
+    return DaprHistoryResult(instance=inst, events=len(history), signatures=len(raw_sigs),
+                             covered=sum(covered_flags), signers=signers, findings=out)
+
+
+def _runs(flags: Sequence[bool]) -> list[tuple[int, int]]:
+    """The [start, end) runs of False in ``flags``."""
+    runs: list[tuple[int, int]] = []
+    start: int | None = None
+    for i, flag in enumerate([*flags, True]):
+        if not flag and start is None:
+            start = i
+        elif flag and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
