@@ -39,7 +39,20 @@ BINARIES=(daprd placement scheduler sentry)
 SELF="$(realpath "$0")"
 cd "$(dirname "$SELF")/.."
 ROOT="$PWD"
-VENDOR="${DAPRD_VENDOR_DIR:-$ROOT/../shared/vendor}"
+# Where the tarballs are: $DAPRD_VENDOR_DIR, else ../shared/vendor beside this checkout,
+# else beside the checkout this one was cloned from (a clone made elsewhere, e.g. in /tmp,
+# of a checkout that sits next to shared/). The pinned hashes below decide, not the place.
+vendor_dir() {
+    if [ -n "${DAPRD_VENDOR_DIR:-}" ]; then echo "$DAPRD_VENDOR_DIR"; return; fi
+    if [ -d "$ROOT/../shared/vendor" ]; then echo "$ROOT/../shared/vendor"; return; fi
+    local origin
+    origin=$(git -C "$ROOT" config --get remote.origin.url 2>/dev/null || true)
+    if [ -n "$origin" ] && [ -d "$origin/../shared/vendor" ]; then
+        echo "$origin/../shared/vendor"; return
+    fi
+    echo "$ROOT/../shared/vendor"
+}
+VENDOR="$(vendor_dir)"
 PREFIX="$ROOT/.tools/daprd"
 BIN="$PREFIX/bin"
 STAMP="$BIN/INPUTS"
