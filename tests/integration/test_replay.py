@@ -7,6 +7,13 @@ same and against changed code, cross-check them against the signed ledger
 (``histaudit verify --engine``), and alter the engine's own SQLite state — the protobuf
 ``TaskCompleted`` event in durabletask-go's ``History`` table — to prove both the
 cross-check and the interceptor's live check notice.
+
+Every test runs on both engines — the standalone durabletask-go and real daprd (the
+module's ``engine`` is ``any_engine``) — except the two that alter the engine's stored
+history (``durabletask_rig``): they rewrite a row of durabletask-go's own SQLite schema
+(``History.EventPayload``), which daprd does not have (its actor state store keeps
+history as ``history-NNNNNN`` keys of the ``state.*`` component, and a running daprd
+holds the instance's state in memory), so they stay durabletask-only.
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ import pytest
 from examples.nondeterminism import v2, workflows
 
 from histaudit.crashtest.engine import EngineProcess, free_port
+from histaudit.errors import EngineError
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import generate_keypair
 from histaudit.ledger.store import Ledger
 from histaudit.replay import DIFFERENT_ACTIVITY, DIFFERENT_INPUT, History, replay
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli, one_error_line
+from support.daprd import DURABLETASK, Sidecar, start_engine, teardown
 from support.ledgers import only, read_entries, verify_url
 from support.repo import REPO, app_env
 
@@ -44,15 +53,15 @@ ORDER = {"id": "B-5", "items": ["chair"], "amount": 30}
 # --- harness ----------------------------------------------------------------------------
 
 class Rig(AppRig):
-    """EngineProcess + audited app + ledger + workflow client for one test."""
+    """Engine (durabletask-go or daprd) + audited app + ledger + workflow client."""
 
-    def __init__(self, engine: EngineProcess, tmp: Path) -> None:
-        super().__init__(engine)
+    def __init__(self, engine: Sidecar, tmp: Path) -> None:
+        super().__init__(engine)  # type: ignore[arg-type]  # the EngineProcess interface
         self.tmp = tmp
         key, self.pub, self.signer = generate_keypair(tmp / "keys", name="app")
         self.url = f"sqlite:///{tmp / 'ledger.db'}"
-        self.app = self.add_app(AppProcess(engine, [APP], log=tmp / "app.log", ready=APP_READY,
-                              ready_timeout=TIMEOUT_S,
+        self.app = self.add_app(AppProcess(self.engine, [APP], log=tmp / "app.log",
+                                           ready=APP_READY, ready_timeout=TIMEOUT_S,
                               env={"HISTAUDIT_DB": self.url, "HISTAUDIT_KEY": str(key),
                                    "PYTHONUNBUFFERED": "1", **app_env()}))
 
@@ -103,6 +112,8 @@ class Rig(AppRig):
         """
         from dapr.ext.workflow._durabletask.internal import history_events_pb2 as hpb
 
+        assert isinstance(self.engine, EngineProcess), "durabletask-go's schema only"
+
         db = sqlite3.connect(self.engine.db_path, timeout=30)
         try:
             rows = db.execute("SELECT SequenceNumber, EventPayload FROM History "
@@ -128,9 +139,29 @@ class Rig(AppRig):
 
 
 @pytest.fixture
-def rig(engine: EngineProcess, tmp_path: Path) -> Iterator[Rig]:
+def engine(any_engine: Sidecar) -> Sidecar:
+    """Both engines: durabletask-go alone and real daprd (tests/conftest.py)."""
+    return any_engine
+
+
+@pytest.fixture
+def rig(engine: Sidecar, tmp_path: Path) -> Iterator[Rig]:
     with Rig(engine, tmp_path) as r:
         yield r
+
+
+@pytest.fixture
+def durabletask_rig(engine_binary: Path, tmp_path: Path) -> Iterator[Rig]:
+    """A rig on the standalone engine only, for the tests that rewrite its SQLite rows."""
+    try:
+        sidecar = start_engine(DURABLETASK, tmp_path / "engine", engine_binary=engine_binary)
+    except EngineError as exc:
+        pytest.fail(f"cannot start the workflow engine: {exc}", pytrace=False)
+    try:
+        with Rig(sidecar, tmp_path) as r:
+            yield r
+    finally:
+        teardown(sidecar)
 
 
 def task_of(entries: list[fmt.Entry], activity: str) -> int:
@@ -279,7 +310,11 @@ def _codes(doc: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.engine
-def test_verify_engine_cross_check_clean_then_altered_engine_state(rig: Rig) -> None:
+def test_verify_engine_cross_check_clean_then_altered_engine_state(
+        durabletask_rig: Rig) -> None:
+    """durabletask-go only: it rewrites rows of that engine's own SQLite schema (see the
+    module's docstring); the clean cross-check runs on both engines below."""
+    rig = durabletask_rig
     rig.start_app()
     instance = rig.run(workflows.order, ORDER)
     rc, doc = _verify_engine(rig, instance)
@@ -332,12 +367,35 @@ def test_verify_engine_usage(rig: Rig) -> None:
 # --- the live check: the interceptor compares replayed results with signed ones ----------
 
 @pytest.mark.engine
+def test_verify_engine_cross_check_is_clean_on_the_engines_own_history(rig: Rig) -> None:
+    """The engine's untouched history (GetInstanceHistory from durabletask-go or daprd)
+    tells the signed ledger's story."""
+    rig.start_app()
+    instance = rig.run(workflows.order, ORDER)
+    rc, doc = _verify_engine(rig, instance)
+    assert rc == 0 and doc["ok"] and _codes(doc) == [], doc
+    assert doc["mode"] == "default+engine"
+
+
+@pytest.mark.engine
 @pytest.mark.crash
-@pytest.mark.parametrize("alter", [False, True], ids=["untouched", "altered"])
+def test_live_check_is_silent_when_the_result_is_untouched_between_crash_and_resume(
+        rig: Rig) -> None:
+    _live_check(rig, alter=False)
+
+
+@pytest.mark.engine
+@pytest.mark.crash
 def test_live_check_notices_a_result_altered_in_the_engine_between_crash_and_resume(
-        rig: Rig, alter: bool) -> None:
+        durabletask_rig: Rig) -> None:
+    """durabletask-go only: the quote's result is rewritten in that engine's own SQLite
+    schema while the app is down (see the module's docstring)."""
+    _live_check(durabletask_rig, alter=True)
+
+
+def _live_check(rig: Rig, *, alter: bool) -> None:
     """Quote completes, the workflow waits for an event, the app dies; while it is down
-    the engine's stored quote result is changed; the resumed app replays it."""
+    the engine's stored quote result is changed (``alter``); the resumed app replays it."""
     rig.start_app()
     instance = f"approval-{uuid.uuid4().hex[:8]}"
     rig.client.schedule_new_workflow(workflows.approval, input="lamp", instance_id=instance)

@@ -1,12 +1,19 @@
-"""Read one workflow instance's rows from daprd's SQLite actor state store.
+"""Read one workflow instance's rows from daprd's actor state store: SQLite or PostgreSQL.
 
 Dapr's ``state.sqlite`` component keeps every actor state key in one table (``state``
 unless the component sets ``tableName``): ``key, value, is_binary, etag, …``, binary
-values base64-encoded. A workflow actor's keys are
+values base64-encoded. Its ``state.postgresql`` component (v1, the one
+``DaprdStack(postgres_actor_store=…)`` runs) keeps them in a table of the same default
+name: ``key text, value jsonb, isbinary boolean, insertdate, updatedate, expiredate, …``,
+a binary value stored as a JSON string holding its base64. A workflow actor's keys are
 ``<app-id>||dapr.internal.<namespace>.<app-id>.workflow||<instance>||<name>`` with
 ``<name>`` one of ``metadata``, ``history-NNNNNN``, ``signature-NNNNNN``,
-``sigcert-NNNNNN`` (and others this reader ignores). The file is opened read-only; the
-rows go to :func:`histaudit.verify.dapr_history.verify_dapr_history` unchanged.
+``sigcert-NNNNNN`` (and others this reader ignores).
+
+A SQLite file is opened read-only; a PostgreSQL store (a ``postgresql://`` or
+``postgres://`` URL, libpq's syntax) is read in one read-only transaction. Either way the
+rows go to :func:`histaudit.verify.dapr_history.verify_dapr_history` unchanged: the bytes
+daprd hashed and signed.
 """
 
 from __future__ import annotations
@@ -16,14 +23,29 @@ import binascii
 import re
 import sqlite3
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from histaudit.errors import InputError
 from histaudit.verify.dapr_history import DaprWorkflowRows
 
-__all__ = ["read_workflow_rows"]
+__all__ = ["is_postgres_url", "read_workflow_rows"]
 
 _NAME = re.compile(r"(history|signature|sigcert)-(\d{6,})\Z")
-_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_TABLE = re.compile(rf"{_IDENT}\Z")
+_PG_TABLE = re.compile(rf"(?:{_IDENT}\.)?{_IDENT}\Z")  # state.postgresql allows schema.table
+_PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+_PG_CONNECT_TIMEOUT_S = 10
+_PASSWORD_PARAM = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
+
+_Row = tuple[object, object, object]  # key, value, is-binary flag
+
+
+def is_postgres_url(db: str | Path) -> bool:
+    """True when ``db`` names a PostgreSQL state store (``postgresql://…``,
+    ``postgres://…``, or SQLAlchemy's ``postgresql+psycopg://…``) rather than a file."""
+    return isinstance(db, str) and db.split("://", 1)[0].lower() in _PG_SCHEMES \
+        and "://" in db
 
 
 def _value(value: object, is_binary: object, key: str) -> bytes:
@@ -41,29 +63,100 @@ def _value(value: object, is_binary: object, key: str) -> bytes:
         raise InputError(f"state row {key!r} is marked binary but is not base64") from None
 
 
-def read_workflow_rows(db_path: str | Path, instance: str, *, app_id: str | None = None,
-                       table: str = "state") -> DaprWorkflowRows:
-    """The ``metadata``, ``history-*``, ``signature-*`` and ``sigcert-*`` rows of
-    workflow ``instance`` (of app ``app_id`` when given). InputError when the file is not
-    a readable state store, the instance has no rows, or several apps hold it."""
+def _sqlite_rows(path: Path, table: str, suffix: str) -> list[_Row]:
     if not _TABLE.match(table):
         raise InputError(f"bad table name {table!r}")
-    path = Path(db_path)
     if not path.is_file():
         raise InputError(f"state store {path}: no such file")
-    suffix = f"||{instance}||"
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as exc:
         raise InputError(f"state store {path}: {exc}") from None
     try:
         # instr() rather than LIKE: an instance id may hold % or _.
-        rows = conn.execute(f"SELECT key, value, is_binary FROM {table} "  # table checked above
-                            "WHERE instr(key, ?) > 0", (suffix,)).fetchall()
+        return list(conn.execute(f"SELECT key, value, is_binary FROM {table} "  # checked
+                                 "WHERE instr(key, ?) > 0", (suffix,)).fetchall())
     except sqlite3.Error as exc:
         raise InputError(f"state store {path}: {exc}") from None
     finally:
         conn.close()
+
+
+def _shown(url: str) -> str:
+    """``url`` fit for an error message: any password (in the authority or a
+    ``password=`` parameter) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is not None:
+            user, host = parts.netloc.rsplit("@", 1)
+            parts = parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}")
+        query = _PASSWORD_PARAM.sub(r"\1***", parts.query)
+        return urlunsplit(parts._replace(query=query))
+    except ValueError:
+        return "the PostgreSQL URL"
+
+
+def _pg_rows(url: str, table: str, suffix: str) -> list[_Row]:
+    import psycopg
+    from psycopg import sql
+
+    shown = _shown(url)
+    if not _PG_TABLE.match(table):
+        raise InputError(f"bad table name {table!r}")
+    scheme, rest = url.split("://", 1)
+    conninfo = f"postgresql://{rest}" if scheme.lower() == "postgresql+psycopg" else url
+    *schema, name = table.split(".")
+    ident = sql.Identifier(*schema, name)
+    try:
+        conn = psycopg.connect(conninfo, connect_timeout=_PG_CONNECT_TIMEOUT_S,
+                               application_name="histaudit dapr-verify")
+    except (psycopg.Error, ValueError) as exc:
+        raise InputError(f"state store {shown}: {_first_line(exc)}") from None
+    try:
+        conn.read_only = True  # every transaction READ ONLY: the server refuses writes
+        with conn.transaction():
+            kind = conn.execute(
+                "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                "WHERE a.attrelid = to_regclass(%s) AND a.attname = 'value' "
+                "AND NOT a.attisdropped", (ident.as_string(conn),)).fetchone()
+            if kind is None:
+                raise InputError(f"state store {shown}: no table {table!r} with a value "
+                                 "column (not a state.postgresql store, or another "
+                                 "tableName: --table)")
+            if kind[0] != "jsonb":
+                raise InputError(f"state store {shown}: table {table!r} keeps values as "
+                                 f"{kind[0]}, not jsonb: not a state.postgresql v1 store")
+            # A binary value is a JSON string of base64 (#>> '{}' unwraps it); any other
+            # value is read as the JSON text the component returns to daprd.
+            query = sql.SQL("SELECT key, CASE WHEN isbinary THEN value #>> '{{}}' "
+                            "ELSE value::text END, isbinary FROM {} "
+                            "WHERE strpos(key, %s) > 0").format(ident)
+            return list(conn.execute(query, (suffix,)).fetchall())
+    except psycopg.Error as exc:
+        raise InputError(f"state store {shown}: {_first_line(exc)}") from None
+    finally:
+        conn.close()
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def read_workflow_rows(db_path: str | Path, instance: str, *, app_id: str | None = None,
+                       table: str = "state") -> DaprWorkflowRows:
+    """The ``metadata``, ``history-*``, ``signature-*`` and ``sigcert-*`` rows of
+    workflow ``instance`` (of app ``app_id`` when given), from a SQLite file or, when
+    ``db_path`` is a ``postgresql://`` URL, a PostgreSQL store. InputError when the store
+    is not a readable state store, the instance has no rows, or several apps hold it."""
+    suffix = f"||{instance}||"
+    where: str | Path
+    if is_postgres_url(db_path):
+        where = _shown(str(db_path))
+        rows = _pg_rows(str(db_path), table, suffix)
+    else:
+        where = Path(db_path)
+        rows = _sqlite_rows(where, table, suffix)
     apps: dict[str, dict[str, bytes]] = {}
     for key, value, is_binary in rows:
         parts = str(key).split("||")
@@ -74,7 +167,7 @@ def read_workflow_rows(db_path: str | Path, instance: str, *, app_id: str | None
         apps.setdefault(parts[0], {})[parts[3]] = _value(value, is_binary, str(key))
     if not apps:
         whose = f" of app {app_id!r}" if app_id else ""
-        raise InputError(f"no workflow state for instance {instance!r}{whose} in {path}")
+        raise InputError(f"no workflow state for instance {instance!r}{whose} in {where}")
     if len(apps) > 1:
         raise InputError(f"instance {instance!r} is held by apps {sorted(apps)}; "
                          "pass --app-id")
