@@ -77,6 +77,18 @@ def raw_verify_loop(raw_key: bytes, items: list[tuple[bytes, bytes]], n: int) ->
     return n
 
 
+def sodium_verify_loop(raw_key: bytes, items: list[tuple[bytes, bytes]], n: int) -> int:
+    """The same loop through libsodium (what ``--full`` verifies with first): the floor
+    of the primitive actually used, beside OpenSSL's, the issue's baseline."""
+    from nacl.bindings import crypto_sign_open
+
+    m = len(items)
+    for i in range(n):
+        body, sig = items[i % m]
+        crypto_sign_open(sig + body, raw_key)
+    return n
+
+
 def _parallel_worker(raw_key: bytes, items: list[tuple[bytes, bytes]], n: int,
                      barrier: Any, queue: Any) -> None:
     barrier.wait(timeout=300)
@@ -159,7 +171,8 @@ class _SizeState:
             "full_per_s", "raw_verify_1core_per_s", "raw_verify_x_cores_per_s",
             "ratio_full_over_raw_x_cores", "raw_verify_parallel_per_s",
             "ratio_full_over_parallel_raw", "main_process_cpu_share", "cpu_s_per_1k_entries",
-            "ratio_raw_cpu_over_full_cpu", "peak_rss_mib")}
+            "ratio_raw_cpu_over_full_cpu", "peak_rss_mib", "raw_sodium_x_cores_per_s",
+            "ratio_full_over_sodium_x_cores")}
         self.rounds: list[dict[str, Any]] = []
         self.full_rounds: list[dict[str, Any]] = []
         self.children: dict[str, list[dict[str, Any]]] = {"default": [], "full": []}
@@ -204,6 +217,7 @@ class _SizeState:
 
         items, fseries = self.items, self.fseries
         ed_t = measure(lambda: raw_verify_loop(pub.raw, items, n_ed))
+        na_t = measure(lambda: sodium_verify_loop(pub.raw, items, n_ed))
         child = verify_child(self.path, self.instance, pub.to_json(), "full")
         self.children["full"].append(child)
         note_findings(seen, "full", child)
@@ -215,6 +229,8 @@ class _SizeState:
         fseries["raw_verify_1core_per_s"].add(ed_t.rate)
         fseries["raw_verify_x_cores_per_s"].add(base)
         fseries["ratio_full_over_raw_x_cores"].add(full_t.rate / base)
+        fseries["raw_sodium_x_cores_per_s"].add(na_t.rate * cores)
+        fseries["ratio_full_over_sodium_x_cores"].add(full_t.rate / (na_t.rate * cores))
         fseries["raw_verify_parallel_per_s"].add(par)
         fseries["ratio_full_over_parallel_raw"].add(full_t.rate / par)
         fseries["main_process_cpu_share"].add(child["cpu_s"] / total_cpu if total_cpu else 0)
@@ -224,6 +240,7 @@ class _SizeState:
             (1 / ed_t.cpu_rate) / (total_cpu / max(1, full_t.ops)) if total_cpu else 0)
         fseries["peak_rss_mib"].add(child["vmhwm_kb"] / 1024)
         self.full_rounds.append({"full": full_t.to_json(), "raw_verify": ed_t.to_json(),
+                                 "raw_verify_sodium": na_t.to_json(),
                                  "raw_verify_parallel_per_s": round(par, 1),
                                  "workers_cpu_s": round(child["children_cpu_s"], 3),
                                  "full_vmhwm_kb": child["vmhwm_kb"],

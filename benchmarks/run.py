@@ -341,6 +341,11 @@ def _rows_verify(v: dict[str, Any], rows: list[list[str]]) -> None:
                      fmt_num(_med(fu, "full_per_s"), "/s"),
                      fmt_num(_med(fu, "raw_verify_parallel_per_s"), "/s"),
                      _cell(fu, "ratio_full_over_parallel_raw"), "(info)", ""])
+        if fu.get("ratio_full_over_sodium_x_cores", {}).get("rounds"):
+            rows.append(["3e", f"  ÷ raw libsodium verify × {cores} cores (the primitive "
+                         "--full uses; info)", fmt_num(_med(fu, "full_per_s"), "/s"),
+                         fmt_num(_med(fu, "raw_sodium_x_cores_per_s"), "/s"),
+                         _cell(fu, "ratio_full_over_sodium_x_cores"), "(info)", ""])
         if "ratio_raw_cpu_over_full_cpu" in fu:
             rows.append(["3d", "  raw verify CPU ÷ all CPU spent, per entry (diag.)",
                          fmt_num(_med(fu, "cpu_s_per_1k_entries") * 1e3, " µs CPU"),
