@@ -180,7 +180,9 @@ def pending_action(ctx: Any, scheduled: Any) -> tuple[int | None, Any]:
     pending = getattr(ctx, "_pending_tasks", None)
     if not isinstance(pending, dict):
         return None, None
-    for task_id, candidate in pending.items():
+    # newest first: the task asked about is the one the SDK created last, and a workflow
+    # that fans out holds many pending tasks at once
+    for task_id, candidate in reversed(pending.items()):
         if candidate is scheduled:
             return int(task_id), pending_actions(ctx).get(task_id)
     return None, None

@@ -156,18 +156,20 @@ class Payload:
 _S = TypeVar("_S")
 _R = TypeVar("_R")
 _MAX_FOLDS = 4096
-"""Fold states kept per recorder (instance × fold), least recently used dropped first."""
+"""Instances whose fold states a recorder keeps, least recently used dropped first."""
 
 
 class _Fold:
-    """One fold's state over one instance's chain, and the last seq folded into it."""
+    """One fold's state over one instance's chain, the last seq folded into it, and the
+    step that folds one more entry (kept to fold this process's own appends)."""
 
-    __slots__ = ("lock", "seq", "state")
+    __slots__ = ("lock", "seq", "state", "step")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.seq = 0
         self.state: Any = None
+        self.step: Callable[[Any, rec.Entry], None] | None = None
 
 
 class _StartCounts(Counter[tuple[str, Any]]):
@@ -270,7 +272,7 @@ class AuditRecorder:
         self.keep_payloads = keep_payloads
         self._bound: _Bound | None = None
         self._secret = functools.lru_cache(maxsize=4096)(self._derive_secret)
-        self._folds: OrderedDict[tuple[str, str], _Fold] = OrderedDict()
+        self._folds: OrderedDict[str, dict[str, _Fold]] = OrderedDict()
         self._folds_lock = threading.Lock()
 
     def bind(self, ledger: Ledger, signer: Signer, *, max_payload: int | None = None) -> None:
@@ -350,8 +352,25 @@ class AuditRecorder:
         rows: dict[bytes, tuple[str, bytes]] = {}
         for p in payloads:
             rows.update(p.rows)
-        return self.writer.append(instance, kind, data, rows or None,
-                                  durable=kind in MUST_BE_DURABLE)
+        entry = self.writer.append(instance, kind, data, rows or None,
+                                   durable=kind in MUST_BE_DURABLE)
+        self._fold_own(entry)
+        return entry
+
+    def _fold_own(self, entry: rec.Entry) -> None:
+        """Fold an entry this process just appended into the instance's fold states that
+        end right before it. The chain's seqs are consecutive, so a state at seq − 1 is
+        then exactly the chain up to the entry — with no read. A state further behind
+        (another process or thread appended in between) is left for the next read."""
+        with self._folds_lock:
+            slots = self._folds.get(entry.instance)
+            folds = list(slots.values()) if slots else []
+        for slot in folds:
+            with slot.lock:
+                if slot.step is not None and slot.state is not None \
+                        and slot.seq == entry.seq - 1:
+                    slot.step(slot.state, entry)
+                    slot.seq = entry.seq
 
     def entries(self, instance: str) -> Iterator[rec.Entry]:
         """``instance``'s parsed entries in chain order, skipping any that do not parse.
@@ -365,22 +384,29 @@ class AuditRecorder:
                 continue
 
     def fold(self, instance: str, name: str, init: Callable[[], _S],
-             step: Callable[[_S, rec.Entry], None], answer: Callable[[_S], _R]) -> _R:
+             step: Callable[[_S, rec.Entry], None], answer: Callable[[_S], _R], *,
+             known: Callable[[_S], bool] | None = None) -> _R:
         """Fold ``step`` over ``instance``'s parsed entries; return ``answer(state)``.
 
         Reading the whole chain for every activity makes a long workflow quadratic. A
         chain only grows at its end, and appends are serialized, so what this process
         has read of it stays a prefix: the state of each fold (``name``) is kept per
         instance and brought up to date by reading only the entries after the last seq
-        it has seen — entries any process appended since included. A new process (after
-        a crash) starts from the first entry, as before. ``answer`` runs under the fold's
-        lock, so it may read the state but must return something that does not share it.
-        States are kept for the most recently used instances only.
+        it has seen — entries any process appended since included. Entries this process
+        appends are folded in as they are appended (:meth:`_fold_own`). ``known(state)``
+        True answers from memory without reading: for a question whose answer, once in
+        the state, later entries cannot change. A new process (after a crash) starts
+        from the first entry, as before. ``answer`` runs under the fold's lock, so it may
+        read the state but must return something that does not share it. States are kept
+        for the most recently used instances only.
         """
         slot = self._slot(instance, name)
         with slot.lock:
             if slot.state is None:
                 slot.state = init()
+            slot.step = step
+            if known is not None and known(slot.state):
+                return answer(slot.state)
             for row in self.ledger.entries(instance, after_seq=slot.seq):
                 slot.seq = max(slot.seq, row.seq)
                 try:
@@ -391,14 +417,16 @@ class AuditRecorder:
             return answer(slot.state)
 
     def _slot(self, instance: str, name: str) -> _Fold:
-        key = (instance, name)
         with self._folds_lock:
-            slot = self._folds.get(key)
-            if slot is None:
-                slot = self._folds[key] = _Fold()
-            self._folds.move_to_end(key)
+            slots = self._folds.get(instance)
+            if slots is None:
+                slots = self._folds[instance] = {}
+            self._folds.move_to_end(instance)
             while len(self._folds) > _MAX_FOLDS:
                 self._folds.popitem(last=False)
+            slot = slots.get(name)
+            if slot is None:
+                slot = slots[name] = _Fold()
         return slot
 
     def has_decision(self, instance: str, token: tuple[Any, ...]) -> bool:
@@ -409,12 +437,11 @@ class AuditRecorder:
         workflow's replays of its own decisions cost no read; otherwise by the
         incremental ``fold`` (only the entries after the last seq it has seen).
         """
-        slot = self._slot(instance, "decisions")
-        with slot.lock:
-            if slot.state is not None and slot.state.has(token):
-                return True
-        return bool(self.fold(instance, "decisions", _Decisions, _Decisions.add,
-                              lambda known: known.has(token)))
+        def holds(known: _Decisions) -> bool:
+            return known.has(token)
+
+        return bool(self.fold(instance, "decisions", _Decisions, _Decisions.add, holds,
+                              known=holds))
 
     def noted_decision(self, instance: str, token: tuple[Any, ...]) -> None:
         """Remember that ``token``'s decision was just appended to ``instance``'s chain.
