@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,11 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
+from histaudit.errors import EngineError
 from histaudit.ledger.keys import Signer, generate_keypair
 from histaudit.ledger.store import Ledger
 from support.cli import cli, exits
+from support.dapr_audit import GATED, PURGED, AuditedDaprRun, audited_dapr_run, put, rows, value
 from support.ledgers import LedgerDb, append_order
 from support.repo import HISTORIES, ORDER_HISTORY, REPO, SCHEMAS
 
@@ -64,8 +67,8 @@ def stdout_json(result: subprocess.CompletedProcess[str], code: int = 0) -> Any:
 def test_every_output_schema_is_a_valid_draft_2020_12_schema() -> None:
     names = sorted(p.name.removesuffix(".output.schema.json")
                    for p in SCHEMAS.glob("*.output.schema.json"))
-    assert names == ["checkpoint-verify", "crashtest", "finding", "list", "replay", "report",
-                     "show", "verify", "verify-bundle"]
+    assert names == ["checkpoint-verify", "crashtest", "dapr-verify", "finding", "list",
+                     "replay", "report", "show", "verify", "verify-bundle"]
     for name in names:
         validator(name)
 
@@ -285,3 +288,36 @@ def test_no_output_schema_says_instance_id() -> None:
     """One name for the instance field in every --json output: ``instance``."""
     for path in SCHEMAS.glob("*.output.schema.json"):
         assert '"instance_id"' not in path.read_text(encoding="utf-8"), path.name
+
+
+# --- dapr-verify, on a real signed daprd store and a real ledger ------------------------------
+
+@pytest.fixture(scope="module")
+def dapr_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuditedDaprRun]:
+    try:
+        with audited_dapr_run(tmp_path_factory.mktemp("dapr-json")) as run:
+            yield run
+    except EngineError as exc:
+        pytest.fail(f"cannot start the signing daprd stack: {exc}", pytrace=False)
+
+
+@pytest.mark.engine
+@pytest.mark.daprd
+def test_dapr_verify_json(dapr_run: AuditedDaprRun) -> None:
+    """Every variant: Dapr's checks alone, with the ledger (clean), a purged instance,
+    a tampered store (Dapr and cross-check findings)."""
+    run = dapr_run
+    alone = valid("dapr-verify", stdout_json(run.dapr_verify(GATED, run.db, "--json",
+                                                             ledger=False)))
+    assert alone["ledger"] is None and alone["crosscheck"] is None and alone["ok"] is True
+    both = valid("dapr-verify", stdout_json(run.dapr_verify(GATED, run.db, "--json")))
+    assert both["ledger"]["mode"] == "default" and both["crosscheck"]["findings"] == []
+    gone = valid("dapr-verify", stdout_json(run.dapr_verify(PURGED, run.db, "--json"), 1))
+    assert gone["present"] is False and gone["ok"] is False
+    db = run.copy("tampered")
+    [(key, _v, _b)] = rows(db, GATED, "history-000002")
+    raw = bytearray(value(db, key))
+    raw[-1] ^= 0x01
+    put(db, key, bytes(raw))
+    bad = valid("dapr-verify", stdout_json(run.dapr_verify(GATED, db, "--json"), 1))
+    assert bad["findings"] and bad["crosscheck"]["findings"] and bad["signed_events"] == 0

@@ -9,6 +9,8 @@ A bundle is a directory (zip it to send it)::
     keys.json            the public keys, with their validity windows
     payloads.jsonl       kept payloads (salt + bytes), only with --with-payloads
     report.html          a human report, one file, no network
+    dapr-rows.jsonl      Dapr's signed workflow rows, exact bytes, only with a DaprSource
+    dapr-anchors.pem     the trust anchors of those rows' signatures (bundle/dapr_rows.py)
 
 Instances are exported whole (seq 1 to the signed head): only a whole chain can prove
 that nothing is missing. ``--since``/``--until`` choose which instances, by the times of
@@ -39,7 +41,19 @@ from histaudit.verify.verifier import verify_chain
 from .envelope import BUNDLE_VERSION, MANIFEST_TYPE, b64, pae
 from .staging import StagedOutput
 
-__all__ = ["ExportResult", "export"]
+__all__ = ["DaprSource", "ExportResult", "export"]
+
+
+@dataclass(frozen=True)
+class DaprSource:
+    """Where ``export`` reads Dapr's signed rows of the exported instances: daprd's
+    actor state store, its table, the app (None: the one app holding each instance),
+    and the trust anchors' PEM bytes, which go into the bundle as they are."""
+
+    state: str
+    anchors: bytes
+    app_id: str | None = None
+    table: str = "state"
 
 
 # --- export ----------------------------------------------------------------------------
@@ -55,7 +69,8 @@ class ExportResult:
 def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str], *,
            signer: Signer, trust: TrustStore, since: str | None = None,
            until: str | None = None, with_payloads: bool = False,
-           html: bool = True, progress: Progress | None = None) -> ExportResult:
+           html: bool = True, progress: Progress | None = None,
+           dapr: DaprSource | None = None) -> ExportResult:
     """Write a bundle of ``instances`` (all instances when empty) to directory ``out``.
 
     ``progress(done, total)`` is told how far the bundle is: the ledger's leaves hashed
@@ -80,9 +95,12 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
             raise InputError(f"instance {rec.shown_id(instance)} has no signed head or no "
                              f"entries")
     counts: dict[str, int] = {}
+    # Dapr's rows are read before the checkpoint, and outside its transaction: a bad
+    # store is refused before anything is written.
+    extra = _dapr_files(dapr, chosen) if dapr is not None else {}
     staged = StagedOutput(out, lambda cp: _bundle_files(ledger, chosen, heads, cp, signer,
                                                         trust, since, until, with_payloads,
-                                                        html, counts, progress),
+                                                        html, counts, progress, extra),
                           what="bundle", directory=True)
     make_checkpoint(ledger, signer, output=staged)
     return ExportResult(Path(out), len(chosen), counts["entries"], staged.written)
@@ -91,8 +109,10 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
 def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.StoredHead | None],
                   cp: Checkpoint, signer: Signer, trust: TrustStore, since: str | None,
                   until: str | None, with_payloads: bool, html: bool,
-                  counts: dict[str, int], progress: Progress | None) -> dict[str, bytes]:
-    """Every file of the bundle, the manifest last, for the signed checkpoint ``cp``."""
+                  counts: dict[str, int], progress: Progress | None,
+                  extra: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Every file of the bundle, the manifest last, for the signed checkpoint ``cp``;
+    ``extra`` (Dapr's rows) is listed and hashed in the manifest like the others."""
     tally = Tally(progress)
     if progress is not None:
         wanted = set(chosen)
@@ -104,7 +124,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
     # Witness cosignatures stored for this size go with the note (docs/bundle.md §4.4):
     # `checkpoint cosign` just before an export, with no append between, gives them.
     cosigs = [line for size, _, _, line in ledger.cosignatures() if size == cp.size]
-    files: dict[str, bytes] = {"checkpoint.note": with_lines(cp.note, cosigs)}
+    files: dict[str, bytes] = {"checkpoint.note": with_lines(cp.note, cosigs), **extra}
     entry_lines, head_lines, payload_lines = [], [], []
     summaries, kids = [], {signer.kid}
     reports: list[Report] = []
@@ -193,3 +213,25 @@ def _payload_lines(ledger: Ledger, entry: rec.Entry) -> list[bytes]:
     return lines
 
 
+
+
+def _dapr_files(source: DaprSource, instances: list[str]) -> dict[str, bytes]:
+    """``dapr-rows.jsonl`` and ``dapr-anchors.pem`` (bundle/dapr_rows.py): the rows of
+    each instance as stored, None for one the store holds no state for (the verifier
+    reports it as ``dapr-instance-missing``)."""
+    from histaudit.verify.dapr_history import DaprWorkflowRows, load_anchors
+
+    from .dapr_rows import DAPR_ANCHORS, DAPR_ROWS, encode_rows
+    from .dapr_state import read_workflow_rows
+
+    load_anchors(source.anchors, "given")  # refuse a file without a certificate now
+    items: dict[str, DaprWorkflowRows | None] = {}
+    for instance in instances:
+        try:
+            items[instance] = read_workflow_rows(source.state, instance, app_id=source.app_id,
+                                                 table=source.table)
+        except InputError as exc:
+            if "no workflow state for instance" not in str(exc):
+                raise
+            items[instance] = None
+    return {DAPR_ROWS: encode_rows(items, source.app_id), DAPR_ANCHORS: source.anchors}

@@ -13,10 +13,10 @@ import hashlib
 import os
 import stat
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -26,11 +26,15 @@ from histaudit.ledger import records as rec
 from histaudit.ledger.checkpoint import Checkpoint, parse_note
 from histaudit.ledger.keys import PublicKey, TrustStore
 from histaudit.verify.consistency import ConsistencyResult, signed_tree_extends
+from histaudit.verify.dapr_crosscheck import verify_with_ledger
+from histaudit.verify.dapr_history import load_anchors
 from histaudit.verify.findings import Finding
+from histaudit.verify.payloads import PayloadLookup
 from histaudit.verify.progress import Progress, Tally
 from histaudit.verify.report import Report, Scope
 from histaudit.verify.verifier import verify_chain
 
+from .dapr_rows import DAPR_ANCHORS, DAPR_ROWS, decode_rows
 from .envelope import (
     BUNDLE_VERSION,
     FILE_MAX_BYTES,
@@ -43,6 +47,9 @@ from .envelope import (
     pae,
     unb64,
 )
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 __all__ = ["BundleResult", "load_manifest", "verify_bundle"]
 
@@ -201,7 +208,8 @@ def load_manifest(root: Path, trust: TrustStore) -> tuple[dict[str, Any], str]:
 
 def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
                   full: bool = True, since: Checkpoint | None = None,
-                  progress: Progress | None = None) -> BundleResult:
+                  progress: Progress | None = None,
+                  anchors: Sequence[x509.Certificate] | None = None) -> BundleResult:
     """Verify a bundle offline: manifest, files, checkpoint, inclusion proofs, every chain;
     with ``since`` (a kept checkpoint, already verified), also that the bundle's tree
     extends it.
@@ -210,6 +218,11 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     leaves ``since`` covers (exported for some instances only: §5.1); SignatureError when
     its manifest or checkpoint note is not signed by a trusted key. ``progress(done,
     total)`` counts each entry twice: its inclusion proof, then its place in its chain.
+
+    A bundle exported with Dapr's rows (``dapr-rows.jsonl``) also has each instance's
+    Dapr signatures checked and its signed history cross-checked with its chain
+    (:func:`_with_dapr`), against ``anchors`` when given, else the bundle's own
+    ``dapr-anchors.pem``.
     """
     root = Path(path)
     manifest, _ = load_manifest(root, trust)
@@ -311,8 +324,50 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
                                     heads.get(name), trust=trust, full=full, workers=1,
                                     payload_lookup=lookup))
     tally.tell()
+    if DAPR_ROWS in contents:
+        reports = _with_dapr(contents, names, reports, rows, findings, anchors,
+                             payloads.get if lookup is not None else _no_payload)
+    elif anchors is not None:
+        raise InputError("--trust-anchors checks Dapr's rows, and this bundle has none "
+                         "(export it with --dapr-state)")
     return BundleResult(checkpoint=cp, findings=tuple(findings), reports=tuple(reports),
                         consistency=consistency)
+
+
+def _no_payload(_commitment: str) -> None:
+    return None
+
+
+def _with_dapr(contents: Mapping[str, bytes], names: list[str], reports: list[Report],
+               rows: Mapping[str, list[rec.StoredEntry]], findings: list[Finding],
+               anchors: Sequence[x509.Certificate] | None, lookup: PayloadLookup
+               ) -> list[Report]:
+    """Each instance's report with its Dapr findings merged in (mode ``+engine``: Dapr's
+    signed history is the engine's): Dapr's own signature checks, then the cross-check
+    of the signed events with the instance's chain (``histaudit.verify.dapr_crosscheck``).
+    An instance without a line in dapr-rows.jsonl is a bundle finding."""
+    if anchors is None:
+        if DAPR_ANCHORS not in contents:
+            raise InputError(f"bundle has {DAPR_ROWS} but no {DAPR_ANCHORS}: pass "
+                             f"--trust-anchors")
+        anchors = load_anchors(contents[DAPR_ANCHORS], f"bundle {DAPR_ANCHORS}")
+    bundled = decode_rows(contents[DAPR_ROWS])
+    out = []
+    for name, report in zip(names, reports, strict=True):
+        item = bundled.get(name)
+        if item is None:
+            findings.append(Finding.make("bundle-file-changed", name, None,
+                                         f"{DAPR_ROWS} has no line for instance {name!r}"))
+            out.append(report)
+            continue
+        result = verify_with_ledger(name, item.rows, anchors, rows.get(name, []), lookup,
+                                    app_id=item.app_id)
+        # In a report, seq is a ledger entry: Dapr's own findings name their signature
+        # in the message instead of by seq.
+        own = [replace(f, seq=None, entries=())
+               for f in (result.history.findings if result.history is not None else ())]
+        out.append(report.with_findings([*own, *result.crosscheck], "engine"))
+    return out
 
 
 def _extends(old: Checkpoint, cp: Checkpoint, leaves: Mapping[int, bytes], *,

@@ -26,6 +26,7 @@ from .options import (
     TIMESTAMP,
     db_option,
     key_option,
+    read_file,
     trust_option,
     trust_store,
 )
@@ -199,10 +200,34 @@ def _signed_entry(ledger: Ledger, instance: str, seq: int) -> rec.Entry:
 @db_option
 @key_option
 @trust_option
+@click.option("--dapr-state", "dapr_state", metavar="PATH",
+              help="Also include Dapr's signed workflow rows of the instances from this "
+                   "daprd actor state store (docs/dapr-signatures.md; needs "
+                   "--trust-anchors).")
+@click.option("--trust-anchors", "trust_anchors", metavar="CA.pem",
+              help="With --dapr-state: the PEM trust anchors of Dapr's signatures "
+                   "(sentry's ca.crt), carried in the bundle.")
+@click.option("--dapr-app-id", "dapr_app_id", metavar="ID",
+              help="With --dapr-state: the app whose rows to read; its SPIFFE ID must sign.")
+@click.option("--dapr-table", "dapr_table", default="state", show_default=True,
+              metavar="NAME", help="With --dapr-state: the state table (tableName).")
 def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until: str | None,
-           with_payloads: bool, db: str | None, key: str | None, trust: str | None) -> int:
+           with_payloads: bool, db: str | None, key: str | None, trust: str | None,
+           dapr_state: str | None = None, trust_anchors: str | None = None,
+           dapr_app_id: str | None = None, dapr_table: str = "state") -> int:
     """Write a self-contained signed bundle of INSTANCE_IDS (default: all) for auditors."""
+    from histaudit.bundle.export import DaprSource
     from histaudit.bundle.export import export as write_bundle
+
+    dapr = None
+    if dapr_state is None:
+        if trust_anchors or dapr_app_id:
+            raise UsageError("--trust-anchors and --dapr-app-id go with --dapr-state")
+    elif not trust_anchors:
+        raise UsageError("--dapr-state needs --trust-anchors CA.pem")
+    else:
+        dapr = DaprSource(dapr_state, read_file(trust_anchors, "trust anchors"),
+                          app_id=dapr_app_id, table=dapr_table)
 
     signer = signer_from_env(key)
     keys = trust_store(trust)
@@ -212,7 +237,7 @@ def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until
     with _open(db) as ledger, Meter(f"exporting to {shown}") as meter:
         result = write_bundle(ledger, instance_ids, out_dir, signer=signer, trust=keys,
                               since=since, until=until, with_payloads=with_payloads,
-                              progress=meter.callback)
+                              progress=meter.callback, dapr=dapr)
     click.echo(f"exported {result.instances} instance(s), {result.entries} entries, "
                f"{result.bytes} bytes to {result.path}")
     return EXIT_CLEAN

@@ -52,10 +52,13 @@ def _exit_code(reports: list[Report], fail_on: str) -> int:
 @click.option("--engine", "engine_addr", metavar="HOST:PORT",
               help="Also cross-check INSTANCE_ID's activity completions against the "
                    "engine's own history (GetInstanceHistory).")
+@click.option("--trust-anchors", "trust_anchors", metavar="CA.pem",
+              help="With --bundle: check the bundle's Dapr signatures against these PEM "
+                   "trust anchors (sentry's ca.crt) instead of the ones it carries.")
 def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | None,
            as_json: bool, fail_on: str, full: bool, workers: int | None,
            since: str | None, bundle_path: str | None, engine_addr: str | None,
-           policy_file: str | None = None) -> int:
+           policy_file: str | None = None, trust_anchors: str | None = None) -> int:
     """Prove INSTANCE_ID's chain complete and untampered; report what happened across crashes."""
     if engine_addr and (not instance_id or all_ or bundle_path):
         raise UsageError("--engine cross-checks one instance: give INSTANCE_ID, without "
@@ -63,7 +66,11 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
     if bundle_path:
         if instance_id or all_:
             raise UsageError("--bundle verifies the whole bundle; drop INSTANCE_ID and --all")
-        return _verify_bundle(bundle_path, trust, as_json, fail_on, since, policy_file)
+        return _verify_bundle(bundle_path, trust, as_json, fail_on, since, policy_file,
+                              trust_anchors)
+    if trust_anchors:
+        raise UsageError("--trust-anchors pins the anchors of a bundle's Dapr rows: give "
+                         "--bundle DIR (for a state store, use `histaudit dapr-verify`)")
     if instance_id and all_:
         raise UsageError("give INSTANCE_ID or --all, not both")
     if not (instance_id or all_ or since):
@@ -156,16 +163,21 @@ def _show(reports: list[Report], as_json: bool, *, old: Checkpoint | None,
 
 
 def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
-                   since: str | None, policy_file: str | None = None) -> int:
+                   since: str | None, policy_file: str | None = None,
+                   trust_anchors: str | None = None) -> int:
     from histaudit.bundle.verify import verify_bundle
     from histaudit.ledger.checkpoint import parse_note
+    from histaudit.verify.dapr_history import load_anchors
 
     keys = trust_store(trust)
+    anchors = (load_anchors(read_file(trust_anchors, "trust anchors"), trust_anchors)
+               if trust_anchors else None)
     policy = read_policy(policy_file) if policy_file else None
     old = parse_note(read_file(since, "checkpoint"), keys, source=since) if since else None
     with Meter(f"verifying bundle {render.clip(os.path.basename(path.rstrip('/')), 40)}"
                ) as meter:
-        result = verify_bundle(path, keys, since=old, progress=meter.callback)
+        result = verify_bundle(path, keys, since=old, progress=meter.callback,
+                               anchors=anchors)
     reports = result.all_reports()
     if policy is not None:
         # Judged on the bundle's checkpoint.note as it stands; the manifest's digest of

@@ -29,11 +29,14 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa, utils
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from histaudit.errors import InputError
+
 from .findings import Finding
 
 __all__ = ["DaprHistoryResult", "DaprWorkflowRows", "HistorySignature", "SpiffeId",
-           "events_digest", "parse_history_signature", "parse_signing_certificate",
-           "signature_input", "verify_dapr_history"]
+           "WireError", "events_digest", "load_anchors", "parse_history_signature",
+           "parse_signing_certificate", "read_message", "signature_input",
+           "verify_dapr_history"]
 
 
 class WireError(ValueError):
@@ -89,7 +92,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
             raise WireError(f"unsupported wire type {wire}")
 
 
-def _message(data: bytes, spec: Mapping[int, type]) -> dict[int, Any]:
+def read_message(data: bytes, spec: Mapping[int, type]) -> dict[int, Any]:
     """The fields of ``spec`` (number -> int or bytes) found in ``data``; the last
     occurrence wins, as in protobuf; a field of the wrong wire type is an error."""
     out: dict[int, Any] = {}
@@ -118,7 +121,7 @@ class HistorySignature:
 
 
 def parse_history_signature(raw: bytes) -> HistorySignature:
-    f = _message(raw, {1: int, 2: int, 3: bytes, 4: bytes, 5: int, 6: bytes})
+    f = read_message(raw, {1: int, 2: int, 3: bytes, 4: bytes, 5: int, 6: bytes})
     return HistorySignature(start_event_index=f.get(1, 0), event_count=f.get(2, 0),
                             previous_signature_digest=f.get(3), events_digest=f.get(4, b""),
                             certificate_index=f.get(5, 0), signature=f.get(6, b""))
@@ -127,15 +130,15 @@ def parse_history_signature(raw: bytes) -> HistorySignature:
 def parse_signing_certificate(raw: bytes) -> bytes:
     """durabletask ``SigningCertificate``: field 1, the DER certificates concatenated
     (leaf first)."""
-    return bytes(_message(raw, {1: bytes}).get(1, b""))
+    return bytes(read_message(raw, {1: bytes}).get(1, b""))
 
 
 def event_timestamp(raw_event: bytes) -> datetime | None:
     """``HistoryEvent.timestamp`` (field 2, a ``google.protobuf.Timestamp``), or None."""
-    ts = _message(raw_event, {2: bytes}).get(2)
+    ts = read_message(raw_event, {2: bytes}).get(2)
     if ts is None:
         return None
-    t = _message(ts, {1: int, 2: int})
+    t = read_message(ts, {1: int, 2: int})
     seconds = t.get(1, 0)
     if seconds >= 1 << 63:
         seconds -= 1 << 64
@@ -209,6 +212,14 @@ def _split_der(chain: bytes) -> list[x509.Certificate]:
     if not certs:
         raise ValueError("empty certificate chain")
     return certs
+
+
+def load_anchors(data: bytes, source: str) -> list[x509.Certificate]:
+    """The PEM certificates of a trust-anchors file (``source`` names it in the error)."""
+    try:
+        return list(x509.load_pem_x509_certificates(data))
+    except ValueError:
+        raise InputError(f"trust anchors {source}: no PEM certificate in the file") from None
 
 
 def _valid_at(cert: x509.Certificate, at: datetime) -> bool:
@@ -304,6 +315,10 @@ class DaprHistoryResult:
     covered: int
     signers: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    verified: int = 0
+    """How many leading events are covered by signatures 0..k that all passed every check
+    (no finding about any of them): Dapr's *signed history*, what a cross-check may
+    trust. Events after it are not Dapr's word, whatever else is stored."""
 
     @property
     def ok(self) -> bool:
@@ -326,7 +341,7 @@ def _metadata_lengths(raw: bytes | None) -> dict[str, int] | None:
     if raw is None:
         return None
     try:
-        f = _message(raw, {2: int, 4: int, 5: int})
+        f = read_message(raw, {2: int, 4: int, 5: int})
     except WireError:
         return None
     return {"history": f.get(2, 0), "signature": f.get(4, 0), "sigcert": f.get(5, 0)}
@@ -373,13 +388,20 @@ def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certifica
     signers: list[str] = []
     expected_start = 0
     covered_flags = [False] * len(history)
+    # The sound prefix: signature i extends it when it and all before it added no finding.
+    verified, sound, mark, pending = 0, True, len(out), 0
     for i, raw in enumerate(raw_sigs):
+        if i > 0 and sound:
+            sound = len(out) == mark
+            verified = pending if sound else verified
+        mark = len(out)
         try:
             sig = parse_history_signature(raw)
         except WireError as exc:
             add("dapr-record-malformed", i, f"signature {i} is not a HistorySignature: {exc}")
             break
         start, end = sig.start_event_index, sig.start_event_index + sig.event_count
+        pending = end
         # chain linkage and contiguity
         if i == 0 and sig.previous_signature_digest is not None:
             add("dapr-chain-broken", i, "first signature names a previous signature")
@@ -435,13 +457,16 @@ def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certifica
             if app_id is not None and spiffe.app_id != app_id:
                 add("dapr-signer-identity", i,
                     f"signature {i} was made by {spiffe.uri}, not app {app_id!r}")
+    if raw_sigs and sound and len(out) == mark:
+        verified = pending
     gaps = _runs(covered_flags)
     if gaps:
         where = ", ".join(f"[{a}, {b})" for a, b in gaps[:6])
         add("dapr-history-uncovered", None, f"events {where} are covered by no signature"
                                             + ("" if len(gaps) <= 6 else f" ({len(gaps)} runs)"))
     return DaprHistoryResult(instance=inst, events=len(history), signatures=len(raw_sigs),
-                             covered=sum(covered_flags), signers=signers, findings=out)
+                             covered=sum(covered_flags), signers=signers, findings=out,
+                             verified=min(verified, len(history)))
 
 
 def _runs(flags: Sequence[bool]) -> list[tuple[int, int]]:

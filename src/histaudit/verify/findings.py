@@ -92,6 +92,11 @@ CODES: dict[str, tuple[Severity, str]] = {
                                  "message it should be"),
     "dapr-state-inconsistent": (E, "Dapr workflow state rows are missing or disagree with "
                                    "its metadata"),
+    # Dapr's signed history against the ledger (docs/dapr-signatures.md, cross-check)
+    "dapr-history-behind-ledger": (E, "Dapr's signed history lacks what the ledger signed: "
+                                      "cut at a signature boundary or rolled back"),
+    "dapr-instance-missing": (E, "the ledger holds an instance the Dapr state store has no "
+                                 "state for (purged or deleted)"),
     # behaviour across crashes
     "activity-reexecuted": (I, "activity delivered more than once for one task (at-least-once)"),
     "activity-nondeterministic": (W, "re-executions of one task returned different results"),

@@ -1,0 +1,293 @@
+"""Cross-check Dapr's signed workflow history with histaudit's own signed ledger.
+
+Dapr's ``WorkflowHistorySigning`` (:mod:`histaudit.verify.dapr_history`) proves that the
+stored events are what daprd signed, in order; it cannot prove that nothing was cut after
+the last signature, that the instance was not rolled back to an earlier signed state, or
+that it was not deleted: an earlier state is a valid signed prefix. The ledger signs every
+activity completion before its result reaches the engine and the workflow's end before
+its outcome does, so it knows what Dapr's history must at least contain.
+
+Only *Dapr's signed history* counts: the events covered by the leading signatures that
+passed every check (:attr:`DaprHistoryResult.verified`). Against it:
+
+* the ledger ran a task (``activity.started``, ``.completed`` or ``.failed``) that Dapr's
+  signed history never scheduled — ``dapr-history-behind-ledger``: daprd commits
+  ``TaskScheduled`` before it dispatches the activity, so the history was cut or rewound;
+* the ledger signed the workflow's end (``workflow.completed``, ``.failed``,
+  ``.continued_as_new``) and Dapr's signed history has no ``ExecutionCompleted`` (nor
+  ``ContinueAsNew``) — ``dapr-history-behind-ledger``, said as such;
+* every ``TaskCompleted`` and the ledger's ``activity.completed`` records, both ways,
+  through the engine cross-check itself (:class:`histaudit.verify.crosscheck.
+  EngineCrossCheck`: ``engine-unsigned-completion``, ``replay-mismatch``,
+  ``engine-missing-completion``, ``engine-completion-unverifiable``): Dapr's rows *are*
+  the engine's history, serialized ``HistoryEvent`` protobufs;
+* Dapr's ``ExecutionCompleted`` result against the signed ``workflow.completed`` output
+  (``replay-mismatch``), and an ``ExecutionCompleted`` the ledger never signed an end for
+  (``engine-unsigned-completion``);
+* no Dapr state at all for an instance the ledger holds — ``dapr-instance-missing``.
+
+The events are read with the same wire-format reader as the signatures (never the SDK's
+generated classes: verification imports no Dapr SDK, docs/adr/0003-layers.md), into
+small values with the attribute names of the generated ``HistoryEvent`` that
+:class:`EngineCrossCheck` reads. Pure: rows in, findings out.
+
+For an instance that continued as new, Dapr keeps only the last generation: the ledger's
+records after its last ``workflow.continued_as_new`` are compared (none when the ledger
+ends with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography import x509
+
+from histaudit.errors import FormatError
+from histaudit.ledger import records as rec
+from histaudit.ledger.kinds import Kind
+from histaudit.ledger.records import StoredEntry, commitment_matches
+
+from .crosscheck import EngineCrossCheck
+from .dapr_history import (
+    DaprHistoryResult,
+    DaprWorkflowRows,
+    WireError,
+    read_message,
+    verify_dapr_history,
+)
+from .findings import ENTRIES_LISTED, Finding
+from .payloads import PayloadLookup
+
+__all__ = ["DaprEvent", "DaprLedgerResult", "crosscheck_dapr", "instance_missing",
+           "parse_history_event", "verify_with_ledger"]
+
+_RAN = (Kind.ACTIVITY_STARTED, Kind.ACTIVITY_COMPLETED, Kind.ACTIVITY_FAILED)
+_ENDS = (Kind.WORKFLOW_COMPLETED, Kind.WORKFLOW_FAILED, Kind.WORKFLOW_CONTINUED_AS_NEW)
+
+# HistoryEvent's oneof members this check reads (durabletask orchestrator_service.proto)
+_EXECUTION_COMPLETED, _TASK_SCHEDULED, _TASK_COMPLETED, _TASK_FAILED = 4, 6, 7, 8
+_CONTINUE_AS_NEW = 20
+
+
+@dataclass(frozen=True, slots=True)
+class _StringValue:
+    """``google.protobuf.StringValue``: ``value`` is "" when absent, as in protobuf."""
+
+    value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _TaskCompleted:
+    taskScheduledId: int  # noqa: N815 - the generated message's field names
+    result: _StringValue
+    taskExecutionId: str  # noqa: N815
+
+
+@dataclass(frozen=True, slots=True)
+class DaprEvent:
+    """The parts of one stored ``HistoryEvent`` the cross-check reads. ``HasField`` and
+    ``taskCompleted`` are those of the generated class, so :class:`EngineCrossCheck`
+    takes these as it takes the engine's own events."""
+
+    index: int
+    event_id: int
+    kind: str  # "taskScheduled", "taskCompleted", "executionCompleted", … or "other"
+    taskCompleted: _TaskCompleted | None = None  # noqa: N815
+    result: str | None = None  # executionCompleted's result (None when absent)
+    members: frozenset[str] = field(default_factory=frozenset)
+
+    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
+        return name in self.members
+
+
+def _int32(value: int) -> int:
+    """A varint-encoded int32 (negatives are sign-extended to 64 bits on the wire)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _string_value(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    return bytes(read_message(raw, {1: bytes}).get(1, b"")).decode("utf-8")
+
+
+def parse_history_event(raw: bytes, index: int) -> DaprEvent:
+    """One stored ``history-NNNNNN`` row (its exact bytes) as a :class:`DaprEvent`;
+    :class:`WireError` (or UnicodeDecodeError) when it is not a HistoryEvent."""
+    f = read_message(raw, {1: int, _EXECUTION_COMPLETED: bytes, _TASK_SCHEDULED: bytes,
+                           _TASK_COMPLETED: bytes, _TASK_FAILED: bytes,
+                           _CONTINUE_AS_NEW: bytes})
+    event_id = _int32(f.get(1, 0))
+    if _TASK_COMPLETED in f:
+        done = read_message(f[_TASK_COMPLETED], {1: int, 2: bytes, 3: bytes})
+        task = _TaskCompleted(_int32(done.get(1, 0)), _StringValue(_string_value(done.get(2))
+                                                                    or ""),
+                              bytes(done.get(3, b"")).decode("utf-8"))
+        return DaprEvent(index, event_id, "taskCompleted", taskCompleted=task,
+                         members=frozenset({"taskCompleted"}))
+    if _EXECUTION_COMPLETED in f:
+        ended = read_message(f[_EXECUTION_COMPLETED], {1: int, 2: bytes})
+        return DaprEvent(index, event_id, "executionCompleted",
+                         result=_string_value(ended.get(2)),
+                         members=frozenset({"executionCompleted"}))
+    for number, name in ((_TASK_SCHEDULED, "taskScheduled"), (_TASK_FAILED, "taskFailed"),
+                         (_CONTINUE_AS_NEW, "continueAsNew")):
+        if number in f:
+            return DaprEvent(index, event_id, name, members=frozenset({name}))
+    return DaprEvent(index, event_id, "other")
+
+
+@dataclass
+class _Claims:
+    """What the ledger's current generation says happened."""
+
+    ran: dict[int, list[int]] = field(default_factory=dict)  # task id -> seqs
+    activity: dict[int, str] = field(default_factory=dict)
+    end: rec.Entry | None = None
+
+
+def _claims(entries: Sequence[rec.Entry]) -> _Claims:
+    claims = _Claims()
+    for e in entries:
+        task = e.data.get("task_id")
+        if e.kind in _RAN and task.__class__ is int:
+            claims.ran.setdefault(task, []).append(e.seq)
+            claims.activity.setdefault(task, str(e.data.get("activity", "?")))
+        elif e.kind in _ENDS and (claims.end is None or e.seq > claims.end.seq):
+            claims.end = e
+    return claims
+
+
+def _generation(entries: Iterable[StoredEntry], instance: str) -> list[rec.Entry]:
+    """The instance's entries that parse (the integrity check reports the others), from
+    the last ``workflow.continued_as_new`` on (the generation Dapr still holds)."""
+    parsed = []
+    for row in entries:
+        try:
+            e = rec.parse_entry(row.body)
+        except FormatError:
+            continue
+        if e.instance == instance:
+            parsed.append(e)
+    parsed.sort(key=lambda e: e.seq)
+    last_can = max((i for i, e in enumerate(parsed)
+                    if e.kind == Kind.WORKFLOW_CONTINUED_AS_NEW), default=None)
+    # After the last continue-as-new: the generation Dapr holds (none of its records yet
+    # when the ledger ends with it, and then nothing to compare).
+    return parsed if last_can is None else parsed[last_can + 1:]
+
+
+def _seqs(seqs: Sequence[int]) -> list[int]:
+    return sorted(seqs)[:ENTRIES_LISTED]
+
+
+def crosscheck_dapr(instance: str, signed_events: Sequence[bytes],
+                    entries: Iterable[StoredEntry], lookup: PayloadLookup) -> list[Finding]:
+    """Findings of the module docstring for ``instance``: ``signed_events`` are the exact
+    stored bytes of Dapr's signed history (``history[:result.verified]``), ``entries``
+    the instance's ledger rows, ``lookup`` the ledger's stored payloads."""
+    out: list[Finding] = []
+    events: list[DaprEvent] = []
+    for i, raw in enumerate(signed_events):
+        try:
+            events.append(parse_history_event(raw, i))
+        except (WireError, UnicodeDecodeError) as exc:  # signed, yet not a HistoryEvent
+            out.append(Finding.make("dapr-record-malformed", instance, None,
+                                    f"signed history event {i} is not a HistoryEvent: {exc}"))
+    generation = _generation(entries, instance)
+    claims = _claims(generation)
+    scheduled = {e.event_id for e in events if e.kind == "taskScheduled"}
+    ended = next((e for e in events if e.kind in ("executionCompleted", "continueAsNew")),
+                 None)
+    where = f"Dapr's signed history ({len(signed_events)} events)"
+    for task, seqs in sorted(claims.ran.items()):
+        if task in scheduled:
+            continue
+        name = claims.activity[task]
+        out.append(Finding.make(
+            "dapr-history-behind-ledger", instance, min(seqs),
+            f"activity {name} (task {task}) ran at entr{'y' if len(seqs) == 1 else 'ies'} "
+            f"{', '.join(map(str, sorted(seqs)[:ENTRIES_LISTED]))}, but {where} never "
+            f"scheduled it: the history was cut or rolled back",
+            entries=_seqs(seqs), task_id=task, activity=name))
+    end = claims.end
+    if end is not None and ended is None:
+        out.append(Finding.make(
+            "dapr-history-behind-ledger", instance, end.seq,
+            f"the ledger signed {end.kind} at entry {end.seq}, but {where} has no "
+            f"ExecutionCompleted: the instance's end was cut or rolled back"))
+    elif end is None and ended is not None and ended.kind == "executionCompleted":
+        out.append(Finding.make(
+            "engine-unsigned-completion", instance, None,
+            f"{where} completes the workflow (event {ended.index}), but the ledger signed "
+            f"no workflow.completed or workflow.failed"))
+    elif (end is not None and ended is not None and end.kind == Kind.WORKFLOW_COMPLETED
+          and ended.kind == "executionCompleted"
+          and _differs(end.data.get("output"), ended.result, lookup)):
+        out.append(Finding.make(
+            "replay-mismatch", instance, end.seq,
+            f"Dapr's signed workflow result (event {ended.index}) is not the output the "
+            f"ledger signed at entry {end.seq}"))
+    engine = EngineCrossCheck(instance, events, lookup)
+    for e in generation:
+        if e.kind == Kind.ACTIVITY_COMPLETED:
+            engine.observe_valid(_NO_ROW, e.instance, e.seq, e.kind, e.kid, e.ts, e.data)
+    out.extend(engine.finish())
+    return out
+
+
+_NO_ROW = StoredEntry(-1, "", 0, "", b"", b"")  # EngineCrossCheck reads the parsed fields only
+
+
+def _differs(ref: Any, result: str | None, lookup: PayloadLookup) -> bool:
+    """Whether Dapr's ``result`` provably differs from the signed output ``ref``: by the
+    salted commitment while the payload is stored, by size once it is erased."""
+    raw = None if result is None or result == "" else result.encode("utf-8")
+    if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
+        return raw is not None
+    if raw is None:
+        return True
+    stored = lookup(ref["c"])
+    if stored is not None:
+        return not commitment_matches(ref["c"], raw, stored[0])
+    size = ref.get("n")
+    return isinstance(size, int) and size != len(raw)
+
+
+def instance_missing(instance: str, entries: int) -> Finding:
+    """The finding for an instance the ledger holds (``entries`` of them) and the state
+    store does not: purged, deleted, or never this store's."""
+    return Finding.make(
+        "dapr-instance-missing", instance, None,
+        f"the ledger holds {entries} entries of instance {instance!r}, but the state store "
+        f"has no workflow state for it: purged or deleted")
+
+
+@dataclass
+class DaprLedgerResult:
+    """Dapr's own signature checks of one instance (None: no state stored) and the
+    cross-check of its signed history with the ledger."""
+
+    history: DaprHistoryResult | None
+    crosscheck: list[Finding]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [*(self.history.findings if self.history is not None else ()),
+                *self.crosscheck]
+
+
+def verify_with_ledger(instance: str, rows: DaprWorkflowRows | None,
+                       anchors: Sequence[x509.Certificate], entries: Sequence[StoredEntry],
+                       lookup: PayloadLookup, *, app_id: str | None = None
+                       ) -> DaprLedgerResult:
+    """Dapr's signature checks over ``rows`` (None when the store holds no state for
+    ``instance``), then the cross-check of the events they cover with ``entries``."""
+    if rows is None:
+        return DaprLedgerResult(None, [instance_missing(instance, len(entries))])
+    history = verify_dapr_history(rows, anchors, app_id=app_id)
+    signed = [rows.history[i] for i in range(history.verified)]
+    return DaprLedgerResult(history, crosscheck_dapr(instance, signed, entries, lookup))
