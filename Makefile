@@ -7,7 +7,7 @@ DAPRD  := .tools/daprd/bin/daprd
 
 WITNESS := .tools/bin/.litewitness-v0.9.0
 
-.PHONY: test demo demo-87 bench engine daprd witness postgres chromium venv lint clean
+.PHONY: test demo demo-daprd demo-87 demo-87-daprd bench engine daprd witness postgres chromium venv lint clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -53,6 +53,16 @@ demo: venv engine
 # it, and the counters and `histaudit verify` show only step 87 ran twice (~15 s).
 demo-87: venv engine
 	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) examples/financial_agent/demo.py
+
+# The same demos on real daprd + placement + scheduler (`make daprd`: ~7 min to build on a
+# fresh machine, 0.15 s once built; docs/adr/0008-daprd.md says why `make demo` does not
+# default to it).
+demo-daprd: venv daprd
+	HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) $(PY) examples/triage/demo.py --engine daprd
+
+demo-87-daprd: venv daprd
+	HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) $(PY) examples/financial_agent/demo.py \
+	    --engine daprd
 
 # ruff (rules and reasons in pyproject.toml), mypy --strict over src/, and import-linter's
 # layer contracts (docs/adr/0003-layers.md). CI runs it before the tests.

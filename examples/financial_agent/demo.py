@@ -10,8 +10,10 @@ counts what the agent did and runs the real ``histaudit verify``:
 * ``histaudit verify`` exits 0: the chain is complete and signed, and the second run of
   step 87 is reported (info) with both executions' evidence.
 
-Exit status 0 only when all of that holds. Everything goes into a fresh ``demo-out/agent``
-(or ``--out DIR``), wiped first.
+``--engine daprd`` (or ``$HISTAUDIT_DEMO_ENGINE=daprd``; ``make demo-87-daprd``) runs it
+on real daprd with its placement and scheduler (``make daprd``) instead of the standalone
+durabletask-go engine. Exit status 0 only when all of that holds. Everything goes into a
+fresh ``demo-out/agent`` (or ``--out DIR``), wiped first.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ sys.path.insert(0, str(HERE))
 from steps import STEPS, plan  # noqa: E402 - the example's own module
 
 from histaudit.crash import CRASH_EXIT_CODE  # noqa: E402
+from histaudit.crashtest.daprd import DaprdStack  # noqa: E402
 from histaudit.crashtest.engine import EngineProcess  # noqa: E402
 from histaudit.errors import HistauditError  # noqa: E402
 from histaudit.ledger.keys import TrustStore, generate_keypair  # noqa: E402
@@ -44,6 +47,8 @@ from histaudit.verify import verify_instance  # noqa: E402
 CRASH_STEP = 87
 READY = "worker ready"
 TIMEOUT_S = 300.0
+ENGINES = ("durabletask", "daprd")
+ENV_ENGINE = "HISTAUDIT_DEMO_ENGINE"
 console = Console(highlight=False)
 
 
@@ -53,13 +58,15 @@ def histaudit_cli() -> list[str]:
 
 
 class Run:
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, engine: str) -> None:
         self.out = out
         self.data = out / "data"
         self.data.mkdir(parents=True)
         self.key, _pub, _signer = generate_keypair(out / "keys", name="agent")
         self.db = f"sqlite:///{out / 'ledger.db'}"
-        self.engine = EngineProcess(state_dir=out / "engine")
+        self.engine: EngineProcess | DaprdStack = (
+            DaprdStack(state_dir=out / "engine", app_id="financial-agent")
+            if engine == "daprd" else EngineProcess(state_dir=out / "engine"))
         self.workers: list[subprocess.Popen[bytes]] = []
 
     def worker(self, name: str, **extra: str) -> subprocess.Popen[bytes]:
@@ -88,7 +95,11 @@ class Run:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        self.engine.kill()
+        if isinstance(self.engine, DaprdStack):
+            self.engine.kill_all()  # and its etcd data (~120 MB); the logs stay
+            shutil.rmtree(self.engine.state_dir / "etcd", ignore_errors=True)
+        else:
+            self.engine.kill()
 
     def client(self) -> wf.DaprWorkflowClient:
         host, port = self.engine.address.rsplit(":", 1)
@@ -108,15 +119,29 @@ def lines(path: Path) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("demo-out") / "agent")
-    out = parser.parse_args().out
+    parser.add_argument("--engine", choices=ENGINES,
+                        default=os.environ.get(ENV_ENGINE) or "durabletask",
+                        help=f"durabletask (the standalone engine) or daprd (real daprd, "
+                             f"placement and scheduler); default ${ENV_ENGINE}, else "
+                             f"durabletask")
+    args = parser.parse_args()
+    if args.engine not in ENGINES:  # from the environment, which argparse does not check
+        parser.error(f"{ENV_ENGINE}={args.engine}: expected one of {', '.join(ENGINES)}")
+    out = args.out
     shutil.rmtree(out, ignore_errors=True)
-    run = Run(out)
+    run = Run(out, args.engine)
     # Right after step 87's body: the N-th activity the workflow scheduled is step N.
     instance, point = "acme-research-1", f"after:step:{CRASH_STEP}"
     problems: list[str] = []
     try:
         run.engine.start()
+        where = (f"real daprd pid {run.engine.pid} (placement, scheduler)"
+                 if isinstance(run.engine, DaprdStack)
+                 else f"standalone {run.engine.binary.name} pid {run.engine.pid}")
+        print(f"workflow engine: {where} on {run.engine.address}", flush=True)
         console.rule(f"{STEPS}-step agent, crash after step {CRASH_STEP} ({point})")
+        # The worker is connected before the instance is scheduled: daprd holds
+        # schedule_new_workflow until one is (docs/adr/0008-daprd.md).
         first = run.worker("crash", HISTAUDIT_CRASH_AT=point)
         client = run.client()
         client.schedule_new_workflow("financial_agent", input={"ticker": "ACME"},
@@ -144,7 +169,8 @@ def main() -> int:
         run.stop()
     for p in problems:
         console.print(f"[red]PROBLEM[/red] {p}")
-    console.print("[green]as expected[/green]" if not problems else "[red]FAILED[/red]")
+    console.print(f"[green]as expected[/green] on {args.engine}" if not problems
+                  else f"[red]FAILED[/red] on {args.engine}")
     return 1 if problems else 0
 
 

@@ -7,6 +7,12 @@ real ``histaudit verify`` on the signed ledger. In the first case the workflow e
 is SIGKILLed too, while the new workflow waits for its start time, and started again on
 the same port and state file.
 
+``--engine durabletask`` (the default, or ``$HISTAUDIT_DEMO_ENGINE``) runs the standalone
+durabletask-go engine (``make demo``); ``--engine daprd`` runs real daprd with its
+placement and scheduler, built by ``make daprd`` (``make demo-daprd``). The same code
+drives both: the crashing worker connects before the ticket is scheduled, because daprd
+holds ``schedule_new_workflow`` until a worker is connected (docs/adr/0008-daprd.md).
+
     case                             comments  LLM calls  histaudit
     crash before_post + engine kill      1         1       clean (re-execution is info)
     crash after_post                     2         1       effect-duplicate (error)
@@ -35,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from histaudit.crash import CRASH_EXIT_CODE
+from histaudit.crashtest.daprd import DaprdStack, find_daprd_bin_dir
 from histaudit.crashtest.engine import EngineProcess
 from histaudit.errors import HistauditError
 from histaudit.ledger.keys import TrustStore, generate_keypair
@@ -51,6 +58,8 @@ WORKFLOW_TIMEOUT_S = 60
 # The engine is killed while the workflow waits to start: nothing is dispatched then, so
 # nothing is locked, and the restarted engine runs it without waiting out a lock.
 START_DELAY_S = 5.0
+ENGINES = ("durabletask", "daprd")
+ENV_ENGINE = "HISTAUDIT_DEMO_ENGINE"
 
 console = Console(highlight=False)
 
@@ -130,15 +139,35 @@ def histaudit_cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "histaudit.cli"]
 
 
+def make_engine(kind: str, state_dir: Path) -> EngineProcess | DaprdStack:
+    """The workflow engine the demo runs on, configured but not started."""
+    if kind == "daprd":
+        return DaprdStack(state_dir=state_dir, app_id="triage")
+    return EngineProcess(state_dir=state_dir)
+
+
+def describe(engine: EngineProcess | DaprdStack) -> str:
+    """Which engine runs, where, and where it keeps the workflow state."""
+    if isinstance(engine, DaprdStack):
+        pids = engine.pids
+        return (f"real daprd (pid {pids.get('daprd')}; placement pid {pids.get('placement')}, "
+                f"scheduler pid {pids.get('scheduler')}; binaries from "
+                f"{rel(find_daprd_bin_dir())}) on {engine.address}, actor state "
+                f"{rel(engine.db_path)}")
+    return (f"standalone {engine.binary.name} pid {engine.pid} on {engine.address}, state "
+            f"{rel(engine.db_path)}")
+
+
 class Demo:
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, engine: str) -> None:
         self.out = out
         self.logs = out / "logs"
         self.logs.mkdir(parents=True)
         self.key, _pub, _signer = generate_keypair(out / "keys", name="triage")
         self.trust = out / "keys"
         self.db = f"sqlite:///{rel(out / 'ledger.db')}"
-        self.engine = EngineProcess(state_dir=out / "engine")
+        self.kind = engine
+        self.engine = make_engine(engine, out / "engine")
         self.workers: list[subprocess.Popen[bytes]] = []
 
     # -- processes ---------------------------------------------------------------------
@@ -199,19 +228,20 @@ class Demo:
         extra = {"IDEMPOTENT": "1"} if case.idempotent else {}
         console.rule(f"case {case.number}/3: {case.label}")
         delay = START_DELAY_S if case.engine_crash else 0.0
-        with self.client() as client:  # start_at: queued, even with no worker connected
+        # The worker first: daprd holds schedule_new_workflow until one is connected.
+        first, log = self.worker(f"case{case.number}-crash", data,
+                                 HISTAUDIT_CRASH_AT=case.crash_at, **extra)
+        print(f"  worker pid {first.pid} started with HISTAUDIT_CRASH_AT={case.crash_at}"
+              f"{' IDEMPOTENT=1' if case.idempotent else ''}", flush=True)
+        with self.client() as client:
             client.schedule_new_workflow("triage", input={"id": instance,
                                                           "title": "Login page 500s"},
                                          instance_id=instance,
                                          start_at=datetime.now(UTC) + timedelta(seconds=delay))
         print(f"  scheduled {instance}" + (f" to start in {delay:.0f}s" if delay else ""),
               flush=True)
-        if case.engine_crash:
+        if case.engine_crash:  # the worker stays up and reconnects to the restarted engine
             outcome.problems += self.crash_engine(instance)
-        first, log = self.worker(f"case{case.number}-crash", data,
-                                 HISTAUDIT_CRASH_AT=case.crash_at, **extra)
-        print(f"  worker pid {first.pid} started with HISTAUDIT_CRASH_AT={case.crash_at}"
-              f"{' IDEMPOTENT=1' if case.idempotent else ''}", flush=True)
         with self.client() as client:
             try:
                 rc = first.wait(timeout=CRASH_TIMEOUT_S)
@@ -263,20 +293,24 @@ class Demo:
     def crash_engine(self, instance: str) -> list[str]:
         """SIGKILL the engine while ``instance`` waits to start; start the engine again."""
         old_pid = self.engine.pid
+        name = "daprd" if isinstance(self.engine, DaprdStack) else "engine"
         self.engine.kill()
-        print(f"  engine SIGKILLed (pid {old_pid}) with {instance} waiting in it", flush=True)
+        kept = "; placement and scheduler keep running" if name == "daprd" else ""
+        print(f"  engine SIGKILLed ({name} pid {old_pid}) with {instance} waiting in it{kept}",
+              flush=True)
         self.engine.start()
         with self.client() as client:
             state = client.get_workflow_state(instance)
         status = state.runtime_status.name if state is not None else "missing"
-        print(f"  engine restarted: pid {self.engine.pid}, same port and state file; "
+        print(f"  engine restarted: {name} pid {self.engine.pid}, same port and state; "
               f"{instance} is {status}", flush=True)
         return [] if status == "PENDING" else [f"{instance} is {status} after the engine "
                                                f"restart, expected PENDING"]
 
 
-def summary(outcomes: list[Outcome]) -> Table:
-    table = Table(title="triage agent: three crashes, resumed and audited", header_style="bold")
+def summary(outcomes: list[Outcome], engine: str) -> Table:
+    table = Table(title="triage agent: three crashes, resumed and audited",
+                  caption=f"engine: {engine}", header_style="bold")
     for col in ("crash at", "comments", "LLM calls", "histaudit verify", "expected"):
         table.add_column(col)
     for o in outcomes:
@@ -292,21 +326,28 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "demo-out",
                         help="work directory, wiped first (default: demo-out/)")
-    out = parser.parse_args().out.resolve()
+    parser.add_argument("--engine", choices=ENGINES,
+                        default=os.environ.get(ENV_ENGINE) or "durabletask",
+                        help="durabletask: the standalone engine (make demo); daprd: real "
+                             f"daprd, placement and scheduler (make demo-daprd); default "
+                             f"${ENV_ENGINE}, else durabletask")
+    args = parser.parse_args()
+    if args.engine not in ENGINES:  # from the environment, which argparse does not check
+        parser.error(f"{ENV_ENGINE}={args.engine}: expected one of {', '.join(ENGINES)}")
+    out = args.out.resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     began = time.monotonic()
     outcomes: list[Outcome] = []
     extra_problems: list[str] = []
     try:
-        demo = Demo(out)
+        demo = Demo(out, args.engine)
     except HistauditError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1
     try:
         demo.engine.start()
-        print(f"workflow engine: {demo.engine.binary.name} pid {demo.engine.pid} on "
-              f"{demo.engine.address}, state {rel(demo.engine.db_path)}", flush=True)
+        print(f"workflow engine: {describe(demo.engine)}", flush=True)
         print(f"ledger: {demo.db}   signing key: {rel(demo.key)}   trust: {rel(demo.trust)}",
               flush=True)
         for case in CASES:
@@ -315,9 +356,13 @@ def main() -> int:
         extra_problems.append(str(exc))
     finally:
         demo.stop_workers()
-        demo.engine.kill()
+        if isinstance(demo.engine, DaprdStack):
+            demo.engine.kill_all()  # and its etcd data (~120 MB); the logs stay
+            shutil.rmtree(demo.engine.state_dir / "etcd", ignore_errors=True)
+        else:
+            demo.engine.kill()
     console.print()
-    console.print(summary(outcomes))
+    console.print(summary(outcomes, args.engine))
     print("expected: comments 1, 2, 1; the LLM once in every case; histaudit clean,\n"
           "then effect-duplicate, then effect-deduplicated without a duplicate")
     ok = len(outcomes) == len(CASES) and not any(o.problems for o in outcomes)
@@ -325,7 +370,7 @@ def main() -> int:
     for problem in extra_problems + [f"case {o.case.number}: {p}" for o in outcomes
                                      for p in o.problems]:
         print(f"problem: {problem}")
-    print(f"{'all outcomes as expected' if ok else 'UNEXPECTED OUTCOME'} "
+    print(f"{'all outcomes as expected' if ok else 'UNEXPECTED OUTCOME'} on {args.engine} "
           f"({time.monotonic() - began:.1f}s; logs in {rel(demo.logs)})", flush=True)
     return 0 if ok else 1
 

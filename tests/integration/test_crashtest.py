@@ -9,7 +9,8 @@ one line; the pytest marker giving one test per point. Then every point of the
 research-report example (fan-out, retry policy, child workflow), two at a time.
 
 Runtime is kept down on a loaded 2-core machine by crashing the engine at only two
-triage points and the app only (not the engine) in the big example.
+triage points and the app only (not the engine) in the big example. One test runs a
+small matrix on real daprd (``--engine daprd``) beside the same one on durabletask-go.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -28,6 +30,7 @@ import pytest
 
 from histaudit import crashtest as ct
 from histaudit.crash import CRASH_EXIT_CODE
+from histaudit.errors import UsageError
 from histaudit.verify.findings import EffectRef, Finding, Severity
 
 pytest_plugins = ["pytester"]
@@ -273,6 +276,11 @@ def _bad_cases(tmp: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
                                     "expected MODULE_OR_FILE:WORKFLOW_NAME"),
         "env-without-value": ([f"{TRIAGE}:triage", "--input", ticket, "--env", "IDEMPOTENT"],
                               {}, "expected NAME=VALUE"),
+        "unknown-engine": ([f"{TRIAGE}:triage", "--input", ticket, "--engine", "dapr"], {},
+                           "--engine"),
+        "daprd-not-built": ([f"{TRIAGE}:triage", "--input", ticket, "--engine", "daprd"],
+                            {"HISTAUDIT_DAPRD_BIN_DIR": str(fake_engine.parent)},
+                            "make daprd"),
     }
 
 
@@ -287,6 +295,65 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
             problems.append(f"{name}: exit {run.returncode}, stdout {run.stdout[-300:]!r}, "
                             f"stderr {run.stderr[-600:]!r}")
     assert not problems, "\n".join(problems)
+
+
+# --- on real daprd ---------------------------------------------------------------------
+
+@pytest.mark.daprd
+@pytest.mark.timeout(600)
+def test_a_small_matrix_gives_the_same_verdicts_on_daprd(tmp_path: Path) -> None:
+    """``--engine daprd``: the same points, app and engine crashes, judged the same as on
+    durabletask-go — and right (so not merely equally wrong)."""
+    fake_engine = tmp_path / "bin" / "durabletask-go"  # daprd's run must not touch it
+    fake_engine.parent.mkdir()
+    fake_engine.write_text("#!/bin/sh\necho 'not the engine for this run' >&2\nexit 3\n")
+    fake_engine.chmod(0o755)
+    points = ["before:summarize", "after_post"]
+    verdicts: dict[str, dict[tuple[str, str], tuple[str, list[str], dict[str, int]]]] = {}
+    walls: dict[str, float] = {}
+    for engine in ("durabletask", "daprd"):
+        json_file, junit_file = tmp_path / f"{engine}.json", tmp_path / f"{engine}.xml"
+        env = {"HISTAUDIT_ENGINE_BIN": str(fake_engine)} if engine == "daprd" else {}
+        began = time.monotonic()
+        run = crashtest(f"{TRIAGE}:triage", "--input", json.dumps(TICKET), "--engine", engine,
+                        *(a for p in points for a in ("--point", p)), "--json", str(json_file),
+                        "--junit", str(junit_file), env=env, timeout=500)
+        walls[engine] = time.monotonic() - began
+        assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+        doc = json.loads(json_file.read_text())
+        assert doc["clean"]["status"] == "COMPLETED" and doc["clean"]["effects"] == {
+            "post-comment": 1}
+        verdicts[engine] = {(p["point"], p["kind"]): (p["outcome"], p["codes"], p["effects"])
+                            for p in doc["points"]}
+        reruns = [shlex.split(p["rerun"]) for p in doc["points"]]
+        props = {e.get("name"): e.get("value")
+                 for e in ET.parse(junit_file).getroot().iter("property")}
+        assert props["engine"] == engine
+        header = run.stdout.splitlines()[1]
+        if engine == "daprd":
+            assert header.endswith(", engine daprd"), header
+            assert all(r[r.index("--engine") + 1] == "daprd" for r in reruns), reruns
+        else:
+            assert "engine" not in header and not any("--engine" in r for r in reruns)
+    print(f"\nsmall matrix: durabletask {walls['durabletask']:.1f}s, "
+          f"daprd {walls['daprd']:.1f}s")
+    assert verdicts["daprd"] == verdicts["durabletask"]
+    got = verdicts["daprd"]
+    assert set(got) == {(p, k) for p in points for k in ("app", "engine")}
+    for kind in ("app", "engine"):
+        assert got[("before:summarize", kind)][0] == "identical", got
+        outcome, codes, effects = got[("after_post", kind)]
+        assert outcome == "findings" and "effect-duplicate" in codes, got
+        assert effects == {"post-comment": 2}
+
+
+def test_a_spec_names_a_known_engine() -> None:
+    with pytest.raises(UsageError, match="engine must be one of durabletask, daprd, not 'dapr'"):
+        ct.CrashSpec(target=f"{TRIAGE}:triage", input=TICKET, engine="dapr")
+    spec = ct.CrashSpec(target=f"{TRIAGE}:triage", input=TICKET, engine="daprd",
+                        lock_timeout=9)
+    rerun = shlex.split(spec.rerun_command("after_post", engine_crash=True))
+    assert rerun[-2:] == ["--engine", "daprd"] and "--lock-timeout" not in rerun
 
 
 # --- the pytest plugin ----------------------------------------------------------------

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.crash]
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "examples" / "financial_agent" / "app.py"
 APP = Path(__file__).resolve().parent / "apps" / "sweep_app.py"
+TRIAGE = REPO / "examples" / "triage" / "app.py"
 HISTAUDIT = str(Path(sys.executable).with_name("histaudit"))
 
 
@@ -132,3 +133,21 @@ def test_engine_crashes_sweep_too(engine_binary: Path) -> None:
     assert "in isolation: output $.stamp.runs: 1 -> 2" in stamp.detail
     assert "--point before:stamp --engine-crash" in stamp.rerun
     assert result.runs["isolated"] >= 1
+
+
+def test_an_engine_sweep_does_not_hide_a_duplicate_behind_a_later_crash() -> None:
+    """A kill at ``before:post_comment`` or ``after_post`` duplicates the triage post (the
+    worker posts, its result dies with the old engine, the step is handed out again), but
+    in a sweep that second post lands next to the later ``after:post_comment`` crash. The
+    sweep must not vouch for the earlier points because that later one reproduces it."""
+    spec = ct.CrashSpec(target=f"{TRIAGE}:triage", input={"id": "T-1", "title": "500s"})
+    points = ["before:summarize", "before:post_comment", "after_post", "after:post_comment"]
+    result = ct.run_matrix(spec, app_points=False, points=points)
+    got = {p.point: p for p in result.points}
+    assert list(got) == points
+    assert got["before:summarize"].outcome == "identical", got["before:summarize"].detail
+    for point in points[1:]:
+        p = got[point]
+        assert p.outcome == "findings" and "effect-duplicate" in p.codes, (point, p.detail)
+        assert "in isolation" in p.detail and p.effects == {"post-comment": 2}
+    assert result.runs["sweeps"] >= 2

@@ -27,12 +27,13 @@ from typing import Any
 import pytest
 
 from histaudit.crash import CRASH_EXIT_CODE
+from histaudit.crashtest.daprd import find_daprd_bin_dir
 from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import generate_keypair
 from support.apps import AppProcess, AppRig
 from support.cli import cli
-from support.daprd import Sidecar
+from support.daprd import DAPRD, DURABLETASK, Sidecar
 from support.ledgers import read_entries
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
@@ -208,22 +209,47 @@ def test_start_command_runs_a_ticket_to_completion(make_triage: Any, sqlite_url:
     assert result.returncode == 0, result.stdout
 
 
-def test_demo_runs_end_to_end(tmp_path: Path, engine_binary: Path) -> None:
-    """`make demo`: every outcome as expected, exit 0, and the summary table printed."""
+@pytest.mark.parametrize("kind", [DURABLETASK, pytest.param(DAPRD, marks=pytest.mark.daprd)])
+def test_demo_runs_end_to_end(kind: str, tmp_path: Path, engine_binary: Path) -> None:
+    """`make demo` and `make demo-daprd`: every outcome as expected, exit 0, the summary
+    table printed, and the engine it ran on named."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
     env.update({"HISTAUDIT_ENGINE_BIN": str(engine_binary), "COLUMNS": "100"})
+    if kind == DAPRD:  # and a standalone engine that cannot start, so none is used
+        env.update({"HISTAUDIT_DAPRD_BIN_DIR": str(find_daprd_bin_dir()),
+                    "HISTAUDIT_ENGINE_BIN": str(tmp_path / "no-durabletask-here")})
     began = time.monotonic()
-    run = subprocess.run([sys.executable, str(DEMO), "--out", str(tmp_path / "demo-out")],
+    run = subprocess.run([sys.executable, str(DEMO), "--out", str(tmp_path / "demo-out"),
+                          "--engine", kind],
                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,
                          check=False)
     took = time.monotonic() - began
     out = run.stdout
     assert run.returncode == 0, out[-6000:] + run.stderr[-3000:]
     assert "triage agent: three crashes, resumed and audited" in out
-    assert "all outcomes as expected" in out
-    assert "engine SIGKILLed" in out and "ticket-101 is PENDING" in out
+    assert f"all outcomes as expected on {kind} " in out
+    assert f"engine: {kind}" in out  # the summary's caption
+    first = out.splitlines()[0]
+    if kind == DAPRD:
+        assert first.startswith("workflow engine: real daprd (pid ") and "placement pid" in first
+        assert "engine SIGKILLed (daprd pid " in out
+        assert not (tmp_path / "demo-out" / "engine" / "etcd").exists()  # 120 MB, removed
+    else:
+        assert first.startswith("workflow engine: standalone durabletask-go pid "), first
+        assert "engine SIGKILLed (engine pid " in out
+    assert "ticket-101 is PENDING" in out
     for code in ("effect-duplicate", "effect-deduplicated", "activity-reexecuted"):
         assert code in out
     assert out.count("crashed at ") == 3
     assert (tmp_path / "demo-out" / "ledger.db").stat().st_size > 0
-    print(f"\ndemo: {took:.1f}s")
+    print(f"\ndemo on {kind}: {took:.1f}s")
+
+
+def test_demo_refuses_an_unknown_engine(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
+    env["HISTAUDIT_DEMO_ENGINE"] = "dapr"
+    run = subprocess.run([sys.executable, str(DEMO), "--out", str(tmp_path / "out")], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 2 and run.stdout == "", run.stdout + run.stderr
+    assert "HISTAUDIT_DEMO_ENGINE=dapr: expected one of durabletask, daprd" in run.stderr
+    assert not (tmp_path / "out").exists()

@@ -33,6 +33,10 @@ from .options import write_file
               "after:fetch_source#2 = its 2nd pass), a step (before:step:87, after:step:87 "
               "= step:87; step N is the workflow's N-th activity), a glob ('after:*') or "
               "a step range (step:80-90).")
+@click.option("--engine", "engine", type=click.Choice(["durabletask", "daprd"]),
+              default="durabletask", show_default=True, help="What the runs talk to: "
+              "the standalone durabletask-go engine, or real daprd with placement and "
+              "scheduler (`make daprd`); an engine crash SIGKILLs and restarts daprd.")
 @click.option("--engine-crash", is_flag=True, help="Crash the engine (not the app) at the "
               "points.")
 @click.option("--no-engine-points", is_flag=True, help="App crashes only.")
@@ -40,8 +44,9 @@ from .options import write_file
               help="Seconds a run may take to crash, and then to complete.")
 @click.option("--lock-timeout", type=click.FloatRange(0.1, 600), default=3.0,
               show_default=True, metavar="SECONDS", help="The engine's work-item lock in "
-              "engine-crash runs: how long a restarted engine waits before it dispatches "
-              "the interrupted step again (keep it above your slowest activity).")
+              "engine-crash runs on durabletask (daprd has its own): how long a restarted "
+              "engine waits before it dispatches the interrupted step again (keep it above "
+              "your slowest activity).")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V",
               help="Environment for the workers (repeatable), e.g. IDEMPOTENT=1.")
 @click.option("--ignore", multiple=True, metavar="JSONPATH",
@@ -53,7 +58,7 @@ from .options import write_file
               "(default: a random one, shown in the reports).")
 def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: int,
               junit_file: str | None, json_file: str | None, points: tuple[str, ...],
-              engine_crash: bool, no_engine_points: bool, timeout: float,
+              engine: str, engine_crash: bool, no_engine_points: bool, timeout: float,
               lock_timeout: float, env_pairs: tuple[str, ...], ignore: tuple[str, ...],
               sample: int | None, seed: int | None) -> int:
     """Crash the workflow at every crash point it reaches, recover, compare with a clean
@@ -84,7 +89,7 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
         return f" · about {(time.monotonic() - began) / done * (total - done):.0f}s to go"
 
     spec = ct.CrashSpec(target=target, input=inp, app=app, env=env, timeout=timeout,
-                        lock_timeout=lock_timeout,
+                        lock_timeout=lock_timeout, engine=engine,
                         ignore=ignore, sample=sample, seed=seed)
     # On a terminal, say what happens from the first second (the clean run can take a
     # while); piped output stays one line per point.

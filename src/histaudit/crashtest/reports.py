@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from .results import DIVERGED, FAILED, FINDINGS, IDENTICAL, STUCK, MatrixResult, short
+from .spec import DEFAULT_ENGINE
 
 __all__ = ["json_report", "junit_xml", "render"]
 
@@ -52,13 +53,16 @@ def render(result: MatrixResult, console: Any = None) -> None:
 
 
 def _provenance_line(result: MatrixResult) -> str:
-    """``commit 1a2b…, sample 5 points (seed 42), ignoring $.at`` for the header."""
+    """``commit 1a2b…, sample 5 points (seed 42), ignoring $.at, engine daprd`` for the
+    header."""
     about = result.provenance
     parts = [f"commit {about['commit'] or 'unknown'}"]
     if about["sample"] is not None:
         parts.append(f"sample {about['sample']} points (seed {about['seed']})")
     if about["ignore"]:
         parts.append("ignoring " + ", ".join(about["ignore"]))
+    if result.spec.engine != DEFAULT_ENGINE:  # the standalone engine goes without saying
+        parts.append(f"engine {result.spec.engine}")
     return ", ".join(parts)
 
 
@@ -69,12 +73,14 @@ def json_report(result: MatrixResult) -> bytes:
 
 
 def _provenance_properties(result: MatrixResult) -> list[tuple[str, str]]:
-    """commit, sample, seed and ignore as JUnit properties ("" for none; ignore as JSON)."""
+    """commit, sample, seed, ignore and engine as JUnit properties ("" for none; ignore as
+    JSON)."""
     about = result.provenance
     return [("commit", about["commit"] or ""),
             ("sample", "" if about["sample"] is None else str(about["sample"])),
             ("seed", "" if about["seed"] is None else str(about["seed"])),
-            ("ignore", json.dumps(about["ignore"]))]
+            ("ignore", json.dumps(about["ignore"])),
+            ("engine", result.spec.engine)]
 
 
 def junit_xml(result: MatrixResult) -> bytes:

@@ -1,11 +1,12 @@
 """One run's world, and the worker processes in it.
 
 A :class:`Sandbox` is made for every run of a matrix — the clean one and each crash — with
-its own engine (:class:`~histaudit.crashtest.engine.EngineProcess`), ledger, key pair and
-``DATA_DIR``, so parallel runs never meet. It spawns workers (:class:`Worker`, each a
-``python -m histaudit.crashtest worker`` process logging to a file), schedules the one
-workflow instance the run is about, and polls its state. Closing it kills everything it
-started and removes its directory.
+its own engine (:class:`~histaudit.crashtest.engine.EngineProcess`, or with the spec's
+``engine="daprd"`` a :class:`~histaudit.crashtest.daprd.DaprdStack`: placement, scheduler
+and daprd), ledger, key pair and ``DATA_DIR``, so parallel runs never meet. It spawns
+workers (:class:`Worker`, each a ``python -m histaudit.crashtest worker`` process logging
+to a file), schedules the one workflow instance the run is about, and polls its state.
+Closing it kills everything it started and removes its directory.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .daprd import DaprdStack
 from .engine import EngineProcess
 from .spec import CrashSpec
 from .worker import WORKER_ERROR, WORKER_READY, ZYGOTE_READY
@@ -297,8 +299,13 @@ class Sandbox:
             key, _pub, _signer = generate_keypair(self.keys, name="crashtest")
             self.db_url = f"sqlite:///{self.dir / 'ledger.db'}"
             _create_ledger(self.db_url)
-            self.engine = EngineProcess(binary=spec.engine_binary, state_dir=self.dir / "engine",
-                                        lock_timeout=lock_timeout)
+            self.engine: EngineProcess | DaprdStack
+            if spec.engine == "daprd":  # its own re-dispatch timing: no lock to shorten
+                self.engine = DaprdStack(state_dir=self.dir / "engine")
+            else:
+                self.engine = EngineProcess(binary=spec.engine_binary,
+                                            state_dir=self.dir / "engine",
+                                            lock_timeout=lock_timeout)
             base = {k: v for k, v in os.environ.items()
                     if not k.startswith("HISTAUDIT_") and k not in ("DATA_DIR",)}
             base.update({"HISTAUDIT_DB": self.db_url, "HISTAUDIT_KEY": str(key),
@@ -320,7 +327,8 @@ class Sandbox:
         self.engine.start()
 
     def kill_engine_and_restart(self) -> None:
-        """SIGKILL the engine like a power cut, and start it on the same port and state."""
+        """SIGKILL the engine like a power cut, and start it on the same port and state
+        (on daprd: daprd alone; placement and scheduler keep running, as in a cluster)."""
         self.reset_client()
         self.engine.kill()
         self.engine.start()
@@ -398,7 +406,9 @@ class Sandbox:
         self._client = None
 
     def schedule(self) -> None:
-        # start_at: queued at once, whether or not a worker is connected yet.
+        # start_at: durabletask-go queues it at once, whether or not a worker is connected;
+        # daprd holds the call until one is (ADR 0008), so every caller has a worker
+        # ready first.
         self.client.schedule_new_workflow(self.spec.workflow, input=self.spec.input,
                                           instance_id=self.instance,
                                           start_at=datetime.now(UTC))
@@ -443,5 +453,8 @@ class Sandbox:
             self._zygote_proc.close()
         self.reset_client()
         with contextlib.suppress(Exception):
-            self.engine.kill()
+            if isinstance(self.engine, DaprdStack):
+                self.engine.kill_all()  # the control plane too; its etcd data goes below
+            else:
+                self.engine.kill()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -25,8 +25,8 @@ from histaudit.errors import InputError, UsageError
 
 from .ignore import check_paths
 
-__all__ = ["DEFAULT_TIMEOUT_S", "ENGINE_LOCK_TIMEOUT_S", "CrashSpec", "git_commit",
-           "parse_env", "parse_input"]
+__all__ = ["DEFAULT_ENGINE", "DEFAULT_TIMEOUT_S", "ENGINES", "ENGINE_LOCK_TIMEOUT_S",
+           "CrashSpec", "git_commit", "parse_env", "parse_input"]
 
 DEFAULT_TIMEOUT_S = 60.0
 """Seconds a run may take to crash, and then to complete (``--timeout``'s default)."""
@@ -34,6 +34,13 @@ DEFAULT_TIMEOUT_S = 60.0
 ENGINE_LOCK_TIMEOUT_S = 3.0
 """Lock timeout of the engine in engine-crash runs: how soon a step the killed engine had
 handed out is handed out again (upstream's fixed value is two minutes)."""
+
+ENGINES = ("durabletask", "daprd")
+"""What a matrix's runs talk to: the standalone durabletask-go engine
+(:class:`~histaudit.crashtest.engine.EngineProcess`), or real daprd with its placement and
+scheduler (:class:`~histaudit.crashtest.daprd.DaprdStack`, docs/adr/0008-daprd.md)."""
+
+DEFAULT_ENGINE = "durabletask"
 
 
 def parse_input(text: str) -> Any:
@@ -86,7 +93,10 @@ class CrashSpec:
     environment for the workers; ``timeout`` the seconds a run may take to crash, and
     then to complete; ``lock_timeout`` the engine's lock timeout in engine-crash runs;
     ``engine_binary`` the durabletask-go binary (default: see
-    :func:`histaudit.crashtest.engine.find_engine_binary`); ``ignore`` RFC 9535 JSONPaths
+    :func:`histaudit.crashtest.engine.find_engine_binary`); ``engine`` what the runs
+    talk to, one of :data:`ENGINES` (on ``"daprd"`` an engine crash SIGKILLs and restarts
+    daprd, whose own timing re-dispatches the interrupted step: ``lock_timeout`` and
+    ``engine_binary`` are not used); ``ignore`` RFC 9535 JSONPaths
     of output fields left out when outputs are compared
     (:mod:`~histaudit.crashtest.ignore`); ``sample`` how
     many of the selected points to run, chosen with ``seed``
@@ -103,6 +113,7 @@ class CrashSpec:
     timeout: float = DEFAULT_TIMEOUT_S
     lock_timeout: float = ENGINE_LOCK_TIMEOUT_S
     engine_binary: str | None = None
+    engine: str = DEFAULT_ENGINE
     ignore: tuple[str, ...] = ()
     sample: int | None = None
     seed: int | None = None
@@ -125,6 +136,9 @@ class CrashSpec:
             raise UsageError(f"timeout must be positive, not {self.timeout}")
         if self.lock_timeout <= 0:
             raise UsageError(f"lock_timeout must be positive, not {self.lock_timeout}")
+        if self.engine not in ENGINES:
+            raise UsageError(f"engine must be one of {', '.join(ENGINES)}, not "
+                             f"{self.engine!r}")
         if self.sample is not None and self.sample < 1:
             raise UsageError(f"--sample must be at least 1, not {self.sample}")
         if self.seed is not None and self.sample is None:
@@ -158,7 +172,10 @@ class CrashSpec:
             argv += ["--env", f"{key}={value}"]
         if self.timeout != DEFAULT_TIMEOUT_S:
             argv += ["--timeout", f"{self.timeout:g}"]
-        if engine_crash and self.lock_timeout != ENGINE_LOCK_TIMEOUT_S:
+        if self.engine != DEFAULT_ENGINE:
+            argv += ["--engine", self.engine]
+        if engine_crash and self.engine == DEFAULT_ENGINE \
+                and self.lock_timeout != ENGINE_LOCK_TIMEOUT_S:
             argv += ["--lock-timeout", f"{self.lock_timeout:g}"]
         for path in self.ignore:
             argv += ["--ignore", path]

@@ -30,11 +30,16 @@ in one run, nothing it shows is taken on trust:
   half of its points that does not sweep clean is split again, down to single points
   run in isolation; what no single point reproduces is reported as a result of the
   sweep itself;
-* a sweep whose every warning or error finding is reproduced alone by a point next to
-  it (same output as the clean run, effect counts differing only where those findings
-  say) vouches for its other points; otherwise, once the points that reproduce its
-  trouble alone are known, the others are swept again without them, so a point is
-  reported identical only by a sweep that ended clean or was explained point by point;
+* an app-crash sweep whose every warning or error finding is reproduced alone by a point
+  next to it (same output as the clean run, effect counts differing only where those
+  findings say) vouches for its other points; otherwise, once the points that reproduce
+  its trouble alone are known, the others are swept again without them, so a point is
+  reported identical only by a sweep that ended clean or was explained point by point.
+  An engine-crash sweep never vouches that way: the worker carries on after each engine
+  restart and the step is handed out again only later, so the re-run a crash causes can
+  land next to a *later* crash (the triage post duplicated by a kill at
+  ``before:post_comment`` shows up beside ``after:post_comment``), and one finding can
+  have several causes; its other points are always swept again without the culprits;
 * a sweep that stops (a worker dies on its own, the instance is stuck) reports the point
   it crashed at last from an isolated run, and sweeps the points after it again;
 * points the sweep never reached, or that have no scoped alias (crash points outside any
@@ -374,7 +379,7 @@ def sweep_points(spec: CrashSpec, clean: CleanRun, points: Sequence[str], kind: 
             for point, found in run.attributed().items():
                 codes = ", ".join(dict.fromkeys(f.code for f in found))
                 alone(point, f"the sweep attributes {codes} to this crash")
-            if outcome == FINDINGS and run.explained_by(alone_done):
+            if outcome == FINDINGS and kind == KIND_APP and run.explained_by(alone_done):
                 pass  # every finding reproduced alone next to where the sweep saw it
             else:
                 if not any(alone_done[p].outcome == outcome for p in crashed
