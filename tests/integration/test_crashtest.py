@@ -321,6 +321,7 @@ def test_a_small_matrix_gives_the_same_verdicts_on_daprd(tmp_path: Path) -> None
         walls[engine] = time.monotonic() - began
         assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
         doc = json.loads(json_file.read_text())
+        assert doc["engine"] == engine
         assert doc["clean"]["status"] == "COMPLETED" and doc["clean"]["effects"] == {
             "post-comment": 1}
         verdicts[engine] = {(p["point"], p["kind"]): (p["outcome"], p["codes"], p["effects"])

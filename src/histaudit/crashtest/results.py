@@ -305,7 +305,8 @@ class MatrixResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "app": self.app, "input": self.input,
-                "env": self.env, "jobs": self.jobs, "mode": self.mode, "runs": self.runs,
+                "env": self.env, "jobs": self.jobs, "mode": self.mode,
+                "engine": self.spec.engine, "runs": self.runs,
                 **self.provenance,
                 "clean": self.clean.to_json(),
                 "points": [p.to_json() for p in self.points], "coverage": self.coverage,
