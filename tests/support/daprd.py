@@ -5,7 +5,8 @@ returns it started. Both kinds offer the interface tests use (``address``, ``por
 ``env()``, ``kill``/``restart``/``start``, ``running``, ``log_tail``), so a rig written
 for :class:`~histaudit.crashtest.engine.EngineProcess` drives a
 :class:`~histaudit.crashtest.daprd.DaprdStack` unchanged. :func:`teardown` ends either
-completely (for the stack: daprd, scheduler and placement, and its etcd data).
+completely (for the stack: daprd, every replica's daprd (``add_replica``), scheduler
+and placement, and its etcd data).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def start_engine(kind: str, state_dir: Path, *, engine_binary: Path | None = Non
 
 
 def teardown(sidecar: Sidecar) -> None:
-    """SIGKILL every process of ``sidecar`` and reap them.
+    """SIGKILL every process of ``sidecar`` and reap them (a stack's replicas too).
 
     A stack's etcd directory (≈ 120 MB, mostly the scheduler's preallocated WAL) goes too:
     pytest keeps the tmp dirs of recent runs, and a run starts dozens of stacks. The logs

@@ -10,6 +10,11 @@ stack's own directory. It offers the interface callers use on an ``EngineProcess
 crash test kills and restarts daprd as it would the engine. The control plane
 (placement, scheduler) keeps running across :meth:`~DaprdStack.kill` and
 :meth:`~DaprdStack.restart`, as it does when a sidecar crashes in a real deployment.
+
+:meth:`DaprdStack.add_replica` starts one more daprd with the same app id, placement,
+scheduler and (PostgreSQL) actor state store on ports of its own: the sidecar of a second
+replica of the app. Placement then spreads the app's workflow and activity actors over
+both; the stack tracks each :class:`DaprdReplica` and ends it with the stack.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from types import TracebackType
 
 from histaudit.errors import EngineError
 
-__all__ = ["BINARIES", "ENV_BIN_DIR", "TRUST_DOMAIN", "DaprdStack", "find_daprd_bin_dir"]
+__all__ = ["BINARIES", "ENV_BIN_DIR", "TRUST_DOMAIN", "DaprdReplica", "DaprdStack",
+           "find_daprd_bin_dir"]
 
 ENV_BIN_DIR = "HISTAUDIT_DAPRD_BIN_DIR"
 """Environment variable naming the directory holding daprd, placement and scheduler."""
@@ -116,17 +122,36 @@ class _Ports:
 
     @classmethod
     def pick(cls) -> _Ports:
-        # Bound all at once so the kernel cannot hand the same port out twice here.
-        socks = []
-        try:
-            for _ in range(len(dataclasses.fields(cls))):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sock.bind((_LOOPBACK, 0))
-                socks.append(sock)
-            return cls(*(int(s.getsockname()[1]) for s in socks))
-        finally:
-            for sock in socks:
-                sock.close()
+        return cls(*_free_ports(len(dataclasses.fields(cls))))
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports."""
+    # Bound all at once so the kernel cannot hand the same port out twice here.
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((_LOOPBACK, 0))
+            socks.append(sock)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReplicaPorts:
+    """The ports of one more daprd of a stack (the control plane's are the stack's)."""
+
+    grpc: int
+    http: int
+    internal_grpc: int
+    metrics: int
+
+    @classmethod
+    def pick(cls) -> _ReplicaPorts:
+        return cls(*_free_ports(len(dataclasses.fields(cls))))
 
 
 _STATESTORE = """\
@@ -232,6 +257,7 @@ class DaprdStack:
         self._ports = _Ports.pick()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._started_once = False
+        self._replicas: dict[str, DaprdReplica] = {}
 
     # -- read-only facts -------------------------------------------------------------
 
@@ -302,8 +328,14 @@ class DaprdStack:
         return proc.pid if proc is not None and proc.poll() is None else None
 
     @property
+    def replicas(self) -> tuple[DaprdReplica, ...]:
+        """Every replica :meth:`add_replica` made, running or not, in order."""
+        return tuple(self._replicas.values())
+
+    @property
     def pids(self) -> dict[str, int]:
-        """Process id of every stack process now running, by name."""
+        """Process id of every stack process now running, by name (a replica's daprd as
+        ``daprd-<name>``)."""
         return {n: p.pid for n, p in self._procs.items() if p.poll() is None}
 
     @property
@@ -368,14 +400,14 @@ class DaprdStack:
         self._kill("daprd")
 
     def kill_all(self) -> None:
-        """SIGKILL every process of the stack and reap them."""
-        for name in ("daprd", "scheduler", "placement", "sentry"):
+        """SIGKILL every process of the stack, replicas' daprds included, and reap them."""
+        for name in (*self._replica_procs(), "daprd", "scheduler", "placement", "sentry"):
             self._kill(name)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the whole stack: SIGTERM each process (daprd first), SIGKILL what has not
-        exited after ``timeout`` s."""
-        for name in ("daprd", "scheduler", "placement", "sentry"):
+        """Stop the whole stack: SIGTERM each process (the daprds first), SIGKILL what has
+        not exited after ``timeout`` s."""
+        for name in (*self._replica_procs(), "daprd", "scheduler", "placement", "sentry"):
             proc = self._procs.get(name)
             if proc is not None and proc.poll() is None:
                 try:
@@ -389,6 +421,36 @@ class DaprdStack:
         """Kill daprd and start it again on the same ports with the same state."""
         self.kill()
         return self.start()
+
+    def add_replica(self, name: str | None = None) -> DaprdReplica:
+        """Start the sidecar of one more replica of the app and return it, healthy.
+
+        It is a second daprd with the stack's app id, placement, scheduler and actor
+        state store, on free ports of its own: an app connected to it is another replica
+        of the same app, and placement spreads the app's workflow and activity actors over
+        every daprd whose app has a workflow worker connected. The stack must be running
+        (its control plane, at least) and keep its actor state in PostgreSQL
+        (``postgres_actor_store``): replicas share one actor store, and a SQLite file is
+        one sidecar's. ``name`` (default ``r1``, ``r2``, …) names the process
+        (``daprd-<name>`` in :attr:`pids`) and its log (``daprd-<name>.log``).
+        """
+        if self._postgres is None:
+            raise EngineError("replicas share one actor state store: start the stack with "
+                              "postgres_actor_store (a SQLite file is one sidecar's)")
+        if self._signing:
+            raise EngineError("replicas of a history_signing stack are not supported")
+        name = name if name is not None else f"r{len(self._replicas) + 1}"
+        if not name or not all(c.isalnum() or c in "-_" for c in name):
+            raise EngineError(f"replica name {name!r}: letters, digits, - and _ only")
+        if name in self._replicas:
+            raise EngineError(f"replica {name!r} exists already")
+        replica = DaprdReplica(self, name)
+        self._replicas[name] = replica
+        try:
+            return replica.start()
+        except BaseException:
+            del self._replicas[name]  # its process, if any, is already reaped
+            raise
 
     def __enter__(self) -> DaprdStack:
         if not self.running:
@@ -408,6 +470,23 @@ class DaprdStack:
         return f"DaprdStack({self.address}, dir={self._dir}, {state})"
 
     # -- internals -------------------------------------------------------------------
+
+    def _replica_procs(self) -> list[str]:
+        return [r.proc_name for r in self._replicas.values()]
+
+    def _daprd_args(self, grpc: int, http: int, internal_grpc: int, metrics: int,
+                    resources: Path) -> list[str]:
+        """daprd's arguments for these ports: the stack's app id and control plane."""
+        p, loop = self._ports, _LOOPBACK
+        return [
+            "--app-id", self._app_id, "--mode", "standalone",
+            "--dapr-grpc-port", str(grpc), "--dapr-http-port", str(http),
+            "--dapr-internal-grpc-port", str(internal_grpc),
+            "--dapr-listen-addresses", loop, "--metrics-port", str(metrics),
+            "--placement-host-address", f"{loop}:{p.placement}",
+            "--scheduler-host-address", f"{loop}:{p.scheduler}",
+            "--resources-path", str(resources),
+        ]
 
     def _alive(self, name: str) -> bool:
         proc = self._procs.get(name)
@@ -472,13 +551,8 @@ class DaprdStack:
             else _PG_STATESTORE.format(conninfo=self._postgres))
         self._kill("daprd")
         self._spawn("daprd", [
-            "--app-id", self._app_id, "--mode", "standalone",
-            "--dapr-grpc-port", str(p.grpc), "--dapr-http-port", str(p.http),
-            "--dapr-internal-grpc-port", str(p.internal_grpc),
-            "--dapr-listen-addresses", loop, "--metrics-port", str(p.metrics),
-            "--placement-host-address", f"{loop}:{p.placement}",
-            "--scheduler-host-address", f"{loop}:{p.scheduler}",
-            "--resources-path", str(resources), *daprd_tls,
+            *self._daprd_args(p.grpc, p.http, p.internal_grpc, p.metrics, resources),
+            *daprd_tls,
         ], health=f"http://{loop}:{p.http}/v1.0/healthz", env=daprd_env)
 
     def _start_sentry(self) -> None:
@@ -503,18 +577,20 @@ class DaprdStack:
             raise EngineError(f"sentry is healthy but wrote no {self.trust_anchors_path}")
 
     def _spawn(self, name: str, args: list[str], *, health: str,
-               env: Mapping[str, str] | None = None) -> None:
-        """Start ``name`` and block until ``health`` answers 2xx; raise on failure."""
+               env: Mapping[str, str] | None = None, binary: str | None = None) -> None:
+        """Start ``name`` (the binary ``binary``, default ``name``) and block until
+        ``health`` answers 2xx; raise on failure."""
         log_path = self.log_file(name)
+        program = self._bin / (binary or name)
         with open(log_path, "ab") as log:
             offset = log.tell()
             try:
-                proc = subprocess.Popen([str(self._bin / name), *args],
+                proc = subprocess.Popen([str(program), *args],
                                         stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, close_fds=True,
                                         env=None if env is None else dict(env))
             except OSError as exc:
-                raise EngineError(f"cannot run {self._bin / name}: {exc}; {_HINT}") from exc
+                raise EngineError(f"cannot run {program}: {exc}; {_HINT}") from exc
         self._procs[name] = proc
         _LIVE.add(proc)
         deadline = time.monotonic() + self._start_timeout
@@ -532,6 +608,126 @@ class DaprdStack:
                     f"{name} not healthy at {health} after {self._start_timeout:.0f}s; "
                     f"log {log_path}:\n{_read_from(log_path, offset)[-2000:]}")
             time.sleep(0.05)
+
+
+class DaprdReplica:
+    """The daprd of one more replica of a stack's app (:meth:`DaprdStack.add_replica`).
+
+    The interface of :class:`DaprdStack` that apps and crash tests use (``address``,
+    ``port``, ``env()``, ``start``/``kill``/``restart``, ``running``, ``pid``,
+    ``log_tail``), for this daprd only: killing it leaves the stack's own daprd, the
+    control plane and every other replica running. Its ports are fixed once it has
+    started; the stack's :meth:`~DaprdStack.kill_all` and :meth:`~DaprdStack.stop` end it.
+    """
+
+    def __init__(self, stack: DaprdStack, name: str) -> None:
+        self._stack = stack
+        self._name = name
+        self._ports = _ReplicaPorts.pick()
+        self._started_once = False
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def proc_name(self) -> str:
+        """Its key in the stack's :attr:`~DaprdStack.pids` and the stem of its log."""
+        return f"daprd-{self._name}"
+
+    @property
+    def stack(self) -> DaprdStack:
+        return self._stack
+
+    @property
+    def app_id(self) -> str:
+        return self._stack.app_id
+
+    @property
+    def port(self) -> int:
+        """This daprd's gRPC port, the one its app talks to."""
+        return self._ports.grpc
+
+    @property
+    def host(self) -> str:
+        return _LOOPBACK
+
+    @property
+    def address(self) -> str:
+        return f"{_LOOPBACK}:{self._ports.grpc}"
+
+    @property
+    def http_port(self) -> int:
+        return self._ports.http
+
+    @property
+    def log_path(self) -> Path:
+        return self._stack.log_file(self.proc_name)
+
+    @property
+    def pid(self) -> int | None:
+        return self._stack.pids.get(self.proc_name)
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Environment for the app replica that talks to this daprd (as
+        :meth:`DaprdStack.env`)."""
+        env = self._stack.env(base)
+        env["DAPR_GRPC_PORT"] = str(self._ports.grpc)
+        env["DAPR_HTTP_PORT"] = str(self._ports.http)
+        return env
+
+    def log_tail(self, max_bytes: int = 4000) -> str:
+        return self._stack.log_tail(max_bytes, name=self.proc_name)
+
+    def start(self) -> DaprdReplica:
+        """Start this daprd and wait until it is healthy; the stack's placement and
+        scheduler must be running. A first start that finds a port taken is retried on
+        fresh ports."""
+        if self.running:
+            raise EngineError(f"replica {self._name} already running at {self.address} "
+                              f"(pid {self.pid})")
+        stack = self._stack
+        if not (stack._alive("placement") and stack._alive("scheduler")):
+            raise EngineError(f"replica {self._name}: the stack's placement and scheduler "
+                              "are not running; start the stack first")
+        resources = stack.state_dir / "resources"
+        if not (resources / "statestore.yaml").is_file():
+            raise EngineError(f"replica {self._name}: {resources} holds no statestore.yaml; "
+                              "start the stack first")
+        attempts = 1 if self._started_once else 3
+        for attempt in range(attempts):
+            p = self._ports
+            try:
+                stack._spawn(self.proc_name,
+                             stack._daprd_args(p.grpc, p.http, p.internal_grpc, p.metrics,
+                                               resources),
+                             health=f"http://{_LOOPBACK}:{p.http}/v1.0/healthz",
+                             binary="daprd")
+            except _PortBusyError as busy:
+                if attempt + 1 >= attempts:
+                    raise EngineError(f"{busy}: port in use") from None
+                self._ports = _ReplicaPorts.pick()
+                continue
+            self._started_once = True
+            return self
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def kill(self) -> None:
+        """SIGKILL this daprd, as a crashed sidecar, and reap it (no-op when stopped)."""
+        self._stack._kill(self.proc_name)
+
+    def restart(self) -> DaprdReplica:
+        """Kill this daprd and start it again on the same ports."""
+        self.kill()
+        return self.start()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"DaprdReplica({self._name}, {self.address}, {state})"
 
 
 # Health checks go straight to loopback, never through an HTTP(S)_PROXY from the environment.
