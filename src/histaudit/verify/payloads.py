@@ -12,7 +12,7 @@ the chain ends and reported then.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from histaudit.ledger.kinds import Kind
@@ -23,6 +23,8 @@ from .findings import Finding
 
 PayloadLookup = Callable[[str], "tuple[bytes, bytes] | None"]
 """commitment -> (salt, payload bytes), or None when no payload is stored for it."""
+PayloadBatchLookup = Callable[[Sequence[str]], "Mapping[str, tuple[bytes, bytes]]"]
+"""commitments -> {commitment: (salt, payload bytes)} of those stored (the others absent)."""
 
 
 def is_kept(ref: object) -> bool:
@@ -31,13 +33,23 @@ def is_kept(ref: object) -> bool:
 
 
 class PayloadCheck:
-    """Each stored payload matches its commitment; each kept one is stored or erased."""
+    """Each stored payload matches its commitment; each kept one is stored or erased.
 
-    def __init__(self, lookup: PayloadLookup) -> None:
+    With ``lookup_many`` the references are looked up :data:`BATCH` at a time, one
+    statement each, instead of one lookup per reference: the same answers, judged in entry
+    order when a batch is full and at :meth:`finish`.
+    """
+
+    BATCH = 256
+
+    def __init__(self, lookup: PayloadLookup, lookup_many: PayloadBatchLookup | None = None
+                 ) -> None:
         self.lookup = lookup
+        self.lookup_many = lookup_many
         self.findings: list[Finding] = []
         self._missing: dict[str, tuple[str, int, str]] = {}  # commitment -> (inst, seq, name)
         self._erased: set[str] = set()
+        self._queued: list[tuple[str, int, str, dict[str, Any]]] = []  # instance, seq, name, ref
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
         if isinstance(parsed, Entry):
@@ -53,18 +65,35 @@ class PayloadCheck:
         for name, ref in data.items():
             if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
                 continue
-            stored = self.lookup(ref["c"])
-            if stored is None:
-                if is_kept(ref):
-                    self._missing.setdefault(ref["c"], (instance, seq, name))
+            if self.lookup_many is None:
+                self._judge(instance, seq, name, ref, self.lookup(ref["c"]))
                 continue
-            salt, payload = stored
-            if not commitment_matches(ref["c"], payload, salt):
-                self.findings.append(Finding.make(
-                    "payload-mismatch", instance, seq,
-                    f"entry {seq}: stored {name} payload does not match its commitment"))
+            self._queued.append((instance, seq, name, ref))
+            if len(self._queued) >= self.BATCH:
+                self._flush()
+
+    def _flush(self) -> None:
+        queued, self._queued = self._queued, []
+        if not queued or self.lookup_many is None:
+            return
+        stored = self.lookup_many([ref["c"] for _, _, _, ref in queued])
+        for instance, seq, name, ref in queued:
+            self._judge(instance, seq, name, ref, stored.get(ref["c"]))
+
+    def _judge(self, instance: str, seq: int, name: str, ref: Mapping[str, Any],
+               stored: tuple[bytes, bytes] | None) -> None:
+        if stored is None:
+            if is_kept(ref):
+                self._missing.setdefault(ref["c"], (instance, seq, name))
+            return
+        salt, payload = stored
+        if not commitment_matches(ref["c"], payload, salt):
+            self.findings.append(Finding.make(
+                "payload-mismatch", instance, seq,
+                f"entry {seq}: stored {name} payload does not match its commitment"))
 
     def finish(self) -> Iterable[Finding]:
+        self._flush()
         for commitment, (instance, seq, name) in self._missing.items():
             if commitment not in self._erased:
                 self.findings.append(Finding.make(

@@ -26,7 +26,7 @@ from .check import ChainCheck
 from .consistency import leaf_index_report
 from .crosscheck import EngineCrossCheck
 from .integrity import HeadCheck, IntegrityCheck
-from .payloads import PayloadCheck, PayloadLookup
+from .payloads import PayloadBatchLookup, PayloadCheck, PayloadLookup
 from .progress import Progress, Tally
 from .report import Report, finding_order
 from .scan import ChainScan
@@ -41,11 +41,13 @@ __all__ = ["verify_all", "verify_chain", "verify_instance"]
 def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | None, *,
                  trust: TrustStore, full: bool = False, workers: int | None = None,
                  payload_lookup: PayloadLookup | None = None,
+                 payloads_lookup: PayloadBatchLookup | None = None,
                  engine_history: Iterable[Any] | None = None,
                  engine_lookup: PayloadLookup | None = None) -> Report:
     """Verify one instance from its stored rows (in stored order) and its signed head.
 
-    ``payload_lookup(commitment) -> (salt, bytes) | None`` enables payload checks;
+    ``payload_lookup(commitment) -> (salt, bytes) | None`` enables payload checks
+    (``payloads_lookup``, many commitments at once, makes them cheaper);
     ``engine_history`` (the engine's HistoryEvents of the instance) the engine
     cross-check, which compares results through ``engine_lookup`` (stored payloads).
     """
@@ -53,7 +55,7 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
     keys = KeyCheck(instance, trust)
     checks: list[ChainCheck] = [integrity, keys]
     if payload_lookup is not None:
-        checks.append(PayloadCheck(payload_lookup))
+        checks.append(PayloadCheck(payload_lookup, payloads_lookup))
     signatures = None
     if full:
         signatures = SignatureCheck(instance, trust, workers or os.cpu_count() or 1,
@@ -105,6 +107,7 @@ def _verify_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool,
     report = verify_chain(instance, rows if tally is None else tally.count(rows),
                           snap.head(instance), trust=trust, full=full, workers=workers,
                           payload_lookup=snap.payload if full else None,
+                          payloads_lookup=snap.payloads if full else None,
                           engine_history=engine_history, engine_lookup=snap.payload)
     if tally is not None:
         tally.tell()  # the last few rows
