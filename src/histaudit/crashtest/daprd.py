@@ -33,6 +33,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from histaudit.errors import EngineError
 
@@ -210,7 +211,42 @@ TRUST_DOMAIN = "localhost"
 """The control plane's trust domain when a stack runs sentry (``history_signing``)."""
 
 
-class DaprdStack:
+class _AppPorts(Protocol):
+    """The two ports of a daprd its app uses (both ports records have them)."""
+
+    @property
+    def grpc(self) -> int: ...
+    @property
+    def http(self) -> int: ...
+
+
+class _Endpoint:
+    """Where an app reaches one daprd: its gRPC and HTTP ports on loopback, fixed once
+    picked (stable across restarts). Shared by the stack's daprd and each replica's."""
+
+    _ports: _AppPorts
+
+    @property
+    def port(self) -> int:
+        """daprd's gRPC port, the one its app talks to."""
+        return self._ports.grpc
+
+    @property
+    def host(self) -> str:
+        return _LOOPBACK
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of daprd's gRPC API, e.g. ``127.0.0.1:40123``."""
+        return f"{_LOOPBACK}:{self._ports.grpc}"
+
+    @property
+    def http_port(self) -> int:
+        """daprd's HTTP API port (``/v1.0/healthz``, the workflow HTTP API)."""
+        return self._ports.http
+
+
+class DaprdStack(_Endpoint):
     """placement + scheduler + daprd on loopback, with their state in ``state_dir``.
 
     Ports are fixed at construction so ``env()`` and ``address`` are valid before
@@ -218,6 +254,8 @@ class DaprdStack:
     actor state store and the same scheduler, which is what a restarted sidecar looks like
     to an app.
     """
+
+    _ports: _Ports
 
     def __init__(
         self,
@@ -260,25 +298,6 @@ class DaprdStack:
         self._replicas: dict[str, DaprdReplica] = {}
 
     # -- read-only facts -------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        """daprd's gRPC port, the one apps talk to (stable across restarts)."""
-        return self._ports.grpc
-
-    @property
-    def host(self) -> str:
-        return _LOOPBACK
-
-    @property
-    def address(self) -> str:
-        """``host:port`` of daprd's gRPC API, e.g. ``127.0.0.1:40123``."""
-        return f"{_LOOPBACK}:{self._ports.grpc}"
-
-    @property
-    def http_port(self) -> int:
-        """daprd's HTTP API port (``/v1.0/healthz``, the workflow HTTP API)."""
-        return self._ports.http
 
     @property
     def app_id(self) -> str:
@@ -610,7 +629,7 @@ class DaprdStack:
             time.sleep(0.05)
 
 
-class DaprdReplica:
+class DaprdReplica(_Endpoint):
     """The daprd of one more replica of a stack's app (:meth:`DaprdStack.add_replica`).
 
     The interface of :class:`DaprdStack` that apps and crash tests use (``address``,
@@ -619,6 +638,8 @@ class DaprdReplica:
     control plane and every other replica running. Its ports are fixed once it has
     started; the stack's :meth:`~DaprdStack.kill_all` and :meth:`~DaprdStack.stop` end it.
     """
+
+    _ports: _ReplicaPorts
 
     def __init__(self, stack: DaprdStack, name: str) -> None:
         self._stack = stack
@@ -642,23 +663,6 @@ class DaprdReplica:
     @property
     def app_id(self) -> str:
         return self._stack.app_id
-
-    @property
-    def port(self) -> int:
-        """This daprd's gRPC port, the one its app talks to."""
-        return self._ports.grpc
-
-    @property
-    def host(self) -> str:
-        return _LOOPBACK
-
-    @property
-    def address(self) -> str:
-        return f"{_LOOPBACK}:{self._ports.grpc}"
-
-    @property
-    def http_port(self) -> int:
-        return self._ports.http
 
     @property
     def log_path(self) -> Path:
