@@ -19,7 +19,6 @@ both; the stack tracks each :class:`DaprdReplica` and ends it with the stack.
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import os
 import shutil
@@ -37,6 +36,8 @@ from typing import Protocol
 
 from histaudit.errors import EngineError
 
+from .engine import _LIVE, _repo_root
+
 __all__ = ["BINARIES", "ENV_BIN_DIR", "TRUST_DOMAIN", "DaprdReplica", "DaprdStack",
            "find_daprd_bin_dir"]
 
@@ -48,30 +49,6 @@ BINARIES = ("daprd", "placement", "scheduler")
 
 _HINT = "run `make daprd` (scripts/install-daprd.sh) to build it"
 _LOOPBACK = "127.0.0.1"
-
-# Stack processes still running when the interpreter exits are killed, so a failed test
-# run does not leave daprd, placement or an etcd-holding scheduler behind on their ports.
-_LIVE: set[subprocess.Popen[bytes]] = set()
-
-
-def _kill_live() -> None:
-    """Kill every stack process this interpreter started and did not stop (atexit hook)."""
-    for proc in list(_LIVE):
-        try:
-            proc.kill()
-            proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - best effort at interpreter exit
-            pass
-    _LIVE.clear()
-
-
-atexit.register(_kill_live)
-
-
-def _repo_root() -> Path:
-    """The checkout this module lives in (``src/histaudit/crashtest/daprd.py`` → root)."""
-    return Path(__file__).resolve().parents[3]
-
 
 def _usable(directory: Path) -> bool:
     return all(os.access(directory / name, os.X_OK) for name in BINARIES)

@@ -46,7 +46,8 @@ _LOOPBACK = "127.0.0.1"
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "localhost"})
 
 # Engines still running when the interpreter exits are killed, so a failed test run or a
-# crashed benchmark does not leave sidecars behind holding ports and state files.
+# crashed benchmark does not leave sidecars behind holding ports and state files. The daprd
+# stack's processes (daprd.py: daprd, placement, scheduler, sentry) are registered here too.
 # Strong references on purpose: an EngineProcess object dropped without stop() must not take
 # the only handle on a still-running process with it.
 _LIVE: set[subprocess.Popen[bytes]] = set()
@@ -67,7 +68,7 @@ atexit.register(_kill_live_engines)
 
 
 def _repo_root() -> Path:
-    """The checkout this module lives in (``src/histaudit/crashtest/engine.py`` → root)."""
+    """The checkout this package lives in (``src/histaudit/crashtest/`` → root)."""
     return Path(__file__).resolve().parents[3]
 
 
