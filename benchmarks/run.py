@@ -265,6 +265,11 @@ def _rows_sqlite(f: dict[str, Any], rows: list[list[str]]) -> None:
                      fmt_num(_med(s, "append_client_cpu_us"), " µs CPU"),
                      "2 signs + bytes + raw txn",
                      _cell(s, "ratio_cpu_floor_over_append_cpu"), "(info)", ""])
+    if "ratio_write_set" in s:
+        rows.append(["1g", "  same ÷ 1/(2·sign + bytes + raw write set): the append's own floor",
+                     fmt_num(_med(s, "append_per_s"), "/s"),
+                     fmt_num(_med(s, "write_set_limit_per_s"), "/s"),
+                     _cell(s, "ratio_write_set"), "(info)", ""])
     if "ratio_group_combined" in s:
         threads = f["params"].get("group_threads", 8)
         rows.append(["1d", f"SQLite GroupWriter, {threads} threads ÷ 1/(2·sign + commit)",

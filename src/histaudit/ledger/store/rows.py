@@ -26,6 +26,7 @@ from .schema import _guards_outdated, _install_guards, meta_table, metadata
 from .snapshot import Snapshot
 from .sql import statements
 from .sqlite import (
+    WriterConnections,
     _sqlite_engine,
     _sqlite_lock_held,
     _sqlite_path,
@@ -106,6 +107,7 @@ class Ledger:
         self.on_lock_wait: OnLockWait | None = None
         self._guards_checked = False
         self._sql = statements(self.dialect)
+        self._writers = WriterConnections(db) if self.dialect == "sqlite" else None
 
     # -- opening ----------------------------------------------------------------------
 
@@ -199,6 +201,8 @@ class Ledger:
                 ])
 
     def close(self) -> None:
+        if self._writers is not None:
+            self._writers.close()
         self.db.dispose()
 
     def __enter__(self) -> Ledger:
@@ -315,10 +319,9 @@ class Ledger:
         """A write transaction (on SQLite it holds the database write lock from BEGIN)."""
         with self.db.connect() as conn:
             raw: Any = conn.connection.dbapi_connection
-            if self.dialect == "sqlite":
-                if self.on_lock_wait is not None and _sqlite_lock_held(raw, self._busy_ms()):
-                    self.on_lock_wait()
-                raw.execute("PRAGMA synchronous = FULL")  # whatever write() left it at
+            if self.dialect == "sqlite" and self.on_lock_wait is not None and \
+                    _sqlite_lock_held(raw, self._busy_ms()):
+                self.on_lock_wait()
             conn = conn.execution_options(histaudit_write=True)
             with conn.begin():
                 yield conn
@@ -346,27 +349,57 @@ class Ledger:
                              f"written: {self.read_only}")
         if not self._guards_checked:
             self._upgrade_guards()
-        with self._driver(lambda exc: f"{what} failed: {self._explain(exc)}") as raw:
+
+        def failed(exc: BaseException) -> str:
+            return f"{what} failed: {self._explain(exc)}"
+
+        if self._writers is not None:
+            with self._sqlite_write(failed, durable=durable) as tx:
+                yield tx
+            return
+        with self._driver(failed) as raw:
             cur = raw.cursor()
             try:
-                self._begin(raw, cur, durable=durable)
+                self._pg_append_lock(cur)
+                if not durable:
+                    cur.execute("SET LOCAL synchronous_commit = off")
                 yield WriteTx(cur, self._sql)
-                cur.execute("COMMIT") if self.dialect == "sqlite" else raw.commit()
+                raw.commit()
             finally:
                 cur.close()
 
-    def _begin(self, raw: Any, cur: Any, *, durable: bool) -> None:
-        """Start a write transaction holding the append lock (SQLite: the database write
-        lock, taken at BEGIN; PostgreSQL: the advisory lock)."""
-        if self.dialect == "sqlite":
-            if self.on_lock_wait is not None and _sqlite_lock_held(raw, self._busy_ms()):
-                self.on_lock_wait()
-            cur.execute("PRAGMA synchronous = FULL" if durable else "PRAGMA synchronous = NORMAL")
-            cur.execute("BEGIN IMMEDIATE")
-            return
-        self._pg_append_lock(cur)
-        if not durable:
-            cur.execute("SET LOCAL synchronous_commit = off")
+    @contextlib.contextmanager
+    def _sqlite_write(self, failed: Callable[[BaseException], str], *, durable: bool
+                      ) -> Iterator[WriteTx]:
+        """A SQLite write transaction on this thread's held connection: the database
+        write lock is taken at BEGIN IMMEDIATE; ``synchronous`` is FULL for a durable
+        write, NORMAL for one that rides on the next durable commit (set only when the
+        connection's last write used the other)."""
+        assert self._writers is not None
+        errors = (self.db.dialect.loaded_dbapi.Error, SQLAlchemyError, OverflowError)
+        try:
+            held = self._writers.get()
+        except SQLAlchemyError as exc:
+            raise StoreError(failed(exc)) from None
+        raw = held.conn
+        try:
+            cur = raw.cursor()
+            try:
+                if self.on_lock_wait is not None and _sqlite_lock_held(raw, self._busy_ms()):
+                    self.on_lock_wait()
+                mode = "FULL" if durable else "NORMAL"
+                if held.synchronous != mode:
+                    cur.execute(f"PRAGMA synchronous = {mode}")
+                    held.synchronous = mode
+                cur.execute("BEGIN IMMEDIATE")
+                yield WriteTx(cur, self._sql)
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
+                _rollback(raw, True)
+        except errors as exc:
+            self._writers.drop(held)  # the thread's next write starts on a fresh connection
+            raise StoreError(failed(exc)) from None
 
     def _explain(self, exc: BaseException) -> str:
         text = _one_line(exc)

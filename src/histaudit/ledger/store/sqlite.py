@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
+import weakref
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -131,3 +134,72 @@ def _sqlite_engine(parsed: sa.URL, mode: str, *, create: bool, busy: float) -> E
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+class _Held:
+    """One thread's write connection and the ``synchronous`` mode it is set to."""
+
+    __slots__ = ("__weakref__", "conn", "generation", "pid", "synchronous")
+
+    def __init__(self, conn: sqlite3.Connection, generation: int) -> None:
+        self.conn, self.generation, self.pid = conn, generation, os.getpid()
+        self.synchronous = "FULL"  # what the engine's connect event set
+
+
+class WriterConnections:
+    """SQLite write connections held out of the pool, one per thread.
+
+    Every append is one short transaction, so what surrounds it counts: a held
+    connection is reached in well under a microsecond where a pool checkout and return
+    cost several, and it stays in the ``synchronous`` mode of its last write, so the
+    PRAGMA runs only when a write asks for the other mode (benchmarks/README.md,
+    figure 1). Each is made by the engine (the connect event's pragmas apply) and then
+    detached from its pool, so held connections never use up the pool readers share. A
+    connection that saw an error is closed and the thread's next write opens a fresh
+    one; so does a forked child (a connection must not cross a fork). A thread's
+    connection closes when the thread ends, every one at :meth:`close`.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._local = threading.local()
+        self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._generation = 0
+
+    def get(self) -> _Held:
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is not None and held.pid == os.getpid() and held.generation == self._generation:
+            return held
+        fairy = self._engine.raw_connection()
+        conn = fairy.dbapi_connection
+        fairy.detach()
+        held = _Held(conn, self._generation)  # type: ignore[arg-type]
+        self._local.held = held
+        with self._lock:
+            self._held.add(held)
+        return held
+
+    def drop(self, held: _Held) -> None:
+        """Close ``held`` (it saw an error); the thread's next write opens another."""
+        if getattr(self._local, "held", None) is held:
+            self._local.held = None
+        with self._lock:
+            self._held.discard(held)
+        _close_quietly(held.conn)
+
+    def close(self) -> None:
+        """Close every held connection; writes after this open new ones."""
+        with self._lock:
+            self._generation += 1
+            held, self._held = list(self._held), weakref.WeakSet()
+        for h in held:
+            if h.pid == os.getpid():
+                _close_quietly(h.conn)
+
+
+def _close_quietly(conn: sqlite3.Connection) -> None:
+    try:
+        conn.close()
+    except sqlite3.Error:
+        pass
