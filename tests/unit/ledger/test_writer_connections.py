@@ -96,7 +96,6 @@ def test_close_then_write_opens_a_new_connection(tmp_path: Path) -> None:
     ledger.close()
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_writes_on_a_connection_of_its_own(tmp_path: Path) -> None:
     signer = Signer.generate()
     with _ledger(tmp_path) as ledger:
