@@ -19,13 +19,20 @@ from typing import Any
 
 import pytest
 
-from histaudit.errors import HistauditError
+from histaudit.errors import HistauditError, StoreError
 from histaudit.ledger import chain
 from histaudit.ledger.chain import Item
 from histaudit.ledger.keys import Signer
 from histaudit.ledger.store import Ledger
 from histaudit.ledger.writer import GroupWriter
-from support.ledgers import committed, read_entries, stored_payload, verify_url, write_lock_held
+from support.ledgers import (
+    LedgerDb,
+    committed,
+    read_entries,
+    stored_payload,
+    verify_url,
+    write_lock_held,
+)
 
 BAD_ID = "evil\u202eid"  # a bidi override: refused before it reaches SQL
 
@@ -67,6 +74,31 @@ def test_append_many_commits_all_or_nothing(db_url: str) -> None:
                                        Item(BAD_ID, "workflow.started", {})], signer=signer)
         assert ledger.leaf_count() == 1
         assert ledger.head("a").seq == 1  # type: ignore[union-attr]
+
+
+def test_a_batch_is_refused_when_one_instance_ends_in_a_forged_row(db_url: str) -> None:
+    """A batch reads every instance's tip at once (on PostgreSQL in one statement); a
+    newest row that is no entry still refuses the whole batch, naming the instance."""
+    signer = Signer.generate()
+    with Ledger.open(db_url, create=True) as ledger:
+        for instance in ("a", "b"):
+            chain.append(ledger, instance, "workflow.started", {}, signer=signer)
+        with LedgerDb(db_url) as db:  # a row nobody signed, as the newest of "b"
+            db.run("INSERT INTO histaudit_entries (leaf, instance, seq, hash, body, sig) "
+                   "VALUES (2, 'b', 2, :h, :body, :sig)",
+                   h="0" * 64, body=b"not an entry", sig=b"\x00" * 64)
+        with pytest.raises(StoreError, match="newest stored entry of 'b' is not a valid"):
+            chain.append_many(ledger, [Item("a", "activity.started", _data(1)),
+                                       Item("c", "workflow.started", {}),
+                                       Item("b", "activity.started", _data(2))],
+                              signer=signer)
+        with pytest.raises(StoreError, match="newest stored entry of 'b' is not a valid"):
+            chain.append(ledger, "b", "activity.started", _data(3), signer=signer)
+        assert ledger.leaf_count() == 3 and ledger.head("c") is None
+        assert ledger.head("a").seq == 1  # type: ignore[union-attr]
+        made = chain.append_many(ledger, [Item("a", "activity.started", _data(4)),
+                                          Item("c", "workflow.started", {})], signer=signer)
+        assert [(e.instance, e.seq, e.leaf) for e in made] == [("a", 2, 3), ("c", 1, 4)]
 
 
 def test_concurrent_callers_share_commits_and_all_verify(db_url: str) -> None:

@@ -66,7 +66,7 @@ def append_many(ledger: Ledger, items: Sequence[Item], *, signer: Signer,
     what = (f"append to {items[0].instance!r}" if len(items) == 1
             else f"append of {len(items)} entries")
     with ledger.write(what, durable=durable) as tx:
-        batch = _Batch(tx, signer)
+        batch = _Batch(tx, signer, [item.instance for item in items])
         entries = [batch.add(item) for item in items]
         batch.store()
         return entries
@@ -75,36 +75,35 @@ def append_many(ledger: Ledger, items: Sequence[Item], *, signer: Signer,
 def append_in(tx: WriteTx, instance: str, kind: str, data: Mapping[str, Any], *,
               signer: Signer, payloads: PayloadRows | None = None) -> rec.Entry:
     """The append rule, inside a write transaction the caller holds."""
-    batch = _Batch(tx, signer)
+    batch = _Batch(tx, signer, [instance])
     entry = batch.add(Item(instance, kind, data, payloads))
     batch.store()
     return entry
 
 
 class _Batch:
-    """Entries appended in one transaction, stored together by :meth:`store`.
+    """Entries appended in one transaction to ``instances``, stored together by :meth:`store`.
 
-    The tip of each instance and the next leaf are read once and then carried forward,
-    and each instance's head is signed once, over its last entry of the batch.
+    The tips of the instances (in one lookup) and the next leaf are read once and then
+    carried forward, and each instance's head is signed once, over its last entry of the
+    batch.
     """
 
-    def __init__(self, tx: WriteTx, signer: Signer) -> None:
+    def __init__(self, tx: WriteTx, signer: Signer, instances: Sequence[str]) -> None:
         self._tx = tx
         self._signer = signer
-        self._leaf = -1
-        self._tips: dict[str, tuple[int, str, bool]] = {}  # instance -> seq, hash, is new
+        self._leaf = tx.next_leaf()
+        tips = tx.tips(instances)
+        # instance -> seq, hash, is new
+        self._tips: dict[str, tuple[int, str, bool]] = {
+            i: (tips[i][0], tips[i][1], False) if i in tips else (0, rec.GENESIS_PREV, True)
+            for i in instances}
         self._heads: dict[str, tuple[int, int, str, str]] = {}  # seq, leaf, hash, ts
         self._rows: list[rec.StoredEntry] = []
         self._payloads: list[tuple[str, bytes, bytes]] = []
 
     def add(self, item: Item) -> rec.Entry:
         instance, kind, data, payloads = item
-        if self._leaf < 0:
-            self._leaf = self._tx.next_leaf()
-        if instance not in self._tips:
-            tip = self._tx.tip(instance)
-            self._tips[instance] = (0, rec.GENESIS_PREV, True) if tip is None \
-                else (tip[0], tip[1], False)
         last_seq, prev, new = self._tips[instance]
         seq, leaf, ts, kid = last_seq + 1, self._leaf, rec.now_ts(), self._signer.kid
         body = rec.entry_body(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind,
@@ -124,11 +123,13 @@ class _Batch:
         """Store the entries, then each instance's head (the triggers check it names the
         newest entry), then the payloads."""
         self._tx.insert_entries(self._rows)
+        heads = []
         for instance, (seq, leaf, digest, ts) in self._heads.items():
             head = rec.head_body(instance=instance, seq=seq, leaf=leaf, hash=digest, ts=ts,
                                  kid=self._signer.kid)
-            self._tx.put_head(rec.StoredHead(instance, seq, head, self._signer.sign(head)),
-                              new=self._tips[instance][2])
+            heads.append((rec.StoredHead(instance, seq, head, self._signer.sign(head)),
+                          self._tips[instance][2]))
+        self._tx.put_heads(heads)
         self._tx.insert_payloads(self._payloads)
 
 

@@ -9,6 +9,7 @@ The statements are written once with ``?`` and rewritten to psycopg's ``%s``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,9 @@ class Statements:
     top_leaf: str
     payload: str
     last_of_instance: str
+    tips_of: str
+    """The newest row of each of many instances in one statement (PostgreSQL: an array
+    parameter); "" where :attr:`last_of_instance` is run once per instance instead."""
     insert_entry: str
     insert_head: str
     move_head: str
@@ -68,6 +72,7 @@ _QMARK = Statements(
     payload="SELECT salt, data FROM histaudit_payloads WHERE commitment = ?",
     last_of_instance="SELECT body FROM histaudit_entries WHERE instance = ? "
                      "ORDER BY seq DESC LIMIT 1",
+    tips_of="",  # SQLite runs in the process: a statement per instance costs no round trip
     insert_entry=f"INSERT INTO histaudit_entries ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
     insert_head="INSERT INTO histaudit_heads (instance, seq, body, sig) VALUES (?, ?, ?, ?)",
     move_head="UPDATE histaudit_heads SET seq = ?, body = ?, sig = ? WHERE instance = ?",
@@ -86,8 +91,13 @@ _QMARK = Statements(
               "GROUP BY instance ORDER BY max(leaf) DESC",
     head_instances="SELECT instance FROM histaudit_heads",
 )
-_FORMAT = Statements(**{name: getattr(_QMARK, name).replace("?", "%s")
-                        for name in _QMARK.__dataclass_fields__})
+_FORMAT = dataclasses.replace(
+    Statements(**{name: getattr(_QMARK, name).replace("?", "%s")
+                  for name in _QMARK.__dataclass_fields__}),
+    # one round trip for a whole batch's instances; each is last_of_instance's index probe
+    tips_of="SELECT i.instance, e.body FROM unnest(%s::text[]) AS i(instance) "
+            "CROSS JOIN LATERAL (SELECT body FROM histaudit_entries "
+            "WHERE instance = i.instance ORDER BY seq DESC LIMIT 1) AS e")
 
 
 def statements(dialect: str) -> Statements:

@@ -15,7 +15,7 @@ from histaudit.ledger.records import (
     shown_id,
 )
 
-from .columns import _blob, _top_leaf
+from .columns import _blob, _text, _top_leaf
 from .sql import Statements
 
 
@@ -39,19 +39,26 @@ class WriteTx:
         a newest row whose body does not parse is refused rather than linked to. A hostile
         id (a control or bidi character) is refused before it reaches any SQL.
         """
-        check_instance_id(instance)
-        self._cur.execute(self._sql.last_of_instance, (instance,))
-        last = self._cur.fetchone()
-        if last is None:
-            return None
-        body = _blob(last[0])
-        try:
-            entry = parse_entry(body)
-        except FormatError as exc:
-            raise StoreError(f"the newest stored entry of {shown_id(instance)} is not a "
-                             f"valid entry ({exc}); run `histaudit verify` before "
-                             f"appending") from None
-        return entry.seq, sha256_hex(body)
+        return self.tips([instance]).get(instance)
+
+    def tips(self, instances: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """:meth:`tip` of many instances at once: {instance: (seq, hash)} of those that
+        have entries. On PostgreSQL one statement answers for all of them (a batch of
+        appends to many instances costs one round trip, not one per instance)."""
+        wanted = list(dict.fromkeys(instances))
+        for instance in wanted:
+            check_instance_id(instance)
+        rows: list[tuple[str, Any]] = []
+        if self._sql.tips_of and len(wanted) > 1:
+            self._cur.execute(self._sql.tips_of, (wanted,))
+            rows = [(_text(i), body) for i, body in self._cur.fetchall()]
+        else:
+            for instance in wanted:
+                self._cur.execute(self._sql.last_of_instance, (instance,))
+                last = self._cur.fetchone()
+                if last is not None:
+                    rows.append((instance, last[0]))
+        return {instance: _newest(instance, _blob(body)) for instance, body in rows}
 
     def next_leaf(self) -> int:
         """The ledger-wide index the next entry gets: max(leaf) + 1."""
@@ -68,12 +75,16 @@ class WriteTx:
 
     def put_head(self, head: StoredHead, *, new: bool) -> None:
         """Store ``instance``'s first head (``new``) or move it forward."""
-        if new:
-            self._cur.execute(self._sql.insert_head,
-                              (head.instance, head.seq, head.body, head.sig))
-        else:
-            self._cur.execute(self._sql.move_head,
-                              (head.seq, head.body, head.sig, head.instance))
+        self.put_heads([(head, new)])
+
+    def put_heads(self, heads: Sequence[tuple[StoredHead, bool]]) -> None:
+        """Store first heads and move heads forward: (head, is the instance's first)."""
+        first = [(h.instance, h.seq, h.body, h.sig) for h, new in heads if new]
+        moved = [(h.seq, h.body, h.sig, h.instance) for h, new in heads if not new]
+        if first:
+            self._cur.executemany(self._sql.insert_head, first)
+        if moved:
+            self._cur.executemany(self._sql.move_head, moved)
 
     def insert_payloads(self, rows: Sequence[tuple[str, bytes, bytes]]) -> None:
         """Store (commitment, salt, bytes) payload rows beside the chain."""
@@ -114,6 +125,17 @@ class WriteTx:
             return False
         self._cur.execute(self._sql.insert_cosignature, (size, witness, key_hash, line))
         return True
+
+
+def _newest(instance: str, body: bytes) -> tuple[int, str]:
+    """(seq, hash) of an instance's newest stored body, refused when it is no entry."""
+    try:
+        entry = parse_entry(body)
+    except FormatError as exc:
+        raise StoreError(f"the newest stored entry of {shown_id(instance)} is not a "
+                         f"valid entry ({exc}); run `histaudit verify` before "
+                         f"appending") from None
+    return entry.seq, sha256_hex(body)
 
 
 def _note_text(note: bytes) -> bytes:
