@@ -363,7 +363,7 @@ class Ledger:
                 self._pg_append_lock(cur)
                 if not durable:
                     cur.execute("SET LOCAL synchronous_commit = off")
-                yield WriteTx(cur, self._sql)
+                yield WriteTx(cur, self._sql, pipeline=raw.dbapi_connection.pipeline)
                 raw.commit()
             finally:
                 cur.close()

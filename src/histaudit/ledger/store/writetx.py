@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from histaudit.errors import FormatError, StoreError
@@ -27,9 +29,20 @@ class WriteTx:
     driver's cursor (:mod:`.sql`); rows of one kind go in one ``executemany``.
     """
 
-    def __init__(self, cursor: Any, sql: Statements) -> None:
+    def __init__(self, cursor: Any, sql: Statements,
+                 pipeline: Callable[[], AbstractContextManager[Any]] | None = None) -> None:
+        """``pipeline``: the driver's pipeline mode (psycopg's ``Connection.pipeline``),
+        when it has one."""
         self._cur = cursor
         self._sql = sql
+        self._pipeline = pipeline
+
+    def queued(self) -> AbstractContextManager[Any]:
+        """A block whose statements go to the server together and are answered at its
+        end (PostgreSQL pipeline mode: a batch's entries, heads and payloads cost one
+        round trip, not three; an error surfaces, as a database error, when the block
+        ends). Plain statements where there is no pipeline mode (SQLite)."""
+        return contextlib.nullcontext() if self._pipeline is None else self._pipeline()
 
     def tip(self, instance: str) -> tuple[int, str] | None:
         """(seq, hash) of ``instance``'s newest stored entry, or None for a new instance.
