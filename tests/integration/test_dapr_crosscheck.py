@@ -16,15 +16,10 @@ import json
 import shutil
 import sqlite3
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from jsonschema import Draft202012Validator
 
 from histaudit import sdk
@@ -32,7 +27,16 @@ from histaudit.errors import EngineError
 from histaudit.verify.dapr_crosscheck import parse_history_event
 from histaudit.verify.dapr_history import parse_history_signature, read_message
 from support.cli import cli, exits, one_error_line
-from support.dapr_audit import GATED, PURGED, AuditedDaprRun, audited_dapr_run, put, rows, value
+from support.dapr_audit import (
+    GATED,
+    PURGED,
+    AuditedDaprRun,
+    audited_dapr_run,
+    foreign_ca,
+    put,
+    rows,
+    value,
+)
 from support.repo import SCHEMAS
 
 pytestmark = [pytest.mark.engine, pytest.mark.daprd]
@@ -283,16 +287,7 @@ def test_a_bundle_of_a_cut_store_shows_it_offline(run: AuditedDaprRun) -> None:
 
 
 def test_pinned_trust_anchors_replace_the_bundles(run: AuditedDaprRun, bundle: Path) -> None:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "not sentry")])
-    now = datetime.now(UTC)
-    ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-          .public_key(key.public_key()).serial_number(1)
-          .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(key, hashes.SHA256()))
-    other = run.work / "other-ca.pem"
-    other.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    other = foreign_ca(run.work / "other-ca.pem")
     doc = _verify_bundle(run, bundle, 1, "--trust-anchors", other)
     assert "dapr-cert-untrusted" in _report_codes(doc, GATED)
     pinned = _verify_bundle(run, bundle, 1, "--trust-anchors", run.anchors)

@@ -20,16 +20,11 @@ import json
 import sqlite3
 import subprocess
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from jsonschema import Draft202012Validator
 
 from histaudit.bundle.dapr_state import read_workflow_rows
@@ -38,6 +33,7 @@ from histaudit.crashtest.engine import free_port
 from histaudit.errors import EngineError
 from support.apps import AppProcess, AppRig
 from support.cli import cli, exits, one_error_line
+from support.dapr_audit import backup, foreign_ca
 from support.daprd import teardown
 from support.postgres import PostgresServer
 from support.repo import SCHEMAS
@@ -60,14 +56,7 @@ class Signed:
 
     def copy(self, name: str) -> Path:
         """A consistent copy of the store (sqlite backup), to tamper with."""
-        target = self.work / f"{name}.sqlite"
-        src, dst = sqlite3.connect(self.db), sqlite3.connect(target)
-        try:
-            src.backup(dst)
-        finally:
-            src.close()
-            dst.close()
-        return target
+        return backup(self.db, self.work / f"{name}.sqlite")
 
     def verify(self, db: Path, *extra: str, anchors: Path | None = None
                ) -> tuple[int, dict[str, object]]:
@@ -180,16 +169,7 @@ def test_another_app_id_finds_no_state(signed: Signed) -> None:
 
 
 def test_wrong_trust_anchors_are_untrusted(signed: Signed) -> None:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "not sentry")])
-    now = datetime.now(UTC)
-    ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-          .public_key(key.public_key()).serial_number(1)
-          .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(key, hashes.SHA256()))
-    other = signed.work / "other-ca.pem"
-    other.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    other = foreign_ca(signed.work / "other-ca.pem")
     r = cli("dapr-verify", INSTANCE, "--state-db", signed.db, "--trust-anchors", other,
             "--json", cwd=signed.work)
     exits(r, 1)

@@ -33,7 +33,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from histaudit.crashtest.daprd import DaprdReplica, DaprdStack
+from histaudit.crashtest.daprd import DaprdStack
+from histaudit.crashtest.daprd_replica import DaprdReplica
 from histaudit.errors import EngineError
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import TrustStore, generate_keypair

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from histaudit.crashtest.daprd import find_daprd_bin_dir
+from histaudit.crashtest.daprd_binaries import find_daprd_bin_dir
 from support.daprd import DAPRD, DURABLETASK
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]

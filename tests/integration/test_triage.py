@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.daprd import find_daprd_bin_dir
+from histaudit.crashtest.daprd_binaries import find_daprd_bin_dir
 from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import generate_keypair

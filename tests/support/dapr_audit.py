@@ -20,8 +20,14 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from histaudit.crashtest.daprd import DaprdStack
 from histaudit.ledger.keys import generate_keypair
@@ -43,6 +49,21 @@ def backup(src_path: Path, target: Path) -> Path:
     finally:
         src.close()
         dst.close()
+    return target
+
+
+def foreign_ca(target: Path) -> Path:
+    """Write a self-signed CA certificate (PEM) that is not sentry's to ``target``: trust
+    anchors no daprd certificate chains to."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "not sentry")])
+    now = datetime.now(UTC)
+    ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+          .public_key(key.public_key()).serial_number(1)
+          .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(key, hashes.SHA256()))
+    target.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     return target
 
 

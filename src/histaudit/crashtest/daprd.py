@@ -14,7 +14,9 @@ crash test kills and restarts daprd as it would the engine. The control plane
 :meth:`DaprdStack.add_replica` starts one more daprd with the same app id, placement,
 scheduler and (PostgreSQL) actor state store on ports of its own: the sidecar of a second
 replica of the app. Placement then spreads the app's workflow and activity actors over
-both; the stack tracks each :class:`DaprdReplica` and ends it with the stack.
+both; the stack tracks each
+:class:`~histaudit.crashtest.daprd_replica.DaprdReplica` and ends it with the stack.
+Where the binaries come from is :mod:`~histaudit.crashtest.daprd_binaries`.
 """
 
 from __future__ import annotations
@@ -32,53 +34,32 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, Self
 
 from histaudit.errors import EngineError
 
-from .engine import _LIVE, _repo_root
+from .daprd_binaries import _HINT, BINARIES, _usable, find_daprd_bin_dir
+from .engine import _LIVE
 
-__all__ = ["BINARIES", "ENV_BIN_DIR", "TRUST_DOMAIN", "DaprdReplica", "DaprdStack",
-           "find_daprd_bin_dir"]
+if TYPE_CHECKING:
+    from .daprd_replica import DaprdReplica
 
-ENV_BIN_DIR = "HISTAUDIT_DAPRD_BIN_DIR"
-"""Environment variable naming the directory holding daprd, placement and scheduler."""
+__all__ = ["TRUST_DOMAIN", "DaprdStack"]
 
-BINARIES = ("daprd", "placement", "scheduler")
-"""The binaries a stack runs (``make daprd`` also builds sentry, for mTLS)."""
-
-_HINT = "run `make daprd` (scripts/install-daprd.sh) to build it"
 _LOOPBACK = "127.0.0.1"
-
-def _usable(directory: Path) -> bool:
-    return all(os.access(directory / name, os.X_OK) for name in BINARIES)
-
-
-def find_daprd_bin_dir() -> Path:
-    """Locate the directory holding daprd, placement and scheduler.
-
-    Order: ``$HISTAUDIT_DAPRD_BIN_DIR``, then ``<repo>/.tools/daprd/bin``, then the
-    directory of ``daprd`` on ``PATH``. An explicit variable that points at a directory
-    without all three binaries is an error, not a silent fallback.
-    """
-    explicit = os.environ.get(ENV_BIN_DIR)
-    if explicit:
-        path = Path(explicit).expanduser()
-        if _usable(path):
-            return path.resolve()
-        raise EngineError(f"{ENV_BIN_DIR}={explicit} lacks one of {', '.join(BINARIES)}; "
-                          f"{_HINT}")
-    local = _repo_root() / ".tools" / "daprd" / "bin"
-    if _usable(local):
-        return local
-    found = shutil.which("daprd")
-    if found and _usable(Path(found).parent):
-        return Path(found).parent
-    raise EngineError(f"daprd, placement and scheduler not found; {_HINT}")
 
 
 @dataclasses.dataclass(frozen=True)
-class _Ports:
+class _PortSet:
+    """A record of ports; :meth:`pick` gives every field its own free loopback port."""
+
+    @classmethod
+    def pick(cls) -> Self:
+        return cls(*_free_ports(len(dataclasses.fields(cls))))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ports(_PortSet):
     """Every port one stack listens on; picked free once, kept across daprd restarts."""
 
     placement: int
@@ -98,10 +79,6 @@ class _Ports:
     sentry_health: int
     sentry_metrics: int
 
-    @classmethod
-    def pick(cls) -> _Ports:
-        return cls(*_free_ports(len(dataclasses.fields(cls))))
-
 
 def _free_ports(count: int) -> list[int]:
     """``count`` distinct free loopback ports."""
@@ -116,20 +93,6 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for sock in socks:
             sock.close()
-
-
-@dataclasses.dataclass(frozen=True)
-class _ReplicaPorts:
-    """The ports of one more daprd of a stack (the control plane's are the stack's)."""
-
-    grpc: int
-    http: int
-    internal_grpc: int
-    metrics: int
-
-    @classmethod
-    def pick(cls) -> _ReplicaPorts:
-        return cls(*_free_ports(len(dataclasses.fields(cls))))
 
 
 _STATESTORE = """\
@@ -440,6 +403,8 @@ class DaprdStack(_Endpoint):
             raise EngineError(f"replica name {name!r}: letters, digits, - and _ only")
         if name in self._replicas:
             raise EngineError(f"replica {name!r} exists already")
+        from .daprd_replica import DaprdReplica  # it imports this module's parts
+
         replica = DaprdReplica(self, name)
         self._replicas[name] = replica
         try:
@@ -604,111 +569,6 @@ class DaprdStack(_Endpoint):
                     f"{name} not healthy at {health} after {self._start_timeout:.0f}s; "
                     f"log {log_path}:\n{_read_from(log_path, offset)[-2000:]}")
             time.sleep(0.05)
-
-
-class DaprdReplica(_Endpoint):
-    """The daprd of one more replica of a stack's app (:meth:`DaprdStack.add_replica`).
-
-    The interface of :class:`DaprdStack` that apps and crash tests use (``address``,
-    ``port``, ``env()``, ``start``/``kill``/``restart``, ``running``, ``pid``,
-    ``log_tail``), for this daprd only: killing it leaves the stack's own daprd, the
-    control plane and every other replica running. Its ports are fixed once it has
-    started; the stack's :meth:`~DaprdStack.kill_all` and :meth:`~DaprdStack.stop` end it.
-    """
-
-    _ports: _ReplicaPorts
-
-    def __init__(self, stack: DaprdStack, name: str) -> None:
-        self._stack = stack
-        self._name = name
-        self._ports = _ReplicaPorts.pick()
-        self._started_once = False
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def proc_name(self) -> str:
-        """Its key in the stack's :attr:`~DaprdStack.pids` and the stem of its log."""
-        return f"daprd-{self._name}"
-
-    @property
-    def stack(self) -> DaprdStack:
-        return self._stack
-
-    @property
-    def app_id(self) -> str:
-        return self._stack.app_id
-
-    @property
-    def log_path(self) -> Path:
-        return self._stack.log_file(self.proc_name)
-
-    @property
-    def pid(self) -> int | None:
-        return self._stack.pids.get(self.proc_name)
-
-    @property
-    def running(self) -> bool:
-        return self.pid is not None
-
-    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Environment for the app replica that talks to this daprd (as
-        :meth:`DaprdStack.env`)."""
-        env = self._stack.env(base)
-        env["DAPR_GRPC_PORT"] = str(self._ports.grpc)
-        env["DAPR_HTTP_PORT"] = str(self._ports.http)
-        return env
-
-    def log_tail(self, max_bytes: int = 4000) -> str:
-        return self._stack.log_tail(max_bytes, name=self.proc_name)
-
-    def start(self) -> DaprdReplica:
-        """Start this daprd and wait until it is healthy; the stack's placement and
-        scheduler must be running. A first start that finds a port taken is retried on
-        fresh ports."""
-        if self.running:
-            raise EngineError(f"replica {self._name} already running at {self.address} "
-                              f"(pid {self.pid})")
-        stack = self._stack
-        if not (stack._alive("placement") and stack._alive("scheduler")):
-            raise EngineError(f"replica {self._name}: the stack's placement and scheduler "
-                              "are not running; start the stack first")
-        resources = stack.state_dir / "resources"
-        if not (resources / "statestore.yaml").is_file():
-            raise EngineError(f"replica {self._name}: {resources} holds no statestore.yaml; "
-                              "start the stack first")
-        attempts = 1 if self._started_once else 3
-        for attempt in range(attempts):
-            p = self._ports
-            try:
-                stack._spawn(self.proc_name,
-                             stack._daprd_args(p.grpc, p.http, p.internal_grpc, p.metrics,
-                                               resources),
-                             health=f"http://{_LOOPBACK}:{p.http}/v1.0/healthz",
-                             binary="daprd")
-            except _PortBusyError as busy:
-                if attempt + 1 >= attempts:
-                    raise EngineError(f"{busy}: port in use") from None
-                self._ports = _ReplicaPorts.pick()
-                continue
-            self._started_once = True
-            return self
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def kill(self) -> None:
-        """SIGKILL this daprd, as a crashed sidecar, and reap it (no-op when stopped)."""
-        self._stack._kill(self.proc_name)
-
-    def restart(self) -> DaprdReplica:
-        """Kill this daprd and start it again on the same ports."""
-        self.kill()
-        return self.start()
-
-    def __repr__(self) -> str:
-        state = f"pid {self.pid}" if self.running else "stopped"
-        return f"DaprdReplica({self._name}, {self.address}, {state})"
 
 
 # Health checks go straight to loopback, never through an HTTP(S)_PROXY from the environment.
