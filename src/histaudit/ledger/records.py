@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,8 +47,23 @@ HEAD_FIELDS = frozenset({"v", "type", "instance", "seq", "leaf", "hash", "ts", "
 
 
 def now_ts() -> str:
-    """The current time as RFC 3339 UTC with microseconds, the only form histaudit writes."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """The current time as RFC 3339 UTC with microseconds, the only form histaudit writes.
+
+    Every append stamps two records, so the date and time of day are formatted once per
+    second and reused (the microseconds are truncated, as ``datetime.now`` truncates).
+    """
+    global _ts_second
+    second, micro = divmod(time.time_ns() // 1000, 1_000_000)
+    cached = _ts_second
+    if cached[0] != second:
+        cached = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+        _ts_second = cached
+    return f"{cached[1]}.{micro:06d}Z"
+
+
+_ts_second: tuple[int, str] = (-1, "")
+"""(Unix second, its text) of the last :func:`now_ts`: one tuple, replaced whole, so a
+thread never sees a second paired with another's text."""
 
 
 def sha256_hex(data: bytes) -> str:
