@@ -24,6 +24,7 @@ handed over in a form the verifier reports, never one that crashes the reader.
 ``sql``      the hot paths' statements in both dialects' placeholder styles
 ``schema``   tables, the append-only triggers of both dialects, the writer role's grants
 ``sqlite``   opening a SQLite file (read-write, read-only, immutable) and its connections
+             (writes run on one held per thread: :class:`~.sqlite.WriterConnections`)
 ``columns``  column values in a form the verifier reports, whatever storage class
 """
 
