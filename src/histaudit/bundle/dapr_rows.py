@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import orjson
 
 from histaudit.errors import FormatError, InputError
+from histaudit.ledger.records import shown_id
 from histaudit.verify.dapr_history import DaprWorkflowRows
 
 from .envelope import b64, unb64
@@ -36,7 +37,8 @@ __all__ = ["DAPR_ANCHORS", "DAPR_ROWS", "BundledDapr", "decode_rows", "encode_ro
 DAPR_ROWS = "dapr-rows.jsonl"
 DAPR_ANCHORS = "dapr-anchors.pem"
 
-_NAME = re.compile(r"(history|signature|sigcert)-(\d{6,})\Z")
+# daprd names a row by its index as %06d of a 64-bit counter: 6 to 20 digits
+_NAME = re.compile(r"(history|signature|sigcert)-(\d{6,20})\Z")
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,9 @@ def decode_rows(data: bytes) -> dict[str, BundledDapr]:
             raise InputError(f"{where}: app_id is not a string")
         if named is not None and not isinstance(named, dict):
             raise InputError(f"{where}: rows is not an object")
+        if doc["instance"] in out:
+            raise InputError(f"{where}: instance {shown_id(doc['instance'])} has a line "
+                             f"already")
         out[doc["instance"]] = BundledDapr(doc["instance"], app_id,
                                            None if named is None
                                            else _rows(doc["instance"], named, where))
@@ -100,7 +105,7 @@ def _rows(instance: str, named: Mapping[str, object], where: str) -> DaprWorkflo
     metadata = None
     for name, text in named.items():
         try:
-            raw = unb64(text, f"row {name}")
+            raw = unb64(text, f"row {shown_id(name)}")
         except FormatError as exc:
             raise InputError(f"{where}: {exc}") from None
         if name == "metadata":
@@ -108,8 +113,12 @@ def _rows(instance: str, named: Mapping[str, object], where: str) -> DaprWorkflo
             continue
         m = _NAME.match(name)
         if m is None:
-            raise InputError(f"{where}: {name!r} is not a row name daprd writes")
-        found[m.group(1)][int(m.group(2))] = raw
+            raise InputError(f"{where}: {shown_id(name)} is not a row name daprd writes")
+        kind, index = m.group(1), int(m.group(2))
+        if index in found[kind]:
+            raise InputError(f"{where}: {shown_id(name)} names row {kind} {index}, "
+                             f"which another name gave already")
+        found[kind][index] = raw
     return DaprWorkflowRows(instance=instance, history=found["history"],
                             signatures=found["signature"], certificates=found["sigcert"],
                             metadata=metadata)
