@@ -20,7 +20,6 @@ database driver, so ``bundle.verify`` may use it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -28,7 +27,7 @@ import orjson
 
 from histaudit.errors import FormatError, InputError
 from histaudit.ledger.records import shown_id
-from histaudit.verify.dapr_history import DaprWorkflowRows
+from histaudit.verify.dapr_history import ROW_NAME, DaprWorkflowRows
 
 from .envelope import b64, unb64
 
@@ -37,8 +36,6 @@ __all__ = ["DAPR_ANCHORS", "DAPR_ROWS", "BundledDapr", "decode_rows", "encode_ro
 DAPR_ROWS = "dapr-rows.jsonl"
 DAPR_ANCHORS = "dapr-anchors.pem"
 
-# daprd names a row by its index as %06d of a 64-bit counter: 6 to 20 digits
-_NAME = re.compile(r"(history|signature|sigcert)-(\d{6,20})\Z")
 
 
 @dataclass(frozen=True)
@@ -111,7 +108,7 @@ def _rows(instance: str, named: Mapping[str, object], where: str) -> DaprWorkflo
         if name == "metadata":
             metadata = raw
             continue
-        m = _NAME.match(name)
+        m = ROW_NAME.match(name)
         if m is None:
             raise InputError(f"{where}: {shown_id(name)} is not a row name daprd writes")
         kind, index = m.group(1), int(m.group(2))

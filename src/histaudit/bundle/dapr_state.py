@@ -26,11 +26,10 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from histaudit.errors import InputError
-from histaudit.verify.dapr_history import DaprWorkflowRows
+from histaudit.verify.dapr_history import ROW_NAME, DaprWorkflowRows
 
 __all__ = ["is_postgres_url", "read_workflow_rows"]
 
-_NAME = re.compile(r"(history|signature|sigcert)-(\d{6,})\Z")
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _TABLE = re.compile(rf"{_IDENT}\Z")
 _PG_TABLE = re.compile(rf"(?:{_IDENT}\.)?{_IDENT}\Z")  # state.postgresql allows schema.table
@@ -174,7 +173,7 @@ def read_workflow_rows(db_path: str | Path, instance: str, *, app_id: str | None
     (named,) = apps.values()
     found: dict[str, dict[int, bytes]] = {"history": {}, "signature": {}, "sigcert": {}}
     for name, raw in named.items():
-        m = _NAME.match(name)
+        m = ROW_NAME.match(name)
         if m:
             found[m.group(1)][int(m.group(2))] = raw
     return DaprWorkflowRows(instance=instance, history=found["history"],

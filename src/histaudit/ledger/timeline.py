@@ -25,7 +25,8 @@ PayloadLookup = Callable[[str], tuple[bytes, bytes] | None]
 """commitment -> (salt, bytes) as stored, or None when not stored (erased or absent)."""
 
 _FAMILIES = sorted({k.value.split(".", 1)[0] for k in Kind})
-_SEQ = re.compile(r"(\d*)\.\.(\d*)|(\d+)")
+# entry numbers fit in 64 bits, so 20 digits at most (and int() refuses 4,300 and more)
+_SEQ = re.compile(r"(\d{0,20})\.\.(\d{0,20})|(\d{1,20})")
 
 
 def kinds_named(name: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ must be the exact stored bytes, never a re-serialisation.
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +34,8 @@ from histaudit.errors import InputError
 
 from .findings import Finding
 
-__all__ = ["DaprHistoryResult", "DaprWorkflowRows", "HistorySignature", "SpiffeId",
-           "WireError", "events_digest", "load_anchors", "parse_history_signature",
+__all__ = ["ROW_NAME", "DaprHistoryResult", "DaprWorkflowRows", "HistorySignature",
+           "SpiffeId", "WireError", "events_digest", "load_anchors", "parse_history_signature",
            "parse_signing_certificate", "read_message", "signature_input",
            "verify_dapr_history"]
 
@@ -294,6 +295,11 @@ def signature_problem(cert: x509.Certificate, message: bytes, sig: bytes) -> str
 
 
 # -- the check -----------------------------------------------------------------------------
+
+ROW_NAME = re.compile(r"(history|signature|sigcert)-(\d{6,20})\Z")
+"""The rows of a workflow that :class:`DaprWorkflowRows` holds, by name: daprd writes the
+index as ``%06d`` of a 64-bit counter, so 6 to 20 digits (a longer one is no daprd row)."""
+
 
 @dataclass(frozen=True)
 class DaprWorkflowRows:
