@@ -483,7 +483,7 @@ def test_payload_limit_setting_is_checked() -> None:
     assert DEFAULT_MAX_PAYLOAD_BYTES < ENGINE_GRPC_LIMIT == 4 * MIB
     assert max_payload_bytes({}) == DEFAULT_MAX_PAYLOAD_BYTES
     assert max_payload_bytes({"HISTAUDIT_MAX_PAYLOAD_BYTES": " 1234 "}) == 1234
-    for bad in ("0", "-5", "1e6", "lots", "\u0661\u0662"):
+    for bad in ("0", "-5", "1e6", "lots", "\u0661\u0662", "9" * 5000):
         with pytest.raises(UsageError, match="HISTAUDIT_MAX_PAYLOAD_BYTES"):
             max_payload_bytes({"HISTAUDIT_MAX_PAYLOAD_BYTES": bad})
 

@@ -86,7 +86,7 @@ def max_payload_bytes(environ: Mapping[str, str] = os.environ) -> int:
     text = environ.get("HISTAUDIT_MAX_PAYLOAD_BYTES", "").strip()
     if not text:
         return DEFAULT_MAX_PAYLOAD_BYTES
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+    if not (text.isascii() and text.isdigit() and len(text) <= 18) or int(text) < 1:
         raise UsageError(f"HISTAUDIT_MAX_PAYLOAD_BYTES must be a positive number of bytes, "
                          f"got {text[:40]!r}")
     return int(text)
