@@ -135,12 +135,13 @@ def effect_findings(instance: str, eff: ev.EffectView) -> list[Finding]:
             "effect-duplicate", instance, eff.first_done[1],
             f"{label} done {eff.done} times (entries {_seqs(eff.first_done, eff.done)})",
             entries=eff.first_done, effect=effect))
-    for intent, retry in eff.uncertain:
+    for intent, retry, task, activity in eff.uncertain:
         out.append(Finding.make(
             "effect-uncertain", instance, intent,
             f"{label}: intent at entry {intent} never confirmed, and the "
             f"activity ran again — {retry_wording(retry)}",
-            entries=() if retry is None else (retry[1],), effect=effect))
+            entries=() if retry is None else (retry[1],), task_id=task, activity=activity,
+            effect=effect))
     if eff.skipped:
         out.append(Finding.make(
             "effect-deduplicated", instance, eff.first_skipped,

@@ -50,6 +50,9 @@ or child, an activity name for a scheduled activity, else None."""
 """(o, what names the decision — see :meth:`Events.decision` —, seq, how to call it)."""
 Retry = tuple[int, int] | None
 """What the retry did after an open intent: (DONE or SKIPPED, its entry), or None."""
+Uncertain = tuple[int, Retry, Any, str]
+"""An intent never closed whose task ran again: (its entry, what the retry did, the task
+id as the task's findings show it, the activity)."""
 
 _UNHASHABLE = b"\x01"
 
@@ -77,7 +80,7 @@ class EffectView:
     key: str
     done: int
     first_done: list[int]
-    uncertain: list[tuple[int, Retry]]  # (intent seq, what the retry did), ascending
+    uncertain: list[Uncertain]  # ascending by intent seq
     skipped: int
     first_skipped: int
 
@@ -379,6 +382,11 @@ def ran_again(tasks: Tasks, task_key: tuple[Any, Any], intent: int) -> bool:
     return started is not None and any(s > intent for s in started.starts)
 
 
+def uncertain(intent: int, retry: Retry, task: Task) -> Uncertain:
+    """The open intent at ``intent`` of ``task``, which ran again."""
+    return intent, retry, task.shown, task.activity
+
+
 def retry_of(closings: Iterable[tuple[int, int, int]], intent_o: int) -> Retry:
     """What came after an open intent (its event ``intent_o``), from the effect's
     ``(o, DONE or SKIPPED, seq)`` events in order: the first done, else the first skip."""
@@ -427,7 +435,7 @@ def effects_in_memory(effects: Iterable[EffectEvent], tasks: Tasks) -> list[Effe
         view = eff.view
         view.done, view.first_done = len(eff.done), eff.done[:6]
         view.skipped, view.first_skipped = len(eff.skipped), eff.skipped[0] if eff.skipped else 0
-        view.uncertain = [(intent, retry_of(eff.closings, o))
+        view.uncertain = [uncertain(intent, retry_of(eff.closings, o), tasks[task_key])
                           for intent, (task_key, o) in sorted(eff.intents.items())
                           if intent not in eff.closed and ran_again(tasks, task_key, intent)]
         if view.done > 1 or view.uncertain or view.skipped:

@@ -48,15 +48,16 @@ from .behaviour_events import (
     EffectView,
     Ran,
     Result,
-    Retry,
     Start,
     Tasks,
     TaskView,
+    Uncertain,
     ran_again,
     retry_of,
     task_views,
     tasks_in_memory,
 )
+from .behaviour_events import uncertain as open_intent
 
 _SCHEMA = (
     "PRAGMA journal_mode = OFF", "PRAGMA synchronous = OFF",
@@ -160,12 +161,13 @@ class Spill:
         wanted = self._starts.repeated() | self._results.repeated()
         wanted.update(hash((tid, eid)) for _n, _k, _s, tid, eid, _o in open_intents)
         tasks = self._tasks(wanted) if wanted else {}
-        uncertain: dict[tuple[str, str], list[tuple[int, Retry]]] = {}
+        uncertain: dict[tuple[str, str], list[Uncertain]] = {}
         for name, key, seq, tid, eid, o in open_intents:
             if ran_again(tasks, (tid, eid), seq):
                 closings = ((o, kind, _number(at)) for o, kind, at
                             in self.db.execute(_CLOSINGS_AFTER, (name, key, o)))
-                uncertain.setdefault((name, key), []).append((seq, retry_of(closings, o)))
+                uncertain.setdefault((name, key), []).append(
+                    open_intent(seq, retry_of(closings, o), tasks[(tid, eid)]))
         return task_views(tasks), self._effects(uncertain), self._decisions()
 
     def _decisions(self) -> list[DecisionView]:
@@ -202,7 +204,7 @@ class Spill:
             ran += kept(batch_ran)
         return tasks_in_memory(starts, results, ran)
 
-    def _effects(self, uncertain: dict[tuple[str, str], list[tuple[int, Retry]]]
+    def _effects(self, uncertain: dict[tuple[str, str], list[Uncertain]]
                  ) -> list[EffectView]:
         keys = {(name, key) for name, key in self.db.execute(_EFFECTS)} | set(uncertain)
         views = [self._effect(name, key, uncertain.get((name, key), [])) for name, key in keys]
@@ -212,7 +214,7 @@ class Spill:
     def _first_o(self, name: str, key: str) -> int:
         return int(self.db.execute(_FIRST_EFFECT, (name, key)).fetchone()[0])
 
-    def _effect(self, name: str, key: str, uncertain: list[tuple[int, Retry]]
+    def _effect(self, name: str, key: str, uncertain: list[Uncertain]
                 ) -> EffectView:
         done = [_number(seq) for (seq,) in self.db.execute(_EFFECT_SEQS, (name, key, DONE))]
         skipped = self.db.execute(_EFFECT_SEQS, (name, key, SKIPPED))

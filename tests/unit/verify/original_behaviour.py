@@ -179,7 +179,10 @@ class OriginalBehaviourCheck:
                         "effect-uncertain", self.instance, intent,
                         f"{label}: intent at entry {intent} never confirmed, and the "
                         f"activity ran again — {retry}", entries=(done or skipped)[:1],
-                        effect=ref))
+                        # the task's id as its own findings name it: the key its
+                        # first start or result stored (False and 0 are one task)
+                        task_id=next(k for k in self._tasks if k == task_key)[0],
+                        activity=started.activity, effect=ref))
             if eff.skipped:
                 out.append(Finding.make(
                     "effect-deduplicated", self.instance, eff.skipped[0],

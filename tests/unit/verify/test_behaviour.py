@@ -267,6 +267,19 @@ def test_a_resigned_decision_names_its_task_and_activity() -> None:
     assert (found.task_id, found.activity) == (None, None)
 
 
+def test_an_uncertain_effect_names_the_task_that_ran_again() -> None:
+    """In memory, spilled and in the original: the intent's task id and activity, a task id
+    beyond 64 bits included, and the task of that intent, not another one's."""
+    _code, steps, _end = WORDING["the retry did it again"]
+    (found,) = [f for f in assert_all_agree(entries(steps)) if f.code == "effect-uncertain"]
+    assert (found.task_id, found.activity, found.seq) == (1, "charge", 2)
+    huge = [started(2**70, activity="send"), intent(2**70), started(7, activity="other"),
+            started(2**70, activity="send")]
+    (found,) = [f for f in assert_all_agree(entries(huge)) if f.code == "effect-uncertain"]
+    assert (found.task_id, found.activity, found.seq) == (2**70, "send", 2)
+    assert found.to_json()["task_id"] == 2**70
+
+
 def test_forked_and_huge_entry_numbers_agree() -> None:
     steps = [started(1), intent(1), started(1), intent(1), closing("effect.done", 2),
              started(1), completed(1, "a"), completed(1, "b")]
