@@ -241,7 +241,7 @@ class Ledger:
         whatever the transaction left open is rolled back before the connection goes
         back to the pool (after a commit, or a read, that is nothing).
         """
-        errors = (self.db.dialect.loaded_dbapi.Error, SQLAlchemyError, OverflowError)
+        errors = self._db_errors()
         try:
             raw = self.db.raw_connection()
         except SQLAlchemyError as exc:
@@ -253,6 +253,11 @@ class Ledger:
         finally:
             _rollback(raw, self.dialect == "sqlite")
             raw.close()
+
+    def _db_errors(self) -> tuple[type[BaseException], ...]:
+        """What a failing database operation raises: the driver's errors, SQLAlchemy's,
+        and OverflowError (an integer the driver cannot bind)."""
+        return (self.db.dialect.loaded_dbapi.Error, SQLAlchemyError, OverflowError)
 
     def entries(self, instance: str, *, chunk: int = 5000,
                 after_seq: int = 0) -> Iterator[StoredEntry]:
@@ -376,7 +381,7 @@ class Ledger:
         write, NORMAL for one that rides on the next durable commit (set only when the
         connection's last write used the other)."""
         assert self._writers is not None
-        errors = (self.db.dialect.loaded_dbapi.Error, SQLAlchemyError, OverflowError)
+        errors = self._db_errors()
         try:
             held = self._writers.get()
         except SQLAlchemyError as exc:

@@ -24,7 +24,7 @@ from .sql import Statements
 class WriteTx:
     """The row operations of one write transaction (see :meth:`Ledger.write`).
 
-    The ledger-wide append lock is held for its whole life, so what :meth:`tip` and
+    The ledger-wide append lock is held for its whole life, so what :meth:`tips` and
     :meth:`next_leaf` return stays true until it commits. Statements run on the
     driver's cursor (:mod:`.sql`); rows of one kind go in one ``executemany``.
     """
@@ -44,20 +44,17 @@ class WriteTx:
         ends). Plain statements where there is no pipeline mode (SQLite)."""
         return contextlib.nullcontext() if self._pipeline is None else self._pipeline()
 
-    def tip(self, instance: str) -> tuple[int, str] | None:
-        """(seq, hash) of ``instance``'s newest stored entry, or None for a new instance.
+    def tips(self, instances: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """{instance: (seq, hash) of its newest stored entry} for those of ``instances``
+        that have entries (a new instance is absent).
 
         Both come from the signed body (its ``seq``, the SHA-256 of its exact bytes), not
         from the unsigned ``seq``/``hash`` columns, which anyone with file access can edit;
         a newest row whose body does not parse is refused rather than linked to. A hostile
-        id (a control or bidi character) is refused before it reaches any SQL.
+        id (a control or bidi character) is refused before it reaches any SQL. On
+        PostgreSQL one statement answers for all the instances (a batch of appends to
+        many instances costs one round trip, not one per instance).
         """
-        return self.tips([instance]).get(instance)
-
-    def tips(self, instances: Sequence[str]) -> dict[str, tuple[int, str]]:
-        """:meth:`tip` of many instances at once: {instance: (seq, hash)} of those that
-        have entries. On PostgreSQL one statement answers for all of them (a batch of
-        appends to many instances costs one round trip, not one per instance)."""
         wanted = list(dict.fromkeys(instances))
         for instance in wanted:
             check_instance_id(instance)
