@@ -96,17 +96,18 @@ def _crosscheck(db: str, instance: str, keys: TrustStore, rows: DaprWorkflowRows
     from histaudit.verify.verifier import verify_chain
 
     with Ledger.open(db) as ledger, ledger.snapshot() as snap:
-        entries = list(snap.entries(instance))
+        # the rows are streamed twice from the one snapshot, never held: an instance of a
+        # million entries costs what verify does
         head = snap.head(instance)
-        if not entries and head is None:
+        report = verify_chain(instance, snap.entries(instance), head, trust=keys,
+                              payload_lookup=snap.payload)
+        if report.entries == 0 and head is None:
             if rows is None:
                 raise InputError(f"no workflow state for instance {instance!r} in the state "
                                  f"store, and no entries for it in the ledger")
             raise InputError(f"the ledger has no entries for instance {instance!r}")
-        report = verify_chain(instance, iter(entries), head, trust=keys,
-                              payload_lookup=snap.payload)
-        return report, verify_with_ledger(instance, rows, anchors, entries, snap.payload,
-                                          app_id=app_id)
+        return report, verify_with_ledger(instance, rows, anchors, snap.entries(instance),
+                                          snap.payload, app_id=app_id)
 
 
 def _json(instance: str, result: DaprHistoryResult | None, report: Report | None,

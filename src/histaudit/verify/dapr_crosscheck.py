@@ -163,21 +163,33 @@ def _claims(entries: Sequence[rec.Entry]) -> _Claims:
 
 def _generation(entries: Iterable[StoredEntry], instance: str) -> list[rec.Entry]:
     """The instance's entries that parse (the integrity check reports the others), from
-    the last ``workflow.continued_as_new`` on (the generation Dapr still holds)."""
-    parsed = []
+    the last ``workflow.continued_as_new`` on (the generation Dapr still holds), in seq
+    order.
+
+    "Last" is in seq order, a tie going to the later row (a stable sort's order), so even
+    a ledger whose rows are out of order gets the generation it would by sorting first.
+    One pass that holds only what can still be in that generation: the entries not below
+    the newest continue-as-new so far — as much as Dapr itself holds, not the whole
+    instance."""
+    kept: list[rec.Entry] = []
+    floor: int | None = None  # seq of the last continue-as-new so far
     for row in entries:
         try:
             e = rec.parse_entry(row.body)
         except FormatError:
             continue
-        if e.instance == instance:
-            parsed.append(e)
-    parsed.sort(key=lambda e: e.seq)
-    last_can = max((i for i, e in enumerate(parsed)
-                    if e.kind == Kind.WORKFLOW_CONTINUED_AS_NEW), default=None)
+        if e.instance != instance or (floor is not None and e.seq < floor):
+            continue
+        if e.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
+            # not below the last one: it is now the last; what sorts before it goes
+            floor = e.seq
+            kept = [k for k in kept if k.seq > floor]
+            continue
+        kept.append(e)
+    kept.sort(key=lambda e: e.seq)
     # After the last continue-as-new: the generation Dapr holds (none of its records yet
     # when the ledger ends with it, and then nothing to compare).
-    return parsed if last_can is None else parsed[last_can + 1:]
+    return kept
 
 
 def _seqs(seqs: Sequence[int]) -> list[int]:
@@ -281,13 +293,14 @@ class DaprLedgerResult:
 
 
 def verify_with_ledger(instance: str, rows: DaprWorkflowRows | None,
-                       anchors: Sequence[x509.Certificate], entries: Sequence[StoredEntry],
+                       anchors: Sequence[x509.Certificate], entries: Iterable[StoredEntry],
                        lookup: PayloadLookup, *, app_id: str | None = None
                        ) -> DaprLedgerResult:
     """Dapr's signature checks over ``rows`` (None when the store holds no state for
-    ``instance``), then the cross-check of the events they cover with ``entries``."""
+    ``instance``), then the cross-check of the events they cover with ``entries`` (read
+    once, as a stream)."""
     if rows is None:
-        return DaprLedgerResult(None, [instance_missing(instance, len(entries))])
+        return DaprLedgerResult(None, [instance_missing(instance, sum(1 for _ in entries))])
     history = verify_dapr_history(rows, anchors, app_id=app_id)
     signed = [rows.history[i] for i in range(history.verified)]
     return DaprLedgerResult(history, crosscheck_dapr(instance, signed, entries, lookup))

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from histaudit import sdk
 from histaudit.ledger import records
@@ -184,3 +186,51 @@ def test_the_new_codes_are_integrity_errors(code: str) -> None:
     from histaudit.verify.findings import GROUPS, Group
 
     assert CODES[code][0] is Severity.ERROR and GROUPS[code] is Group.INTEGRITY
+
+
+def _sorted_then_cut(rows: list[Any], instance: str) -> list[Any]:
+    """The generation as the cross-check first found it, holding every entry: parse, sort
+    by seq (stable), keep what follows the last continue-as-new. The oracle of the test
+    below."""
+    from histaudit.errors import FormatError
+    from histaudit.ledger.kinds import Kind
+
+    parsed = []
+    for row in rows:
+        try:
+            e = records.parse_entry(row.body)
+        except FormatError:
+            continue
+        if e.instance == instance:
+            parsed.append(e)
+    parsed.sort(key=lambda e: e.seq)
+    last = max((i for i, e in enumerate(parsed)
+                if e.kind == Kind.WORKFLOW_CONTINUED_AS_NEW), default=None)
+    return parsed if last is None else parsed[last + 1:]
+
+
+_STEP = st.tuples(st.integers(1, 12),  # seq: repeats and any order, as in a forged ledger
+                  st.sampled_from(["workflow.continued_as_new", "activity.started",
+                                   "activity.completed", "malformed"]),
+                  st.sampled_from([INSTANCE, INSTANCE, "other"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_STEP, max_size=30))
+def test_the_generation_is_read_in_one_pass_as_sorting_all_of_it_would_find_it(
+        steps: list[tuple[int, str, str]]) -> None:
+    # dapr-verify --db streams the rows instead of listing them: the one pass, holding
+    # only what is not below the newest continue-as-new, must pick exactly the entries,
+    # in exactly the order, that sorting the whole instance and cutting it did
+    from histaudit.verify.dapr_crosscheck import _generation
+
+    from .chains import dumps, entry_doc, stored
+
+    rows = []
+    for i, (seq, kind, instance) in enumerate(steps):
+        body = (b'{"not": "an entry"}' if kind == "malformed" else
+                dumps(entry_doc(seq, i, "0" * 64, kind, {"task_id": i}, instance=instance)))
+        rows.append(stored(body, leaf=i, seq=seq, instance=instance))
+    got = _generation(iter(rows), INSTANCE)
+    assert [(e.seq, e.leaf) for e in got] == \
+        [(e.seq, e.leaf) for e in _sorted_then_cut(rows, INSTANCE)]
