@@ -67,8 +67,8 @@ def stdout_json(result: subprocess.CompletedProcess[str], code: int = 0) -> Any:
 def test_every_output_schema_is_a_valid_draft_2020_12_schema() -> None:
     names = sorted(p.name.removesuffix(".output.schema.json")
                    for p in SCHEMAS.glob("*.output.schema.json"))
-    assert names == ["checkpoint-verify", "crashtest", "dapr-verify", "finding", "list",
-                     "replay", "report", "show", "verify", "verify-bundle"]
+    assert names == ["checkpoint-cosign", "checkpoint-verify", "crashtest", "dapr-verify",
+                     "finding", "list", "replay", "report", "show", "verify", "verify-bundle"]
     for name in names:
         validator(name)
 

@@ -248,10 +248,33 @@ def test_quorum_of_two_with_one_witness_down_fails_closed(rig: Rig,
     with Ledger.open(rig.url) as ledger:
         assert [(s, n) for s, n, _, _ in ledger.cosignatures() if s == 8] == [
             (8, "witness.test/one")]
+    # --json says the same to a tool, exit 1 included; --out is not written
+    out = rig.tmp / "cosigned.note"
+    doc = _schema_valid("checkpoint-cosign", json.loads(
+        _exit(rig.cosign(policy, "--json", "--out", str(out)), 1).stdout))
+    assert (doc["ok"], doc["size"], doc["quorum"]["satisfied"]) == (False, 8, False)
+    assert {n: w["status"] for n, w in doc["witnesses"].items()} == {
+        "w1": "cosigned", "w2": "unreachable"}
+    assert set(doc["quorum"]["cosigned"]) == {"w1"} and "quorum not met" in doc["summary"]
+    assert not out.exists()
     w2.start()
-    again = rig.cosign(policy)
-    exits(again)
-    assert len(_cosig_lines(again.stdout)) == 2
+    again = _schema_valid("checkpoint-cosign", json.loads(
+        _exit(rig.cosign(policy, "--json", "--out", str(out)), 0).stdout))
+    assert again["ok"] is True and again["summary"] is None
+    assert set(again["quorum"]["cosigned"]) == {"w1", "w2"}
+    assert len(_cosig_lines(again["note"])) == 2 and out.read_text() == again["note"]
+    # the root is the stored checkpoint's, in both spellings
+    with Ledger.open(rig.url) as ledger:
+        (note8,) = [n for size, n in ledger.checkpoint_notes() if size == 8]
+    assert note8.decode().split("\n")[2] == again["root"]
+    assert base64.b64decode(again["root"]).hex() == again["root_hex"]
+
+
+def _exit(result: subprocess.CompletedProcess[str], code: int
+          ) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr == ""
+    return result
 
 
 def test_witness_refusals_are_one_line(sqlite_rig: Rig, start_witness: StartWitness) -> None:

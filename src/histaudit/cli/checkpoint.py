@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -35,6 +35,9 @@ from .options import (
     trust_store,
     write_file,
 )
+
+if TYPE_CHECKING:
+    from histaudit.witness.cosign import CosignResult
 
 __all__ = ["checkpoint"]
 
@@ -88,14 +91,18 @@ _POLICY_HELP = ("Witness policy file (C2SP tlog-policy lines: witness NAME VKEY 
 @click.option("--out", "out_file", metavar="FILE", help="Also write the cosigned note to FILE.")
 @click.option("--timeout", type=click.FloatRange(0.1, 300), default=10.0, show_default=True,
               metavar="S", help="Seconds to wait for each witness.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: {ok, origin, size, root, root_hex, note, "
+                   "witnesses: {name: {status, message, old_size}}, quorum}.")
 def cosign_command(db: str | None, key: str | None, policy_file: str, out_file: str | None,
-                   timeout: float) -> int:
+                   timeout: float, as_json: bool) -> int:
     """Sign a checkpoint and have the policy's witnesses cosign it; print the cosigned note.
 
     Each witness with a URL gets the checkpoint with a consistency proof from the size it
     last cosigned. Cosignatures are stored beside the checkpoint. Exit 0 when the quorum
     holds; 1 (one line naming each witness) when it does not, or when a witness has seen a
-    tree this ledger does not extend (a rollback or fork); 2 for unusable input.
+    tree this ledger does not extend (a rollback or fork); 2 for unusable input. With
+    --json the document says the same, exit 1 included, and is printed either way.
     """
     from histaudit.witness.cosign import cosign
 
@@ -108,12 +115,28 @@ def cosign_command(db: str | None, key: str | None, policy_file: str, out_file: 
     signer = signer_from_env(key)
     with _open(db) as ledger:
         result = cosign(ledger, signer, policy, timeout=timeout)
+    if out_file and result.ok:
+        write_file(out_file, result.note)
+    if as_json:
+        render.emit_json(_cosign_json(result))
+        return EXIT_CLEAN if result.ok else EXIT_FINDINGS
     if not result.ok:
         raise VerificationError(result.summary())
-    if out_file:
-        write_file(out_file, result.note)
     sys.stdout.write(result.note.decode())
     return EXIT_CLEAN
+
+
+def _cosign_json(result: CosignResult) -> dict[str, Any]:
+    """``checkpoint cosign --json`` (schemas/checkpoint-cosign.output.schema.json)."""
+    cp, verdict = result.checkpoint, result.verdict
+    return {"ok": result.ok, "origin": cp.origin, "size": cp.size,
+            "root": base64.b64encode(cp.root).decode(), "root_hex": cp.root.hex(),
+            "note": result.note.decode(),
+            "witnesses": {o.witness: {"status": o.status, "message": o.message,
+                                      "old_size": o.old_size} for o in result.outcomes},
+            "quorum": {"required": verdict.required, "satisfied": verdict.satisfied,
+                       "cosigned": dict(verdict.cosigned), "invalid": list(verdict.invalid)},
+            "summary": None if result.ok else result.summary()}
 
 
 @checkpoint.command("verify")
