@@ -50,15 +50,16 @@ from histaudit.verify.verifier import verify_chain, verify_instance
 CATS = {
     "sqlalchemy": "SQLAlchemy: execute, result & Row objects",
     "driver": "sqlite3 C driver (execute/fetch)",
-    "stream": "Ledger._stream loop + bytes() copies",
+    "stream": "stream: cursor rows into StoredEntry (store/snapshot.py, sql.py, columns.py)",
     "stored": "StoredEntry(...) construction",
+    "scan": "ChainScan fast loop: field checks, tip, dispatch (verify/scan.py)",
     "sha": "SHA-256 (records.sha256_hex)",
     "orjson": "orjson.loads",
     "parse": "parse_entry field checks (set(), _str/_int/_hex64)",
     "entry": "Entry(...) construction (frozen dataclass)",
     "key": "key checks (KeyCheck, key_findings, TrustStore.get, valid_at)",
-    "behaviour": "behaviour check (BehaviourCheck observe/finish)",
-    "loop": "run_checks loop + IntegrityCheck (seq/link bookkeeping)",
+    "behaviour": "behaviour check: event tuples, spill, finish (verify/behaviour*.py)",
+    "loop": "slow path: run_checks loop + IntegrityCheck (seq/link bookkeeping)",
     "head": "head check + report",
     "other": "other",
 }
@@ -78,15 +79,18 @@ def _own_category(code: Any) -> str | None:
         return None
     if "/sqlalchemy/" in fn:
         return "sqlalchemy"
-    if fn.endswith("histaudit/ledger/store.py"):
+    if "histaudit/ledger/store/" in fn:
         return "stream"
+    if fn.endswith("histaudit/verify/scan.py"):
+        return "scan"
     if fn.endswith("histaudit/ledger/records.py"):
         if name == "sha256_hex":
             return "sha"
         if name == "parse_head":
             return "head"
         return "parse"
-    if fn.endswith("histaudit/verify/behaviour.py"):
+    if fn.endswith(("histaudit/verify/behaviour.py", "histaudit/verify/behaviour_events.py",
+                    "histaudit/verify/behaviour_spill.py")):
         return "behaviour"
     if fn.endswith("histaudit/ledger/keys.py"):
         return "key" if name in ("TrustStore.get", "PublicKey.valid_at", "parse_time") \
@@ -126,7 +130,7 @@ def categorise(prof: cProfile.Profile) -> tuple[dict[str, float], list[dict[str,
                 own = ("entry" if src is not None and not isinstance(src, str)
                        and src.co_filename.endswith("records.py") else
                        "stored" if src is not None and not isinstance(src, str)
-                       and src.co_filename.endswith("store.py") else "other")
+                       and "histaudit/ledger/store/" in src.co_filename else "other")
             elif depth > 20 or not callers.get(code):
                 own = "other"
             else:
@@ -244,7 +248,7 @@ def _isolated(ledger: Ledger, db: Path, instance: str, trust: TrustStore, *, n: 
         return HeadCheck(instance, head, integrity_done, trust)
 
     parts = {
-        "stream (Ledger.entries: SQLAlchemy + StoredEntry)": stream,
+        "stream (Snapshot.entries: sqlite3 cursor rows into StoredEntry)": stream,
         "raw sqlite3 read of the same rows (for comparison)": raw_read,
         "verify_chain on pre-loaded rows (everything but the stream)": chain,
         "  run_checks with no checks (the loop + parse_entry of each row)": loop,
