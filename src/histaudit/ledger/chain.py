@@ -106,9 +106,11 @@ class _Batch:
         instance, kind, data, payloads = item
         last_seq, prev, new = self._tips[instance]
         seq, leaf, ts, kid = last_seq + 1, self._leaf, rec.now_ts(), self._signer.kid
-        body = rec.entry_body(instance=instance, seq=seq, leaf=leaf, prev=prev, kind=kind,
-                              ts=ts, kid=kid, data=data)
+        body, parses = rec.entry_body_parses(instance=instance, seq=seq, leaf=leaf, prev=prev,
+                                             kind=kind, ts=ts, kid=kid, data=data)
         digest = rec.sha256_hex(body)
+        if parses:
+            self._tx.remember(instance, body, seq, digest)
         self._rows.append(rec.StoredEntry(leaf, instance, seq, digest, body,
                                           self._signer.sign(body)))
         if payloads:

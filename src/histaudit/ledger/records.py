@@ -164,11 +164,28 @@ class Head:
 def entry_body(*, instance: str, seq: int, leaf: int, prev: str, kind: str, ts: str,
                kid: str, data: Mapping[str, Any]) -> bytes:
     """Build the canonical bytes of a new entry (the bytes that get signed and stored)."""
+    return canonical_bytes(_entry_doc(instance, seq, leaf, prev, kind, ts, kid, data))
+
+
+def entry_body_parses(*, instance: str, seq: int, leaf: int, prev: str, kind: str, ts: str,
+                      kid: str, data: Mapping[str, Any]) -> tuple[bytes, bool]:
+    """:func:`entry_body`, and whether :func:`parse_entry` accepts those bytes, decided
+    from the values (the checks of :func:`_entry_fields_ok`) without parsing the bytes.
+
+    The canonical bytes hold exactly these values, in the same types (they refuse
+    anything JSON cannot hold), so the check on the values is the check on the bytes;
+    False is also said for a value of a ``str`` or ``int`` subclass, which does parse.
+    """
+    doc = _entry_doc(instance, seq, leaf, prev, kind, ts, kid, data)
+    return canonical_bytes(doc), _entry_fields_ok(doc)
+
+
+def _entry_doc(instance: str, seq: int, leaf: int, prev: str, kind: str, ts: str, kid: str,
+               data: Mapping[str, Any]) -> dict[str, Any]:
     _check_id(instance, "instance")
     _check_id(kind, "kind")
-    return canonical_bytes({"v": FORMAT_VERSION, "type": "entry", "instance": instance,
-                            "seq": seq, "leaf": leaf, "prev": prev, "kind": kind, "ts": ts,
-                            "kid": kid, "data": dict(data)})
+    return {"v": FORMAT_VERSION, "type": "entry", "instance": instance, "seq": seq,
+            "leaf": leaf, "prev": prev, "kind": kind, "ts": ts, "kid": kid, "data": dict(data)}
 
 
 def head_body(*, instance: str, seq: int, leaf: int, hash: str,  # noqa: A002 - the field's name

@@ -33,7 +33,7 @@ from .sqlite import (
     _sqlite_target,
     _why_unwritable,
 )
-from .writetx import WriteTx
+from .writetx import TipMemo, WriteTx
 
 _log = logging.getLogger("histaudit.ledger")
 DEFAULT_URL = "sqlite:///histaudit.db"
@@ -108,6 +108,7 @@ class Ledger:
         self._guards_checked = False
         self._sql = statements(self.dialect)
         self._writers = WriterConnections(db) if self.dialect == "sqlite" else None
+        self._tips = TipMemo()  # the bodies this ledger wrote last: WriteTx.tips
 
     # -- opening ----------------------------------------------------------------------
 
@@ -368,7 +369,8 @@ class Ledger:
                 self._pg_append_lock(cur)
                 if not durable:
                     cur.execute("SET LOCAL synchronous_commit = off")
-                yield WriteTx(cur, self._sql, pipeline=raw.dbapi_connection.pipeline)
+                yield WriteTx(cur, self._sql, pipeline=raw.dbapi_connection.pipeline,
+                              tips=self._tips)
                 raw.commit()
             finally:
                 cur.close()
@@ -397,7 +399,7 @@ class Ledger:
                     cur.execute(f"PRAGMA synchronous = {mode}")
                     held.synchronous = mode
                 cur.execute("BEGIN IMMEDIATE")
-                yield WriteTx(cur, self._sql)
+                yield WriteTx(cur, self._sql, tips=self._tips)
                 cur.execute("COMMIT")
             finally:
                 cur.close()

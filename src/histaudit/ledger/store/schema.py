@@ -17,7 +17,11 @@ meta_table = sa.Table(
 )
 entries = sa.Table(
     "histaudit_entries", metadata,
-    sa.Column("leaf", sa.BigInteger, primary_key=True, autoincrement=False),
+    # INTEGER on SQLite: the leaf is then the table's rowid, not a separate unique index
+    # beside it, so an append writes one B-tree fewer (and max(leaf) reads the rowid). A
+    # ledger created with BIGINT keeps its own table and works the same.
+    sa.Column("leaf", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+              autoincrement=False),
     sa.Column("instance", sa.Text, nullable=False),
     sa.Column("seq", sa.BigInteger, nullable=False),
     sa.Column("hash", sa.String(64), nullable=False),

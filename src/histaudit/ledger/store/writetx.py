@@ -30,12 +30,14 @@ class WriteTx:
     """
 
     def __init__(self, cursor: Any, sql: Statements,
-                 pipeline: Callable[[], AbstractContextManager[Any]] | None = None) -> None:
+                 pipeline: Callable[[], AbstractContextManager[Any]] | None = None,
+                 tips: TipMemo | None = None) -> None:
         """``pipeline``: the driver's pipeline mode (psycopg's ``Connection.pipeline``),
-        when it has one."""
+        when it has one; ``tips``: the ledger's memo of bodies it wrote (see :meth:`tips`)."""
         self._cur = cursor
         self._sql = sql
         self._pipeline = pipeline
+        self._memo = tips
 
     def queued(self) -> AbstractContextManager[Any]:
         """A block whose statements go to the server together and are answered at its
@@ -54,6 +56,10 @@ class WriteTx:
         id (a control or bidi character) is refused before it reaches any SQL. On
         PostgreSQL one statement answers for all the instances (a batch of appends to
         many instances costs one round trip, not one per instance).
+
+        A newest row whose body is, byte for byte, the body this ledger last wrote for the
+        instance (:meth:`remember`) is not parsed and hashed again: the same bytes give
+        the same seq and hash. Any other body, edited or written elsewhere, is.
         """
         wanted = list(dict.fromkeys(instances))
         for instance in wanted:
@@ -68,7 +74,17 @@ class WriteTx:
                 last = self._cur.fetchone()
                 if last is not None:
                     rows.append((instance, last[0]))
-        return {instance: _newest(instance, _blob(body)) for instance, body in rows}
+        memo = self._memo
+        if memo is None:
+            return {instance: _newest(instance, _blob(body)) for instance, body in rows}
+        return {instance: memo.tip(instance, _blob(body)) for instance, body in rows}
+
+    def remember(self, instance: str, body: bytes, seq: int, digest: str) -> None:
+        """``body`` (whose parsed seq is ``seq`` and SHA-256 ``digest``: the caller knows
+        :func:`~histaudit.ledger.records.parse_entry` accepts it) is stored here as
+        ``instance``'s newest entry; see :meth:`tips`."""
+        if self._memo is not None:
+            self._memo.put(instance, body, seq, digest)
 
     def next_leaf(self) -> int:
         """The ledger-wide index the next entry gets: max(leaf) + 1."""
@@ -135,6 +151,30 @@ class WriteTx:
             return False
         self._cur.execute(self._sql.insert_cosignature, (size, witness, key_hash, line))
         return True
+
+
+class TipMemo:
+    """The newest body a ledger wrote per instance, with its seq and hash: what
+    :meth:`WriteTx.tips` would parse out of those exact bytes (for at most
+    :attr:`LIMIT` instances; past that it starts again empty)."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        # instance -> (body, seq, hash); an item is replaced whole, so threads sharing
+        # the memo never see one body with another's seq
+        self._known: dict[str, tuple[bytes, int, str]] = {}
+
+    def tip(self, instance: str, body: bytes) -> tuple[int, str]:
+        known = self._known.get(instance)
+        if known is not None and known[0] == body:
+            return known[1], known[2]
+        return _newest(instance, body)
+
+    def put(self, instance: str, body: bytes, seq: int, digest: str) -> None:
+        if len(self._known) >= self.LIMIT and instance not in self._known:
+            self._known.clear()
+        self._known[instance] = (body, seq, digest)
 
 
 def _newest(instance: str, body: bytes) -> tuple[int, str]:
