@@ -31,7 +31,8 @@ code's, while the gap between 1g's limit and 1a's is the cost of the rows an app
 write beyond a one-row commit (the entry's indexes, the head, the payloads).
 
 The raw connections set the ledger's busy_timeout, WAL and synchronous=FULL; the
-store's ``secure_delete`` is left out, as it only changes what DELETE writes.
+store's ``secure_delete`` is not set: it only changes what DELETE writes (and Debian's
+SQLite turns it on by default anyway).
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ class Hooks:
         ctx._decide = self._timed("decide", ctx._decide)  # type: ignore[method-assign]
         # the replayed-result check runs in every workflow turn
         check = ReplayedResultCheck
-        check.check = self._timed("replay_check", check.check)  # type: ignore[method-assign]
+        check.check_turn = self._timed("replay_check", check.check_turn)  # type: ignore[method-assign]
         check._signed = self._timed("replay_scan", check._signed)  # type: ignore[method-assign]
         # Breakdown: what those calls spend their time on.
         rec = AuditRecorder

@@ -352,6 +352,9 @@ class AuditRecorder:
         rows: dict[bytes, tuple[str, bytes]] = {}
         for p in payloads:
             rows.update(p.rows)
+        # A plain str: a Kind member (a StrEnum) is encoded to the same canonical bytes,
+        # but only by the slow reference encoder, whose fast path takes exact types only.
+        kind = str(kind)
         entry = self.writer.append(instance, kind, data, rows or None,
                                    durable=kind in MUST_BE_DURABLE)
         self._fold_own(entry)
@@ -442,6 +445,20 @@ class AuditRecorder:
 
         return bool(self.fold(instance, "decisions", _Decisions, _Decisions.add, holds,
                               known=holds))
+
+    def knows_decision(self, instance: str, token: tuple[Any, ...]) -> bool:
+        """Whether memory alone says ``instance``'s chain holds ``token``'s decision.
+
+        No lock and no read: the replayed path of a workflow asks this once per earlier
+        step on every turn. Tokens are only ever added (a chain only grows), so a token
+        found is a true answer; False means "ask :meth:`has_decision`". It leaves the
+        instance's place among the most recently used as it is: every turn also asks
+        :meth:`has_decision` (for its start), which refreshes it.
+        """
+        slots = self._folds.get(instance)
+        slot = slots.get("decisions") if slots is not None else None
+        state = slot.state if slot is not None else None
+        return isinstance(state, _Decisions) and token in state.tokens
 
     def noted_decision(self, instance: str, token: tuple[Any, ...]) -> None:
         """Remember that ``token``'s decision was just appended to ``instance``'s chain.

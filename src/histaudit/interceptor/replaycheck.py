@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import logging
+import operator
 import threading
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from histaudit.ledger import records as rec
@@ -38,8 +41,15 @@ class ReplayedResultCheck:
     Results with no signed completion (an unaudited activity, another app's) are left to
     ``histaudit verify --engine``. The check records evidence and never stops the
     workflow: raising here would fail history resolution, and with it the workflow.
-    A result seen and found good is not looked up again by this process.
+    A result seen and found good is not looked up again by this process, and
+    :meth:`check_turn` does not even read again the events of a turn's committed history
+    that are the very objects it checked in the instance's last turn (see there).
     """
+
+    _MAX_PREFIXES = 256
+    _MAX_PREFIX_EVENTS = 200_000
+    """Bounds on the checked histories remembered (instances, events held), least
+    recently checked dropped first: a dropped one is only read in full again."""
 
     _MAX_REMEMBERED = 100_000
     _SHORT = 128
@@ -50,6 +60,54 @@ class ReplayedResultCheck:
         self.recorder = recorder
         self._good: dict[tuple[str, int, str], str | bytes] = {}
         self._lock = threading.Lock()
+        self._prefixes: OrderedDict[str, tuple[Sequence[Any], int]] = OrderedDict()
+        self._prefix_events = 0
+
+    def check_turn(self, instance: str, committed: Sequence[Any], new: Iterable[Any]) -> int:
+        """:meth:`check` of one workflow turn: its committed history, then its new events.
+
+        The SDK keeps each instance's committed history between turns and the engine sends
+        only what was added (a delta), so a turn's history normally starts with the very
+        event objects of the last one. Those of them up to the first result not found
+        good last turn were checked then, and are what the workflow reads now: they are
+        recognized by identity (a remembered copy of the list keeps them alive, so an
+        identity cannot be reused) and skipped. Anything else — a full resend, a history fetched
+        anew, another generation, a process with empty memory — is checked in full.
+        """
+        skip = self._checked_prefix(instance, committed)
+        events = itertools.chain(itertools.islice(committed, skip, None), new)
+        count, first_open = self._check(instance, events)
+        clean = len(committed) if first_open is None else min(skip + first_open,
+                                                              len(committed))
+        self._remember_prefix(instance, committed, clean)
+        return count
+
+    def _checked_prefix(self, instance: str, committed: Sequence[Any]) -> int:
+        """How many leading events of ``committed`` are the objects checked clean before."""
+        with self._lock:
+            known = self._prefixes.get(instance)
+        if known is None:
+            return 0
+        events, clean = known
+        if clean > len(committed) or not all(map(operator.is_, itertools.islice(
+                committed, clean), itertools.islice(events, clean))):
+            return 0
+        return clean
+
+    def _remember_prefix(self, instance: str, committed: Sequence[Any], clean: int) -> None:
+        with self._lock:
+            old = self._prefixes.pop(instance, None)
+            if old is not None:
+                self._prefix_events -= len(old[0])
+            if not clean or clean > self._MAX_PREFIX_EVENTS:
+                return
+            # a copy: what was checked stays what is compared, whatever becomes of the list
+            self._prefixes[instance] = (tuple(committed[:clean]), clean)
+            self._prefix_events += clean
+            while (len(self._prefixes) > self._MAX_PREFIXES
+                   or self._prefix_events > self._MAX_PREFIX_EVENTS):
+                _, (dropped, _) = self._prefixes.popitem(last=False)
+                self._prefix_events -= len(dropped)
 
     def check(self, instance: str, events: Iterable[Any]) -> int:
         """Check the ``TaskCompleted`` events among ``events``; return mismatches recorded.
@@ -59,9 +117,15 @@ class ReplayedResultCheck:
         (a non-completion event reads back task id 0), and a result already found good is
         recognized by its text (or the digest of a long one) without a ledger lookup.
         """
+        return self._check(instance, events)[0]
+
+    def _check(self, instance: str, events: Iterable[Any]) -> tuple[int, int | None]:
+        """:meth:`check`; also the index (in ``events``) of the first result still not
+        found good afterwards (None: every one was)."""
         todo = []
+        where = []
         good, short = self._good, self._SHORT
-        for event in events:
+        for index, event in enumerate(events):
             done = event.taskCompleted
             task_id = done.taskScheduledId
             if not task_id and not event.HasField("taskCompleted"):
@@ -71,8 +135,9 @@ class ReplayedResultCheck:
             key = (instance, task_id, done.taskExecutionId)
             if good.get(key) != seen:
                 todo.append((key, text, seen))
+                where.append(index)
         if not todo:
-            return 0
+            return 0, None
         task_ids = {key[1] for key, _, _ in todo}
         # Answered from memory when this process signed (or read) every completion asked
         # about; a result memory cannot vouch for is judged again on a fresh read of the
@@ -82,7 +147,9 @@ class ReplayedResultCheck:
         if count is None:
             count = self._judge(instance, todo, self._signed(instance, task_ids, fresh=True),
                                 final=True)
-        return count or 0
+        first_open = next((index for index, (key, _, seen) in zip(where, todo)
+                           if good.get(key) != seen), None)
+        return count or 0, first_open
 
     def _judge(self, instance: str, todo: list[tuple[tuple[str, int, str], str, str | bytes]],
                signed: tuple[dict[int, list[rec.Entry]], set[Any]], *, final: bool

@@ -9,7 +9,6 @@ ledger by ``start()``: registering (at import, by decorator) touches neither, ru
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from collections.abc import Callable
@@ -117,7 +116,7 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
 
         def after(req: Any, events: list[Any]) -> None:
             try:
-                check.check(str(req.instanceId), itertools.chain(events, req.newEvents))
+                check.check_turn(str(req.instanceId), events, req.newEvents)
             except Exception as exc:  # noqa: BLE001 - see ReplayedResultCheck
                 log.warning("histaudit: could not check the replayed results of %s: %s",
                             getattr(req, "instanceId", "?"), exc)

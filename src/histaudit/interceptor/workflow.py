@@ -66,13 +66,17 @@ class AuditedWorkflowContext:
         """When this generation of the workflow started, by the engine's clock: the SDK
         calls the workflow function at its ``ExecutionStarted`` event, on every replay
         alike. Names the generation in ``workflow.started`` (``started_at``)."""
+        self._instance = str(ctx.instance_id)
+        self._inner: Any = getattr(ctx, "_DaprWorkflowContext__obj", None)
+        """The SDK's runtime context behind ``ctx`` (None if this SDK hides it): read
+        directly on the replayed path, which runs once per earlier step on every turn."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ctx, name)
 
     @property
     def instance_id(self) -> str:
-        return str(self._ctx.instance_id)
+        return self._instance
 
     @property
     def is_replaying(self) -> bool:
@@ -120,7 +124,18 @@ class AuditedWorkflowContext:
         return self._recorder.commit(self.instance_id, text)
 
     def _scheduled(self, task: Any) -> tuple[int | None, Any]:
-        """The task id and pending action the SDK created for ``task`` (None if hidden)."""
+        """The task id and pending action the SDK created for ``task`` (None if hidden).
+
+        The SDK numbers a new task with its sequence counter, so the task just created is
+        normally the one under the counter's value: checked by identity, else searched.
+        """
+        inner = self._inner
+        try:
+            seq = inner._sequence_number
+            if inner._pending_tasks.get(seq) is task:
+                return int(seq), inner._pending_actions.get(seq)
+        except (AttributeError, TypeError):
+            pass
         return sdk.pending_action(self._ctx, task)
 
     def record_start(self, args: tuple[Any, ...]) -> None:
@@ -158,10 +173,18 @@ class AuditedWorkflowContext:
     def call_activity(self, activity: Any, **kwargs: Any) -> Any:
         """Schedule an activity (``DaprWorkflowContext.call_activity``) and record it."""
         task: Any = self._ctx.call_activity(activity, **kwargs)
+        if not self._recording:
+            return task
         task_id, action = self._scheduled(task)
         if action is not None and action.HasField("scheduleTask"):
             sched = action.scheduleTask
-            name, execution_id = sched.name, sched.taskExecutionId or None
+            execution_id = sched.taskExecutionId or None
+            if execution_id and self._ctx.is_replaying and self._recorder.knows_decision(
+                    self._instance, ("activity", execution_id)):
+                # The replay of a scheduling already recorded (the same token _needed
+                # would build): the common case, once per earlier step on every turn.
+                return task
+            name = sched.name
             text = sched.input.value if sched.HasField("input") else None
         else:
             sched, name, execution_id = None, sdk.registered_name(activity), None
