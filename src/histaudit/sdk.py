@@ -180,8 +180,14 @@ def pending_action(ctx: Any, scheduled: Any) -> tuple[int | None, Any]:
     pending = getattr(ctx, "_pending_tasks", None)
     if not isinstance(pending, dict):
         return None, None
-    # newest first: the task asked about is the one the SDK created last, and a workflow
-    # that fans out holds many pending tasks at once
+    # The SDK numbers a new task with its sequence counter, so the task just created is
+    # normally the one under the counter's value (asked on the replayed path too, once per
+    # earlier step on every turn). Else the tasks are searched newest first: the task
+    # asked about is the one the SDK created last, and a workflow that fans out holds
+    # many pending tasks at once.
+    seq = getattr(ctx, "_sequence_number", None)
+    if seq.__class__ is int and pending.get(seq) is scheduled:
+        return seq, pending_actions(ctx).get(seq)
     for task_id, candidate in reversed(pending.items()):
         if candidate is scheduled:
             return int(task_id), pending_actions(ctx).get(task_id)

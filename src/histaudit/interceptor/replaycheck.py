@@ -60,7 +60,7 @@ class ReplayedResultCheck:
         self.recorder = recorder
         self._good: dict[tuple[str, int, str], str | bytes] = {}
         self._lock = threading.Lock()
-        self._prefixes: OrderedDict[str, tuple[Sequence[Any], int]] = OrderedDict()
+        self._prefixes: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
         self._prefix_events = 0
 
     def check_turn(self, instance: str, committed: Sequence[Any], new: Iterable[Any]) -> int:
@@ -85,10 +85,10 @@ class ReplayedResultCheck:
     def _checked_prefix(self, instance: str, committed: Sequence[Any]) -> int:
         """How many leading events of ``committed`` are the objects checked clean before."""
         with self._lock:
-            known = self._prefixes.get(instance)
-        if known is None:
+            events = self._prefixes.get(instance)
+        if events is None:
             return 0
-        events, clean = known
+        clean = len(events)
         if clean > len(committed) or not all(map(operator.is_, itertools.islice(
                 committed, clean), itertools.islice(events, clean))):
             return 0
@@ -98,15 +98,15 @@ class ReplayedResultCheck:
         with self._lock:
             old = self._prefixes.pop(instance, None)
             if old is not None:
-                self._prefix_events -= len(old[0])
+                self._prefix_events -= len(old)
             if not clean or clean > self._MAX_PREFIX_EVENTS:
                 return
             # a copy: what was checked stays what is compared, whatever becomes of the list
-            self._prefixes[instance] = (tuple(committed[:clean]), clean)
+            self._prefixes[instance] = tuple(committed[:clean])
             self._prefix_events += clean
             while (len(self._prefixes) > self._MAX_PREFIXES
                    or self._prefix_events > self._MAX_PREFIX_EVENTS):
-                _, (dropped, _) = self._prefixes.popitem(last=False)
+                _, dropped = self._prefixes.popitem(last=False)
                 self._prefix_events -= len(dropped)
 
     def check(self, instance: str, events: Iterable[Any]) -> int:

@@ -67,9 +67,6 @@ class AuditedWorkflowContext:
         calls the workflow function at its ``ExecutionStarted`` event, on every replay
         alike. Names the generation in ``workflow.started`` (``started_at``)."""
         self._instance = str(ctx.instance_id)
-        self._inner: Any = getattr(ctx, "_DaprWorkflowContext__obj", None)
-        """The SDK's runtime context behind ``ctx`` (None if this SDK hides it): read
-        directly on the replayed path, which runs once per earlier step on every turn."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ctx, name)
@@ -124,18 +121,7 @@ class AuditedWorkflowContext:
         return self._recorder.commit(self.instance_id, text)
 
     def _scheduled(self, task: Any) -> tuple[int | None, Any]:
-        """The task id and pending action the SDK created for ``task`` (None if hidden).
-
-        The SDK numbers a new task with its sequence counter, so the task just created is
-        normally the one under the counter's value: checked by identity, else searched.
-        """
-        inner = self._inner
-        try:
-            seq = inner._sequence_number
-            if inner._pending_tasks.get(seq) is task:
-                return int(seq), inner._pending_actions.get(seq)
-        except (AttributeError, TypeError):
-            pass
+        """The task id and pending action the SDK created for ``task`` (None if hidden)."""
         return sdk.pending_action(self._ctx, task)
 
     def record_start(self, args: tuple[Any, ...]) -> None:
