@@ -92,8 +92,7 @@ class _Batch:
     def __init__(self, tx: WriteTx, signer: Signer, instances: Sequence[str]) -> None:
         self._tx = tx
         self._signer = signer
-        self._leaf = tx.next_leaf()
-        tips = tx.tips(instances)
+        self._leaf, tips = tx.start(instances)
         # instance -> seq, hash, is new
         self._tips: dict[str, tuple[int, str, bool]] = {
             i: (tips[i][0], tips[i][1], False) if i in tips else (0, rec.GENESIS_PREV, True)

@@ -24,20 +24,35 @@ from .sql import Statements
 class WriteTx:
     """The row operations of one write transaction (see :meth:`Ledger.write`).
 
-    The ledger-wide append lock is held for its whole life, so what :meth:`tips` and
-    :meth:`next_leaf` return stays true until it commits. Statements run on the
-    driver's cursor (:mod:`.sql`); rows of one kind go in one ``executemany``.
+    The ledger-wide append lock is held before its first statement runs and until it
+    commits, so what :meth:`tips` and :meth:`next_leaf` return stays true meanwhile.
+    Statements run on the driver's cursor (:mod:`.sql`); rows of one kind go in one
+    ``executemany``.
     """
 
     def __init__(self, cursor: Any, sql: Statements,
                  pipeline: Callable[[], AbstractContextManager[Any]] | None = None,
-                 tips: TipMemo | None = None) -> None:
+                 tips: TipMemo | None = None,
+                 lock: tuple[str, tuple[Any, ...]] | None = None) -> None:
         """``pipeline``: the driver's pipeline mode (psycopg's ``Connection.pipeline``),
-        when it has one; ``tips``: the ledger's memo of bodies it wrote (see :meth:`tips`)."""
-        self._cur = cursor
+        when it has one; ``tips``: the ledger's memo of bodies it wrote (see :meth:`tips`);
+        ``lock``: the statement that takes the append lock, when the caller has not taken
+        it: it runs just before this transaction's first statement (with :meth:`start`,
+        in the same round trip)."""
+        self._cursor = cursor
         self._sql = sql
         self._pipeline = pipeline
         self._memo = tips
+        self._lock = lock
+
+    @property
+    def _cur(self) -> Any:
+        """The cursor, once the append lock is taken (see ``lock``)."""
+        if self._lock is not None:
+            sql, params = self._lock
+            self._lock = None
+            self._cursor.execute(sql, params)
+        return self._cursor
 
     def queued(self) -> AbstractContextManager[Any]:
         """A block whose statements go to the server together and are answered at its
@@ -61,9 +76,7 @@ class WriteTx:
         instance (:meth:`remember`) is not parsed and hashed again: the same bytes give
         the same seq and hash. Any other body, edited or written elsewhere, is.
         """
-        wanted = list(dict.fromkeys(instances))
-        for instance in wanted:
-            check_instance_id(instance)
+        wanted = _checked_ids(instances)
         rows: list[tuple[str, Any]] = []
         if self._sql.tips_of and len(wanted) > 1:
             self._cur.execute(self._sql.tips_of, (wanted,))
@@ -74,6 +87,36 @@ class WriteTx:
                 last = self._cur.fetchone()
                 if last is not None:
                     rows.append((instance, last[0]))
+        return self._tips_of(rows)
+
+    def start(self, instances: Sequence[str]) -> tuple[int, dict[str, tuple[int, str]]]:
+        """:meth:`next_leaf` and :meth:`tips` of ``instances``, as a batch begins.
+
+        On PostgreSQL one round trip, the append lock included when it is still to be
+        taken: the lock, the top leaf and the tips go to the server together, which runs
+        them in that order, so both reads see what the lock holder may rely on. Every
+        round trip spent under the ledger-wide lock is one that no other appender of any
+        process can use (benchmarks/README.md, figure 2a).
+        """
+        if self._pipeline is None or not self._sql.tips_of:
+            return self.next_leaf(), self.tips(instances)
+        wanted = _checked_ids(instances)
+        conn = self._cursor.connection
+        leaf_cur, tips_cur = conn.cursor(), conn.cursor()
+        try:
+            with self._pipeline():
+                self._cur  # noqa: B018 - takes the append lock first, in the same round trip
+                leaf_cur.execute(self._sql.top_leaf)
+                tips_cur.execute(self._sql.tips_of, (wanted,))
+            top = leaf_cur.fetchone()[0]
+            rows = [(_text(i), body) for i, body in tips_cur.fetchall()]
+        finally:
+            leaf_cur.close()
+            tips_cur.close()
+        return (0 if top is None else _top_leaf(top) + 1), self._tips_of(rows)
+
+    def _tips_of(self, rows: Sequence[tuple[str, Any]]) -> dict[str, tuple[int, str]]:
+        """{instance: (seq, hash)} of (instance, newest stored body) rows."""
         memo = self._memo
         if memo is None:
             return {instance: _newest(instance, _blob(body)) for instance, body in rows}
@@ -175,6 +218,15 @@ class TipMemo:
         if len(self._known) >= self.LIMIT and instance not in self._known:
             self._known.clear()
         self._known[instance] = (body, seq, digest)
+
+
+def _checked_ids(instances: Sequence[str]) -> list[str]:
+    """``instances`` without repeats, a hostile id (a control or bidi character) refused
+    before it reaches any SQL."""
+    wanted = list(dict.fromkeys(instances))
+    for instance in wanted:
+        check_instance_id(instance)
+    return wanted
 
 
 def _newest(instance: str, body: bytes) -> tuple[int, str]:
