@@ -30,9 +30,8 @@ class WriteTx:
     ``executemany``.
     """
 
-    def __init__(self, cursor: Any, sql: Statements,
+    def __init__(self, cursor: Any, sql: Statements, *, tips: TipMemo,
                  pipeline: Callable[[], AbstractContextManager[Any]] | None = None,
-                 tips: TipMemo | None = None,
                  lock: tuple[str, tuple[Any, ...]] | None = None) -> None:
         """``pipeline``: the driver's pipeline mode (psycopg's ``Connection.pipeline``),
         when it has one; ``tips``: the ledger's memo of bodies it wrote (see :meth:`tips`);
@@ -118,16 +117,13 @@ class WriteTx:
     def _tips_of(self, rows: Sequence[tuple[str, Any]]) -> dict[str, tuple[int, str]]:
         """{instance: (seq, hash)} of (instance, newest stored body) rows."""
         memo = self._memo
-        if memo is None:
-            return {instance: _newest(instance, _blob(body)) for instance, body in rows}
         return {instance: memo.tip(instance, _blob(body)) for instance, body in rows}
 
     def remember(self, instance: str, body: bytes, seq: int, digest: str) -> None:
         """``body`` (whose parsed seq is ``seq`` and SHA-256 ``digest``: the caller knows
         :func:`~histaudit.ledger.records.parse_entry` accepts it) is stored here as
         ``instance``'s newest entry; see :meth:`tips`."""
-        if self._memo is not None:
-            self._memo.put(instance, body, seq, digest)
+        self._memo.put(instance, body, seq, digest)
 
     def next_leaf(self) -> int:
         """The ledger-wide index the next entry gets: max(leaf) + 1."""
