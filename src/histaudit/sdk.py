@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from dapr.ext.workflow import WorkflowRuntime
+from dapr.ext.workflow import DaprWorkflowContext, WorkflowRuntime
 from dapr.ext.workflow._durabletask import task, worker
 from dapr.ext.workflow._durabletask.internal import helpers, protos, shared
 from dapr.ext.workflow._durabletask.internal import orchestrator_service_pb2_grpc as stubs
@@ -28,7 +28,7 @@ __all__ = [
     "history_stub", "hook_activity_resolve", "hook_resolve_history", "is_async_callable",
     "is_optional_timer_action", "is_optional_timer_event", "is_suspendable", "missing",
     "pending_action", "pending_actions", "protos", "registered_name", "registered_names",
-    "registry_of", "set_wire_input", "strip_registration_marks", "to_json",
+    "registry_of", "runtime_context", "set_wire_input", "strip_registration_marks", "to_json",
     "unwrap_decorated", "wire_input",
 ]
 
@@ -86,6 +86,12 @@ def missing() -> list[str]:
         for attr in ("_registry", "_activity_executor"):
             if not hasattr(sdk_worker, attr):
                 gone.append(f"TaskHubGrpcWorker.{attr}")
+    runtime_ctx = worker._RuntimeOrchestrationContext("probe")
+    if runtime_context(DaprWorkflowContext(runtime_ctx)) is not runtime_ctx:
+        gone.append(f"DaprWorkflowContext.{_CONTEXT_ATTR}")
+    gone += [f"_RuntimeOrchestrationContext.{n}" for n in ("_pending_tasks", "_pending_actions",
+                                                          "_sequence_number")
+             if not hasattr(runtime_ctx, n)]
     return gone
 
 
@@ -169,6 +175,18 @@ def wire_input(activity_context: Any) -> Any:
 
 # --- a workflow's pending actions ----------------------------------------------------------
 
+_CONTEXT_ATTR = "_DaprWorkflowContext__obj"
+
+
+def runtime_context(ctx: Any) -> Any:
+    """The SDK's own orchestration context behind a ``DaprWorkflowContext`` (``ctx``
+    itself when it is not one). Reading the pending tasks through the wrapper costs a
+    failed lookup and its ``__getattr__`` each time; the replayed path of every turn
+    reads them once per earlier step."""
+    inner = getattr(ctx, _CONTEXT_ATTR, None)
+    return ctx if inner is None else inner
+
+
 def pending_actions(ctx: Any) -> dict[int, Any]:
     """The actions the workflow code produced so far this turn, by sequence id."""
     actions = getattr(ctx, "_pending_actions", None)
@@ -176,7 +194,8 @@ def pending_actions(ctx: Any) -> dict[int, Any]:
 
 
 def pending_action(ctx: Any, scheduled: Any) -> tuple[int | None, Any]:
-    """The task id and pending action the SDK created for the task ``scheduled``."""
+    """The task id and pending action the SDK created for the task ``scheduled`` (``ctx``:
+    best the :func:`runtime_context`)."""
     pending = getattr(ctx, "_pending_tasks", None)
     if not isinstance(pending, dict):
         return None, None

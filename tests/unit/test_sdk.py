@@ -20,6 +20,21 @@ def test_missing_names_what_an_sdk_without_a_hook_lacks(monkeypatch: Any) -> Non
     assert sdk.missing() == ["TaskHubGrpcWorker._resolve_history"]
 
 
+def test_runtime_context_is_the_sdk_context_behind_the_wrapper(monkeypatch: Any) -> None:
+    inner = sdk.worker._RuntimeOrchestrationContext("wf-1")
+    outer = wf.DaprWorkflowContext(inner)
+    assert sdk.runtime_context(outer) is inner
+    assert sdk.runtime_context(inner) is inner  # not a wrapper: itself
+    # the pending task of a call made through the wrapper is found on the inner context
+    task = outer.call_activity("act", input=1)
+    task_id, action = sdk.pending_action(sdk.runtime_context(outer), task)
+    assert task_id == inner._sequence_number == 1
+    assert action.scheduleTask.name == "act"
+    # an SDK whose wrapper keeps its context under another name is reported
+    monkeypatch.setattr(sdk, "_CONTEXT_ATTR", "_renamed")
+    assert sdk.missing() == ["DaprWorkflowContext._renamed"]
+
+
 def _docs_style() -> tuple[Any, Any, Any]:
     wfr = wf.WorkflowRuntime(host="127.0.0.1", port="1")
 

@@ -57,6 +57,8 @@ class AuditedWorkflowContext:
     def __init__(self, ctx: DaprWorkflowContext, recorder: AuditRecorder,
                  workflow: str) -> None:
         self._ctx = ctx
+        self._sdk_ctx = sdk.runtime_context(ctx)
+        """The SDK's own context behind ``ctx``: its pending tasks and replay flag."""
         self._recorder = recorder
         self._workflow = workflow
         self._continued = False
@@ -122,7 +124,7 @@ class AuditedWorkflowContext:
 
     def _scheduled(self, task: Any) -> tuple[int | None, Any]:
         """The task id and pending action the SDK created for ``task`` (None if hidden)."""
-        return sdk.pending_action(self._ctx, task)
+        return sdk.pending_action(self._sdk_ctx, task)
 
     def record_start(self, args: tuple[Any, ...]) -> None:
         """Record ``workflow.started`` (its input is ``args[0]``) unless already recorded."""
@@ -165,7 +167,7 @@ class AuditedWorkflowContext:
         if action is not None and action.HasField("scheduleTask"):
             sched = action.scheduleTask
             execution_id = sched.taskExecutionId or None
-            if execution_id and self._ctx.is_replaying and self._recorder.knows_decision(
+            if execution_id and self._sdk_ctx.is_replaying and self._recorder.knows_decision(
                     self._instance, ("activity", execution_id)):
                 # The replay of a scheduling already recorded (the same token _needed
                 # would build): the common case, once per earlier step on every turn.
