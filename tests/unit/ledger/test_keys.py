@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -167,6 +169,41 @@ def test_signer_repr_hides_key() -> None:
 
 
 # --- key ids and public key files ---------------------------------------------------
+
+# RFC 8032 §7.1, TEST 1-3: (secret key, public key, message, signature), hex
+RFC8032 = [
+    ("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+     "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a", "",
+     "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bac"
+     "c61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"),
+    ("4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
+     "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c", "72",
+     "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da085ac1e43e15996e"
+     "458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00"),
+    ("c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7",
+     "fc51cd8e6218a1a38da47ed00230f0580816ed13ba3303ac5deb911548908025", "af82",
+     "6291d657deec24024827e69c3abe01a30ce548a284743a445e3680d7db5ac3ac18ff9b538d16f290"
+     "ae67f760984dc6594a7c15e9716ed28dc027beceea1ec40a"),
+]
+
+
+@pytest.mark.parametrize(("secret", "public", "message", "signature"), RFC8032)
+def test_signer_signs_rfc8032_vectors(secret: str, public: str, message: str,
+                                      signature: str) -> None:
+    signer = Signer(Ed25519PrivateKey.from_private_bytes(bytes.fromhex(secret)))
+    assert signer.public.raw == bytes.fromhex(public)
+    assert signer.sign(bytes.fromhex(message)) == bytes.fromhex(signature)
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.binary(min_size=32, max_size=32), message=st.binary(max_size=2048))
+def test_signer_signature_is_openssls_byte_for_byte(seed: bytes, message: bytes) -> None:
+    """libsodium signs; Ed25519 is deterministic, so the bytes must be OpenSSL's."""
+    private = Ed25519PrivateKey.from_private_bytes(seed)
+    signature = Signer(private).sign(message)
+    assert signature == private.sign(message)
+    private.public_key().verify(signature, message)  # raises unless valid
+
 
 def test_kid_is_sha256_prefix_of_raw_public_key() -> None:
     raw = _raw_public(Ed25519PrivateKey.from_private_bytes(SEED))
