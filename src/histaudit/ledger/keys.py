@@ -30,7 +30,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
-
 from nacl.bindings import crypto_sign, crypto_sign_seed_keypair
 
 from histaudit.errors import FormatError, KeyMaterialError

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from histaudit.errors import FormatError, KeyMaterialError
 from histaudit.ledger.keys import (
