@@ -352,9 +352,6 @@ class AuditRecorder:
         rows: dict[bytes, tuple[str, bytes]] = {}
         for p in payloads:
             rows.update(p.rows)
-        # A plain str: a Kind member (a StrEnum) is encoded to the same canonical bytes,
-        # but only by the slow reference encoder, whose fast path takes exact types only.
-        kind = str(kind)
         entry = self.writer.append(instance, kind, data, rows or None,
                                    durable=kind in MUST_BE_DURABLE)
         self._fold_own(entry)

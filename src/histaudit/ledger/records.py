@@ -184,6 +184,12 @@ def _entry_doc(instance: str, seq: int, leaf: int, prev: str, kind: str, ts: str
                data: Mapping[str, Any]) -> dict[str, Any]:
     _check_id(instance, "instance")
     _check_id(kind, "kind")
+    # Exact strs: a str subclass (a Kind member is a StrEnum) has the same canonical bytes,
+    # but only the reference encoder takes it, at ten times the fast path's cost.
+    if instance.__class__ is not str:
+        instance = str.__str__(instance)
+    if kind.__class__ is not str:
+        kind = str.__str__(kind)
     return {"v": FORMAT_VERSION, "type": "entry", "instance": instance, "seq": seq,
             "leaf": leaf, "prev": prev, "kind": kind, "ts": ts, "kid": kid, "data": dict(data)}
 

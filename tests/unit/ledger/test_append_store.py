@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateTable
 
 from histaudit.errors import StoreError
-from histaudit.ledger import chain
+from histaudit.ledger import canonical, chain
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer
 from histaudit.ledger.kinds import Kind
@@ -88,6 +88,29 @@ def test_a_sqlite_ledger_made_with_a_bigint_leaf_appends_and_verifies(
         assert report.ok, report.findings
     with LedgerDb(sqlite_url) as db:
         assert db.run("SELECT max(seq) FROM histaudit_entries WHERE instance = 'i1'") == [(6,)]
+
+
+class _Name(str):
+    def __str__(self) -> str:
+        return "not the value"
+
+
+def test_a_kind_member_makes_the_bytes_of_its_string_on_the_fast_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Kind member (a StrEnum) or an instance id of a str subclass is signed as the
+    exact string it holds, and by the fast encoder: the reference one is never asked."""
+    fields = {"seq": 1, "leaf": 0, "prev": fmt.GENESIS_PREV, "ts": fmt.now_ts(),
+              "kid": "0123456789abcdef", "data": {"n": 1}}
+    plain = fmt.entry_body(instance="wf-1", kind="activity.started", **fields)
+
+    def reference(value: object) -> bytes:
+        raise AssertionError(f"the reference encoder was asked for {value!r}")
+
+    monkeypatch.setattr(canonical, "_slow_bytes", reference)
+    body, parses = fmt.entry_body_parses(instance=_Name("wf-1"), kind=Kind.ACTIVITY_STARTED,
+                                         **fields)
+    assert body == plain and parses
+    assert fmt.parse_entry(body).kind == "activity.started"
 
 
 def test_an_append_links_to_the_stored_newest_body_not_the_one_it_wrote(db_url: str) -> None:
