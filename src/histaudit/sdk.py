@@ -182,8 +182,9 @@ def runtime_context(ctx: Any) -> Any:
     """The SDK's own orchestration context behind a ``DaprWorkflowContext`` (``ctx``
     itself when it is not one). Reading the pending tasks through the wrapper costs a
     failed lookup and its ``__getattr__`` each time; the replayed path of every turn
-    reads them once per earlier step."""
-    inner = getattr(ctx, _CONTEXT_ATTR, None)
+    reads them once per earlier step. The wrapper's own attributes are read, never its
+    ``__getattr__``, which an SDK without this name would send round in circles."""
+    inner = getattr(ctx, "__dict__", {}).get(_CONTEXT_ATTR)
     return ctx if inner is None else inner
 
 
