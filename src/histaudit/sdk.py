@@ -195,8 +195,8 @@ def pending_actions(ctx: Any) -> dict[int, Any]:
 
 
 def pending_action(ctx: Any, scheduled: Any) -> tuple[int | None, Any]:
-    """The task id and pending action the SDK created for the task ``scheduled`` (``ctx``:
-    best the :func:`runtime_context`)."""
+    """The task id and pending action the SDK created for the task ``scheduled``; ``ctx``
+    is read fastest as its :func:`runtime_context`."""
     pending = getattr(ctx, "_pending_tasks", None)
     if not isinstance(pending, dict):
         return None, None

@@ -79,7 +79,7 @@ class AuditedWorkflowContext:
 
     @property
     def is_replaying(self) -> bool:
-        return bool(self._ctx.is_replaying)
+        return bool(self._sdk_ctx.is_replaying)
 
     @property
     def inner(self) -> DaprWorkflowContext:
@@ -92,7 +92,7 @@ class AuditedWorkflowContext:
         """Whether to record this decision: always when new; on replay only if missing."""
         if not self._recording:
             return False
-        if not self._ctx.is_replaying:
+        if not self.is_replaying:
             return True
         token = decision_token(kind, fields, self._generation)
         if token is None:
@@ -107,7 +107,7 @@ class AuditedWorkflowContext:
     def _decide(self, kind: str, data: dict[str, Any], *payloads: Payload) -> None:
         """Record a decision :meth:`_needed` asked for (a replayed one marked so)."""
         record = {"workflow": self._workflow, **data, "worker": worker_id()}
-        if self._ctx.is_replaying:
+        if self.is_replaying:
             record["replayed"] = True
         try:
             self._recorder.append(self.instance_id, kind, record, *payloads)
@@ -167,7 +167,7 @@ class AuditedWorkflowContext:
         if action is not None and action.HasField("scheduleTask"):
             sched = action.scheduleTask
             execution_id = sched.taskExecutionId or None
-            if execution_id and self._sdk_ctx.is_replaying and self._recorder.knows_decision(
+            if execution_id and self.is_replaying and self._recorder.knows_decision(
                     self._instance, ("activity", execution_id)):
                 # The replay of a scheduling already recorded (the same token _needed
                 # would build): the common case, once per earlier step on every turn.
