@@ -294,25 +294,24 @@ def _isolated(ledger: Ledger, db: Path, instance: str, trust: TrustStore, *, n: 
     }
 
 
-def stream_experiments(db: Path, sizes: dict[str, int], scratch: Path) -> dict[str, Any]:
-    """How reading one instance scales, as the ledger is built and with one extra index.
+def stream_experiments(db: Path, sizes: dict[str, int]) -> dict[str, Any]:
+    """How reading one instance scales as the ledger is built.
 
-    ``Ledger.entries`` pages with ``WHERE instance = ? AND leaf > ? ORDER BY leaf LIMIT
-    5000``. Timed per instance (µs/entry: flat = linear, growing = super-linear), next to
-    one plain ``sqlite3`` query over the same rows, then again on a copy of the ledger
-    with an index on (instance, leaf) — a what-if for the store, measured on a copy so
-    the ledger under test is never changed.
+    ``Ledger.entries`` reads an instance with one forward cursor over the store's own
+    statement ``entries_of`` (``WHERE instance = ? ORDER BY leaf``, on the schema's
+    (instance, leaf) index). Timed per instance (µs/entry: flat = linear, growing =
+    super-linear), next to one plain ``sqlite3`` query over the same rows; the plan is
+    SQLite's for the store's statement.
     """
-    import shutil
     import sqlite3
+
+    from histaudit.ledger.store.sql import statements
 
     def plan(path: Path, inst: str) -> list[str]:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             return [r[3] for r in con.execute(
-                "EXPLAIN QUERY PLAN SELECT leaf, instance, seq, hash, body, sig FROM "
-                "histaudit_entries WHERE instance = ? AND leaf > ? ORDER BY leaf LIMIT 5000",
-                (inst, -1))]
+                "EXPLAIN QUERY PLAN " + statements("sqlite").entries_of, (inst,))]
         finally:
             con.close()
 
@@ -326,7 +325,7 @@ def stream_experiments(db: Path, sizes: dict[str, int], scratch: Path) -> dict[s
         finally:
             ledger.close()
 
-    out: dict[str, Any] = {"as_built": {}, "with_instance_leaf_index": {}}
+    out: dict[str, Any] = {"as_built": {}}
     for inst, n in sorted(sizes.items(), key=lambda kv: kv[1]):
         t0 = time.perf_counter()
         floor_pass(db, inst, parse=False, hash_=False)
@@ -336,21 +335,4 @@ def stream_experiments(db: Path, sizes: dict[str, int], scratch: Path) -> dict[s
                                  "single_raw_query_us_per_entry": round(raw_us, 2)}
         log(f"stream {inst}: Ledger.entries {us:.1f} µs/entry, one raw query {raw_us:.2f}")
     out["as_built_plan"] = plan(db, max(sizes, key=sizes.get))
-    copy = scratch / "whatif-index.db"
-    shutil.copyfile(db, copy)
-    try:
-        con = sqlite3.connect(copy)
-        con.execute("CREATE INDEX bench_whatif_instance_leaf ON histaudit_entries "
-                    "(instance, leaf)")
-        con.close()
-        out["with_index_plan"] = plan(copy, max(sizes, key=sizes.get))
-        for inst, n in sorted(sizes.items(), key=lambda kv: kv[1]):
-            floor_pass(copy, inst, parse=False, hash_=False)  # warm the copy's pages
-            us = stream_us(copy, inst)
-            out["with_instance_leaf_index"][inst] = {
-                "entries": n, "ledger_entries_us_per_entry": round(us, 2)}
-            log(f"stream {inst} with (instance, leaf) index: {us:.1f} µs/entry")
-    finally:
-        for p in (copy, Path(f"{copy}-wal"), Path(f"{copy}-shm")):
-            p.unlink(missing_ok=True)
     return out
