@@ -184,20 +184,22 @@ def _entry_doc(instance: str, seq: int, leaf: int, prev: str, kind: str, ts: str
                data: Mapping[str, Any]) -> dict[str, Any]:
     _check_id(instance, "instance")
     _check_id(kind, "kind")
-    # Exact strs: a str subclass (a Kind member is a StrEnum) has the same canonical bytes,
-    # but only the reference encoder takes it, at ten times the fast path's cost.
-    if instance.__class__ is not str:
-        instance = str.__str__(instance)
-    if kind.__class__ is not str:
-        kind = str.__str__(kind)
-    return {"v": FORMAT_VERSION, "type": "entry", "instance": instance, "seq": seq,
-            "leaf": leaf, "prev": prev, "kind": kind, "ts": ts, "kid": kid, "data": dict(data)}
+    return {"v": FORMAT_VERSION, "type": "entry", "instance": _exact(instance), "seq": seq,
+            "leaf": leaf, "prev": prev, "kind": _exact(kind), "ts": ts, "kid": kid,
+            "data": dict(data)}
+
+
+def _exact(value: str) -> str:
+    """``value`` as an exact str. A str subclass (a Kind member is a StrEnum) has the same
+    canonical bytes, but only the reference encoder takes it, at ten times the fast
+    path's cost."""
+    return value if value.__class__ is str else str.__str__(value)
 
 
 def head_body(*, instance: str, seq: int, leaf: int, hash: str,  # noqa: A002 - the field's name
               ts: str, kid: str) -> bytes:
     """Build the canonical bytes of a signed head."""
-    return canonical_bytes({"v": FORMAT_VERSION, "type": "head", "instance": instance,
+    return canonical_bytes({"v": FORMAT_VERSION, "type": "head", "instance": _exact(instance),
                             "seq": seq, "leaf": leaf, "hash": hash, "ts": ts, "kid": kid})
 
 

@@ -98,7 +98,8 @@ class _Name(str):
 def test_a_kind_member_makes_the_bytes_of_its_string_on_the_fast_path(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A Kind member (a StrEnum) or an instance id of a str subclass is signed as the
-    exact string it holds, and by the fast encoder: the reference one is never asked."""
+    exact string it holds, in its entries and heads, and by the fast encoder: the reference
+    one is never asked."""
     fields = {"seq": 1, "leaf": 0, "prev": fmt.GENESIS_PREV, "ts": fmt.now_ts(),
               "kid": "0123456789abcdef", "data": {"n": 1}}
     plain = fmt.entry_body(instance="wf-1", kind="activity.started", **fields)
@@ -111,6 +112,10 @@ def test_a_kind_member_makes_the_bytes_of_its_string_on_the_fast_path(
                                          **fields)
     assert body == plain and parses
     assert fmt.parse_entry(body).kind == "activity.started"
+    head = {"seq": 1, "leaf": 0, "hash": fmt.sha256_hex(body), "ts": fields["ts"],
+            "kid": fields["kid"]}
+    assert fmt.head_body(instance=_Name("wf-1"), **head) == \
+        fmt.head_body(instance="wf-1", **head)
 
 
 def test_an_append_links_to_the_stored_newest_body_not_the_one_it_wrote(db_url: str) -> None:
