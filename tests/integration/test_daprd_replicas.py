@@ -16,8 +16,10 @@ both app processes), then SIGKILLs the replica holding the most blocked activiti
 daprd drops the workflow actor types from placement (no worker connected), placement moves
 the actors to the other replica, the scheduler re-delivers the interrupted activities
 there and the workflow completes. ``histaudit verify`` then reports exactly one
-``activity-reexecuted`` per interrupted activity, nothing else, and the one chain the two
-replicas appended to is contiguous and verifies.
+``activity-reexecuted`` per activity that ran more than once, by the app's own run log
+(every interrupted one, and any that daprd ran again while placement rebalanced, ADR
+0008), nothing else, and the one chain the two replicas appended to is contiguous and
+verifies.
 """
 
 from __future__ import annotations
@@ -195,7 +197,9 @@ def _run_replicas(stack: DaprdStack, replica: DaprdReplica, pg_url: str, tmp: Pa
         # survivor's daprd has taken the table without the victim: while placement
         # rebalances, daprd holds calls to workflow actors (up to its 2 s "in-flight lock
         # claims" timeout) and then cancels them, and an activity whose result was being
-        # delivered then is run again although it was never interrupted.
+        # delivered then is run again although it was never interrupted. Waiting makes that
+        # rarer, not impossible (it happened in CI), so the checks below take the run log
+        # as the truth of what ran.
         survivor_log = (stack if survivor == "a" else replica).log_path
         tables = _tables(survivor_log)
         apps[victim].kill()
@@ -209,31 +213,39 @@ def _run_replicas(stack: DaprdStack, replica: DaprdReplica, pg_url: str, tmp: Pa
         assert apps[survivor].running and stack.running and replica.running
 
     entries = read()
-    # Every interrupted activity ran again on the survivor (attempt 2), every other once.
+    # The app's own run log is the ground truth of how often each body ran; the ledger
+    # must tell the same story. Every interrupted activity ran again on the survivor. An
+    # activity that finished on the survivor while placement rebalanced may have run
+    # again too: daprd cancelled its result delivery (ADR 0008). Either way the ledger
+    # holds one start per run, attempts numbered 1..k, only the first off the survivor.
     story = [(e.seq, e.kind, e.data.get("task_id"), e.data.get("attempt"),
               e.data.get("execution_id"), worker.get(e.data.get("worker", ""), "?"))
              for e in entries if e.data.get("activity") == "hold"]
+    runs = Counter(tuple(line.split()[:2]) for line in
+                   (data / "runs.txt").read_text().splitlines())
+    assert {k: v for k, v in runs.items() if k[0] == "quick"} == \
+        {("quick", str(i)): 1 for i in range(QUICK)}, runs
+    ran = {t: runs[("hold", str(hold_ids.index(t)))] for t in held}
+    assert sum(ran.values()) == sum(v for k, v in runs.items() if k[0] == "hold"), runs
     starts = Counter((e.data["task_id"], e.data["attempt"], worker[e.data["worker"]])
                      for e in _starts(entries, "hold"))
     assert starts == Counter({**{(t, 1, n): 1 for t, n in held.items()},
-                              **{(t, 2, survivor): 1 for t in interrupted}}), \
-        (victim, story)
+                              **{(t, a, survivor): 1 for t in held
+                                 for a in range(2, ran[t] + 1)}}), (victim, ran, story)
+    rerun = {t for t, k in ran.items() if k > 1}
+    assert interrupted <= rerun, (victim, ran, story)
+    # A finished body records its completion: every run but the victim's killed ones.
     done = Counter((e.data["task_id"], worker[e.data["worker"]])
                    for e in _of(entries, "activity.completed", "hold"))
-    assert done == Counter({(t, survivor): 1 for t in held}), done
+    assert done == Counter({(t, survivor): ran[t] - (t in interrupted) for t in held}), done
     # The workflow's turns ran where placement put its actor; the last on the survivor.
     turns = [(e.kind, worker[e.data["worker"]]) for e in entries
              if e.kind.startswith("workflow.")]
     assert turns[-1] == ("workflow.completed", survivor), turns
-    runs = Counter(tuple(line.split()[:2]) for line in
-                   (data / "runs.txt").read_text().splitlines())
-    assert runs == Counter({**{("quick", str(i)): 1 for i in range(QUICK)},
-                            **{("hold", str(i)): 1 for i in range(HELD)},
-                            **{("hold", str(hold_ids.index(t))): 2 for t in interrupted}}), runs
 
     _check_one_chain(pg_url, instance, tmp / "keys")
     # `histaudit verify`, as a user runs it: exit 0, and exactly one activity-reexecuted
-    # (info) per interrupted activity; nothing else.
+    # (info) per activity that ran more than once; nothing else.
     r = cli("verify", instance, "--db", pg_url, "--trust", tmp / "keys", "--full", "--json",
             cwd=tmp)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -241,9 +253,10 @@ def _run_replicas(stack: DaprdStack, replica: DaprdReplica, pg_url: str, tmp: Pa
     assert len(reports) == 1 and reports[0]["ok"], reports
     findings = reports[0]["findings"]
     assert sorted((f["code"], f["task_id"]) for f in findings) == \
-        sorted(("activity-reexecuted", t) for t in interrupted), findings
+        sorted(("activity-reexecuted", t) for t in rerun), findings
     print(f"[daprd replicas] quick by replica {dict(quick_by)}, held by replica "
-          f"{dict(held_by)}, killed {victim}; workflow turns by replica "
+          f"{dict(held_by)}, killed {victim}; re-run on the survivor as placement "
+          f"rebalanced: {sorted(rerun - interrupted)}; workflow turns by replica "
           f"{dict(Counter(n for _, n in turns))}; {len(entries)} entries")
 
 
