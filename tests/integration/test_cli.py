@@ -14,7 +14,6 @@ import shutil
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from histaudit.ledger import chain
 from histaudit.ledger.keys import Signer, generate_keypair, key_id
 from histaudit.ledger.store import Ledger
 from support.cli import HISTAUDIT, TIMEOUT, cli, exits, one_error_line
-from support.ledgers import ORDER_RESULT, ORDER_SECRET, LedgerDb, append_order
+from support.ledgers import ORDER_RESULT, ORDER_SECRET, LedgerDb, World, append_order
 
 
 def as_json(result: subprocess.CompletedProcess[str]) -> Any:
@@ -43,17 +42,6 @@ def one_report(result: subprocess.CompletedProcess[str]) -> Any:
 # --- building ledgers through the library ------------------------------------------------
 
 SECRET, RESULT = ORDER_SECRET, ORDER_RESULT
-
-
-@dataclass
-class World:
-    """A ledger, the key that signed it, and the files a CLI user would pass."""
-
-    tmp: Path
-    url: str
-    signer: Signer
-    key: Path    # private key file (0600)
-    trust: Path  # the matching *.pub.json
 
 
 @pytest.fixture

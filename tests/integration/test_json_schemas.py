@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +23,11 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from histaudit.errors import EngineError
-from histaudit.ledger.keys import Signer, generate_keypair
+from histaudit.ledger.keys import generate_keypair
 from histaudit.ledger.store import Ledger
 from support.cli import cli, exits
 from support.dapr_audit import GATED, PURGED, AuditedDaprRun, audited_dapr_run, put, rows, value
-from support.ledgers import LedgerDb, append_order
+from support.ledgers import LedgerDb, World, append_order
 from support.repo import HISTORIES, ORDER_HISTORY, REPO, SCHEMAS
 
 SWEEP_APP = Path(__file__).resolve().parent / "apps" / "sweep_app.py"
@@ -74,18 +73,6 @@ def test_every_output_schema_is_a_valid_draft_2020_12_schema() -> None:
 
 
 # --- a small ledger, as tests/integration/test_cli.py builds it -----------------------------
-
-@dataclass
-class World:
-    tmp: Path
-    url: str
-    signer: Signer
-    key: Path
-    trust: Path
-
-    def run(self, *args: str | Path) -> subprocess.CompletedProcess[str]:
-        return cli(*args, cwd=self.tmp)
-
 
 @pytest.fixture
 def world(sqlite_url: str, tmp_path: Path) -> World:

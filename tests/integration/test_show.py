@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 from support.bundles import edit_lines
 from support.cli import cli, exits, one_error_line, verification_failed
-from support.ledgers import committed
+from support.ledgers import World, committed
 
 INSTANCE = "order-7"
 ORDER = b'{"order":7,"holder":"Ada Lovelace"}'
@@ -44,15 +43,6 @@ LAYOUT = [
     (9, "activity.completed", 2, "ship"),
     (10, "workflow.completed", None, None),
 ]
-
-
-@dataclass
-class World:
-    tmp: Path
-    url: str
-    signer: Signer
-    key: Path
-    trust: Path
 
 
 def _order(ledger: Ledger, signer: Signer, instance: str) -> None:

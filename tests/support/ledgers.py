@@ -4,6 +4,8 @@
   (payloads committed with a salt, the reference ``{"c", "n"}`` in the signed data).
 * :func:`read_entries`, :func:`only`, :func:`stored_payload` and :func:`verify_url` read a
   ledger back through the library, as an auditor would after the fact.
+* :class:`World` is what a CLI test holds: a ledger's URL, the key that signed it and
+  the key files a user would pass.
 * :class:`LedgerDb` is plain SQL on the ledger's database as its owner (the SQLite file)
   or superuser (PostgreSQL): an attacker, or an operator restoring a backup. It is the one
   place tests lift the append-only triggers.
@@ -16,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import sqlite3
+import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -30,6 +34,8 @@ from histaudit.ledger.store import _PG_APPEND_LOCK, Ledger
 from histaudit.verify.report import Report
 from histaudit.verify.verifier import verify_instance
 
+from .cli import cli
+
 __all__ = [
     "ORDER_RESULT",
     "ORDER_SECRET",
@@ -37,6 +43,7 @@ __all__ = [
     "LedgerDb",
     "Payloads",
     "Row",
+    "World",
     "append_order",
     "committed",
     "only",
@@ -51,6 +58,21 @@ Payloads = dict[bytes, tuple[str, bytes]]
 
 
 # --- building ------------------------------------------------------------------------------
+
+@dataclass
+class World:
+    """A ledger, the key that signed it, and the files a CLI user would pass."""
+
+    tmp: Path    # the working directory the CLI runs in
+    url: str
+    signer: Signer
+    key: Path    # private key file (0600)
+    trust: Path  # the matching *.pub.json
+
+    def run(self, *args: str | Path) -> subprocess.CompletedProcess[str]:
+        """``histaudit *args`` in ``tmp``, as a user runs it."""
+        return cli(*args, cwd=self.tmp)
+
 
 def committed(data: bytes, salt: bytes | None = None) -> tuple[dict[str, Any], Payloads]:
     """The reference ``{"c": commitment, "n": length}`` to ``data``, and its stored row.
