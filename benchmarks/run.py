@@ -270,6 +270,11 @@ def _rows_sqlite(f: dict[str, Any], rows: list[list[str]]) -> None:
                      fmt_num(_med(s, "append_per_s"), "/s"),
                      fmt_num(_med(s, "write_set_limit_per_s"), "/s"),
                      _cell(s, "ratio_write_set"), "(info)", ""])
+    if "ceiling_write_set_over_combined" in s:
+        rows.append(["1h", "  1a's ceiling with this write set: 1g's limit ÷ 1a's (1a = 1g × 1h)",
+                     fmt_num(_med(s, "write_set_limit_per_s"), "/s"),
+                     fmt_num(_med(s, "combined_limit_per_s"), "/s"),
+                     _cell(s, "ceiling_write_set_over_combined"), "(info)", ""])
     if "ratio_group_combined" in s:
         threads = f["params"].get("group_threads", 8)
         rows.append(["1d", f"SQLite GroupWriter, {threads} threads ÷ 1/(2·sign + commit)",
