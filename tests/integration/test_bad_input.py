@@ -352,6 +352,53 @@ def _pg_other_app(url: str) -> None:
             "INSERT INTO customers VALUES (1, 'Ada')")
 
 
+def _good_ledger(url: str, signer: Signer) -> None:
+    with Ledger.open(url, create=True) as ledger:
+        append_order(ledger, signer, "order-1")
+
+
+def _pg(url: str) -> bool:
+    return url.startswith("postgresql")
+
+
+# Rows no write stored, computed on every read: a database of a few kilobytes that
+# would hand the verifier endless rows, or a 900 MB value.
+_ENDLESS_SQLITE = (
+    "CREATE VIEW histaudit_entries AS WITH RECURSIVE r(n) AS (SELECT 0 UNION ALL "
+    "SELECT n + 1 FROM r) SELECT n AS leaf, 'order-1' AS instance, n + 1 AS seq, "
+    "'x' AS hash, CAST('{}' AS BLOB) AS body, x'00' AS sig FROM r")
+_ENDLESS_PG = (
+    "CREATE VIEW histaudit_entries AS WITH RECURSIVE r(n) AS (SELECT 0::bigint UNION ALL "
+    "SELECT n + 1 FROM r) SELECT n AS leaf, 'order-1'::text AS instance, n + 1 AS seq, "
+    "'x'::text AS hash, '\\x7b7d'::bytea AS body, '\\x00'::bytea AS sig FROM r")
+_GENERATED_SQLITE = (
+    "CREATE TABLE histaudit_entries (leaf INTEGER PRIMARY KEY, instance TEXT NOT NULL, "
+    "seq BIGINT NOT NULL, hash VARCHAR(64) NOT NULL, sig BLOB NOT NULL, "
+    "body BLOB GENERATED ALWAYS AS (zeroblob(900000000)) VIRTUAL)")
+_GENERATED_PG = (
+    "CREATE TABLE histaudit_entries (leaf bigint PRIMARY KEY, instance text NOT NULL, "
+    "seq bigint NOT NULL, hash varchar(64) NOT NULL, sig bytea NOT NULL, "
+    "body bytea GENERATED ALWAYS AS (sha256(sig)) STORED)")
+
+
+def _replace_entries(sqlite_sql: str, pg_sql: str) -> Callable[[str, Signer], None]:
+    """A good ledger whose entries table an attacker replaced with ``*_sql``."""
+    def make(url: str, signer: Signer) -> None:
+        _good_ledger(url, signer)
+        raw_sql(url, "DROP TABLE histaudit_entries" + (" CASCADE" if _pg(url) else ""),
+                pg_sql if _pg(url) else sqlite_sql)
+    return make
+
+
+def _virtual_heads(url: str, signer: Signer) -> None:
+    """SQLite: heads as a full-text virtual table. PostgreSQL has none: a view instead."""
+    _good_ledger(url, signer)
+    raw_sql(url, "DROP TABLE histaudit_heads" + (" CASCADE" if _pg(url) else ""),
+            "CREATE VIEW histaudit_heads AS SELECT 'order-1'::text AS instance, "
+            "4::bigint AS seq, '\\x7b7d'::bytea AS body, '\\x00'::bytea AS sig" if _pg(url)
+            else "CREATE VIRTUAL TABLE histaudit_heads USING fts5(instance, seq, body, sig)")
+
+
 #: name -> (turn a fresh ledger URL into the bad database, what the error must say)
 BAD_LEDGERS: dict[str, tuple[Callable[[str, Signer], None], tuple[str, ...]]] = {
     "empty database": (lambda url, s: None if url.startswith("postgresql") else
@@ -364,12 +411,15 @@ BAD_LEDGERS: dict[str, tuple[Callable[[str, Signer], None], tuple[str, ...]]] = 
         lambda url, s: (_good_ledger(url, s), raw_sql(
             url, "UPDATE histaudit_meta SET value = '999' WHERE key = 'schema_version'")),
         ("unknown schema version '999'", "this histaudit reads 1")),
+    "entries an endless view": (_replace_entries(_ENDLESS_SQLITE, _ENDLESS_PG),
+                                ("not a plain histaudit ledger", "histaudit_entries is a view",
+                                 "stored in tables")),
+    "entries with a generated body": (_replace_entries(_GENERATED_SQLITE, _GENERATED_PG),
+                                      ("not a plain histaudit ledger",
+                                       "histaudit_entries has a generated column")),
+    "heads a virtual table or view": (_virtual_heads,
+                                      ("not a plain histaudit ledger", "histaudit_heads is a")),
 }
-
-
-def _good_ledger(url: str, signer: Signer) -> None:
-    with Ledger.open(url, create=True) as ledger:
-        append_order(ledger, signer, "order-1")
 
 
 @pytest.mark.parametrize("command", DB_COMMANDS)

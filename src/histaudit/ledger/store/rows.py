@@ -22,7 +22,7 @@ from histaudit.errors import StoreError
 from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 
 from .columns import _text
-from .schema import _guards_outdated, _install_guards, meta_table, metadata
+from .schema import _guards_outdated, _install_guards, meta_table, metadata, not_stored_tables
 from .snapshot import Snapshot
 from .sql import statements
 from .sqlite import (
@@ -179,6 +179,11 @@ class Ledger:
                 raise StoreError(f"ledger {_redact_url(self.url)} holds no histaudit ledger")
             self._create_schema()
         with self.db.connect() as conn:
+            bad = not_stored_tables(conn)
+            if bad:
+                raise StoreError(f"ledger {_redact_url(self.url)} is not a plain histaudit "
+                                 f"ledger: {'; '.join(bad)} (its rows must be stored in "
+                                 f"tables)")
             rows: dict[str, str] = {
                 _text(k): _text(v) for k, v in
                 conn.execute(sa.select(meta_table.c.key, meta_table.c.value)).all()}

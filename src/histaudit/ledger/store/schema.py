@@ -257,3 +257,46 @@ def _guards_outdated(conn: Connection) -> bool:
     sql = conn.execute(sa.text("SELECT sql FROM sqlite_master WHERE type = 'trigger' "
                                "AND name = 'histaudit_heads_forward'")).scalar()
     return sql is not None and HEAD_MISMATCH not in str(sql)
+
+
+def not_stored_tables(conn: Connection) -> list[str]:
+    """What is wrong with each of the ledger's tables that is not a plain stored table.
+
+    A database handed to the verifier may define ``histaudit_entries`` (or any other of
+    its names) as a view, a virtual or foreign table, or with a generated column: rows
+    that no write ever stored, computed on every read — endless ones from a recursive
+    view, or a gigabyte value from a file of a few kilobytes. Such a ledger is refused
+    at open, before any row is read. Returns one phrase per bad table ("histaudit_entries
+    is a view"); empty when every ledger table present is a plain table.
+    """
+    names = [t.name for t in metadata.sorted_tables]
+    problems: list[str] = []
+    if conn.dialect.name == "postgresql":
+        kinds = {"v": "a view", "m": "a materialized view", "f": "a foreign table",
+                 "p": "a partitioned table", "c": "a composite type"}
+        for name, kind, generated in conn.execute(sa.text(
+                "SELECT c.relname, c.relkind, (SELECT count(*) FROM pg_attribute a "
+                "  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+                "  AND a.attgenerated <> '') "
+                "FROM unnest(CAST(:names AS text[])) AS n(name) "
+                "JOIN pg_class c ON c.oid = to_regclass(quote_ident(n.name))"),
+                {"names": names}):
+            if kind != "r":
+                problems.append(f"{name} is {kinds.get(kind, f'of relkind {kind!r}')}")
+            elif generated:
+                problems.append(f"{name} has a generated column")
+        return problems
+    for name, kind, sql, hidden in conn.execute(sa.text(
+            "SELECT m.name, m.type, m.sql, (SELECT count(*) FROM pragma_table_xinfo(m.name) "
+            "  WHERE hidden <> 0) "
+            "FROM sqlite_master m WHERE m.type IN ('table', 'view') "
+            f"AND m.name IN ({', '.join(f':n{i}' for i in range(len(names)))})"),
+            {f"n{i}": n for i, n in enumerate(names)}):
+        if kind != "table":
+            problems.append(f"{name} is a {kind}")
+        elif str(sql or "").lstrip()[:20].upper().replace(" ", "").startswith(
+                "CREATEVIRTUAL"):
+            problems.append(f"{name} is a virtual table")
+        elif hidden:
+            problems.append(f"{name} has a generated column")
+    return problems
