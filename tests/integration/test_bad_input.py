@@ -436,6 +436,31 @@ def test_database_that_is_not_a_ledger(case: str, command: str, db_url: str, tmp
     assert ctx.state() == before, "the command changed the database"
 
 
+def test_owner_functions_never_shadow_the_catalog(pg_url: str, tmp_path: Path) -> None:
+    """PostgreSQL resolves an unqualified function along the search path, and a database's
+    owner can set one for every session that puts its own schema before pg_catalog
+    (CVE-2018-1058). An owner who wants a view of endless entries read as a ledger shadows
+    the catalog's to_regclass with one that finds no table, hiding the view from the
+    check at open. Every session the ledger opens searches pg_catalog first, so the
+    view is still refused, and the owner's function never runs."""
+    key, trust, signer = _keys(tmp_path)
+    _replace_entries(_ENDLESS_SQLITE, _ENDLESS_PG)(pg_url, signer)
+    database = pg_url.rsplit("/", 1)[1]
+    raw_sql(pg_url,
+            "CREATE TABLE shadow_calls (at timestamptz)",
+            "CREATE FUNCTION public.to_regclass(text) RETURNS regclass LANGUAGE sql AS "
+            "'INSERT INTO shadow_calls VALUES (now()) RETURNING NULL::regclass'",
+            f'ALTER DATABASE "{database}" SET search_path = public, pg_catalog')
+    ctx = Ctx(tmp=tmp_path, url=pg_url, key=key, trust=trust, files=tmp_path)
+    before = ctx.state()
+    for command in ("verify", "list", "show"):
+        one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path),
+                       "not a plain histaudit ledger", "histaudit_entries is a view")
+    assert ctx.state() == before, "the command changed the database"
+    with LedgerDb(pg_url) as db:
+        assert db.rows("SELECT count(*) FROM shadow_calls") == [(0,)]
+
+
 # --- 4. the trust store is bad -----------------------------------------------------------
 
 _RAW32 = "YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE="  # base64 of 32 x 'a'

@@ -361,6 +361,28 @@ def test_postgresql_store_is_read_with_select_alone_in_a_read_only_transaction(
 
 
 @pytest.mark.postgres
+def test_the_store_owners_functions_never_shadow_the_catalog(pg_signed: PgSigned) -> None:
+    """A store's owner who sets a search path with its own schema before pg_catalog
+    (CVE-2018-1058) and a ``strpos`` that matches nothing would hide every row from the
+    reader; the reader's session searches pg_catalog first, so it reads and verifies
+    daprd's rows as before."""
+    shadow = ("CREATE FUNCTION public.strpos(text, text) RETURNS integer "
+              "LANGUAGE sql AS 'SELECT 0'")
+    with psycopg.connect(pg_signed.conninfo, autocommit=True) as conn:
+        conn.execute(shadow)
+        conn.execute(f"ALTER DATABASE {PG_DB} SET search_path = public, pg_catalog")
+    try:
+        with psycopg.connect(pg_signed.conninfo) as conn:  # the shadow works for others
+            assert conn.execute("SELECT strpos('abc', 'b')").fetchone() == (0,)
+        code, doc = pg_signed.verify("--app-id", APP_ID)
+        assert code == 0 and doc["ok"] is True and doc["signatures"] >= 2, doc
+    finally:
+        with psycopg.connect(pg_signed.conninfo, autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {PG_DB} RESET search_path")
+            conn.execute("DROP FUNCTION public.strpos(text, text)")
+
+
+@pytest.mark.postgres
 def test_sqlite_and_postgresql_readers_return_identical_rows(
         signed: Signed, pg_signed: PgSigned) -> None:
     """One history in both layouts: the SQLite run's rows copied into a table of daprd's

@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from histaudit.errors import InputError
+from histaudit.ledger.store.pgsession import catalog_first
 from histaudit.verify.dapr_history import ROW_NAME, DaprWorkflowRows
 
 __all__ = ["is_postgres_url", "read_workflow_rows"]
@@ -112,6 +113,7 @@ def _pg_rows(url: str, table: str, suffix: str) -> list[_Row]:
     except (psycopg.Error, ValueError) as exc:
         raise InputError(f"state store {shown}: {_first_line(exc)}") from None
     try:
+        catalog_first(conn)  # the store's owner's functions never stand in for pg_catalog's
         conn.read_only = True  # every transaction READ ONLY: the server refuses writes
         with conn.transaction():
             kind = conn.execute(

@@ -22,6 +22,7 @@ from histaudit.errors import StoreError
 from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 
 from .columns import _text
+from .pgsession import catalog_first
 from .schema import _guards_outdated, _install_guards, meta_table, metadata, not_stored_tables
 from .snapshot import Snapshot
 from .sql import statements
@@ -87,6 +88,13 @@ def _redact_url(url: str) -> str:
 OnLockWait = Callable[[], None]
 
 
+def _pg_engine(parsed: sa.URL) -> Engine:
+    """A PostgreSQL engine whose sessions search pg_catalog first (:func:`catalog_first`)."""
+    db = sa.create_engine(parsed.set(drivername="postgresql+psycopg"), pool_pre_ping=True)
+    sa.event.listen(db, "connect", lambda dbapi_conn, _record: catalog_first(dbapi_conn))
+    return db
+
+
 class Ledger:
     """A histaudit ledger in one SQLite file or one PostgreSQL database.
 
@@ -149,8 +157,7 @@ class Ledger:
                                         busy=SQLITE_BUSY_SECONDS if lock_wait is None
                                         else lock_wait)
                 else:
-                    db = sa.create_engine(parsed.set(drivername="postgresql+psycopg"),
-                                          pool_pre_ping=True)
+                    db = _pg_engine(parsed)
             except (NoSuchModuleError, ArgumentError, ValueError, TypeError) as exc:
                 raise StoreError(f"ledger {shown}: {_one_line(exc)}") from None
             ledger = cls(db, url)
