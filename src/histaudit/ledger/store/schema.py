@@ -6,6 +6,8 @@ and a head may only move forward, onto the newest entry its signed body names.
 
 from __future__ import annotations
 
+import re
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -259,6 +261,9 @@ def _guards_outdated(conn: Connection) -> bool:
     return sql is not None and HEAD_MISMATCH not in str(sql)
 
 
+_VIRTUAL = re.compile(r"\s*CREATE\s+VIRTUAL\b", re.IGNORECASE)
+
+
 def not_stored_tables(conn: Connection) -> list[str]:
     """What is wrong with each of the ledger's tables that is not a plain stored table.
 
@@ -289,13 +294,13 @@ def not_stored_tables(conn: Connection) -> list[str]:
     for name, kind, sql, hidden in conn.execute(sa.text(
             "SELECT m.name, m.type, m.sql, (SELECT count(*) FROM pragma_table_xinfo(m.name) "
             "  WHERE hidden <> 0) "
+            # SQLite matches names without regard to ASCII case, as lower() folds them
             "FROM sqlite_master m WHERE m.type IN ('table', 'view') "
-            f"AND m.name IN ({', '.join(f':n{i}' for i in range(len(names)))})"),
+            f"AND lower(m.name) IN ({', '.join(f':n{i}' for i in range(len(names)))})"),
             {f"n{i}": n for i, n in enumerate(names)}):
         if kind != "table":
             problems.append(f"{name} is a {kind}")
-        elif str(sql or "").lstrip()[:20].upper().replace(" ", "").startswith(
-                "CREATEVIRTUAL"):
+        elif _VIRTUAL.match(str(sql or "")):
             problems.append(f"{name} is a virtual table")
         elif hidden:
             problems.append(f"{name} has a generated column")
