@@ -206,6 +206,8 @@ def load_trust(path: str | Path) -> dict[str, Key]:
             key = key_from_json(doc, where)
         except Unreadable as exc:
             raise ValueError(str(exc)) from None
+        if key.kid in keys:
+            raise ValueError(f"trust store {p} lists key {key.kid} twice")
         keys[key.kid] = key
     return keys
 

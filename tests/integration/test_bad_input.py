@@ -482,6 +482,16 @@ def _trust_dir_with_bad_file(tmp: Path, good: Path) -> Path:
     return d
 
 
+def _trust_dir_listing_a_key_twice(tmp: Path, good: Path) -> Path:
+    """The same key as ops.pub.json and, retired, as ops-retired.pub.json (read first)."""
+    d = tmp / "trusted"
+    d.mkdir()
+    shutil.copyfile(good, d / "ops.pub.json")
+    retired = {**json.loads(good.read_bytes()), "not_after": "2020-01-01T00:00:00Z"}
+    (d / "ops-retired.pub.json").write_text(json.dumps(retired))
+    return d
+
+
 def _trust_empty_dir(tmp: Path, good: Path) -> Path:
     d = tmp / "trusted"
     d.mkdir()
@@ -513,6 +523,13 @@ BAD_TRUST: dict[str, tuple[Callable[[Path, Path], Path], tuple[str, ...]]] = {
                             ("trust.json", "not_before", "yesterday")),
     "keys not a list": (_trust_file(b'{"keys": {"alg": "ed25519"}}'),
                         ("trust.json", "'keys' must be a list")),
+    "name not text": (_trust_file(b'{"alg": "ed25519", "name": ["ops"], "public_key": "'
+                                  + _RAW32.encode() + b'"}'),
+                      ("trust.json", "name must be a non-empty string")),
+    "a key listed twice": (_trust_dir_listing_a_key_twice,
+                           ("ops-retired.pub.json", "ops.pub.json", "twice")),
+    "over 4 MiB": (_trust_file(b'{"keys": [], "pad": "' + b"x" * (4 << 20) + b'"}'),
+                   ("trust.json", "larger than 4194304 bytes")),
     "empty directory": (_trust_empty_dir, ("trusted", "holds no *.pub.json")),
     "directory with one broken file": (_trust_dir_with_bad_file,
                                        ("zz-broken.pub.json", "not JSON")),

@@ -27,7 +27,6 @@ one; which witnesses must have cosigned is a policy (:mod:`histaudit.witness.pol
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 from dataclasses import dataclass
 from typing import Protocol
@@ -107,14 +106,20 @@ def parse_note(note: bytes, trust: TrustStore, *, source: str = "checkpoint") ->
     if len(size_s) > 19 or int(size_s) >= 1 << 63:
         raise InputError(f"{source}: tree size of {len(size_s)} digits is larger than "
                          f"2^63 - 1")
-    try:
-        root = base64.b64decode(root_b64, validate=True)
-    except binascii.Error:
-        root = b""
+    root = _b64(root_b64) or b""
     if len(root) != 32:
         raise InputError(f"{source}: root hash is not base64 of 32 bytes")
     signed_by = _verify_signatures(text.encode(), sig_block, origin, trust, source)
     return Checkpoint(origin=origin, size=int(size_s), root=root, note=note, kid=signed_by)
+
+
+def _b64(text: str) -> bytes | None:
+    """Strict base64 (RFC 4648 alphabet, padded), or None. ``b64decode`` raises
+    binascii.Error for a bad symbol but plain ValueError for a non-ASCII one."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        return None
 
 
 def _verify_signatures(text: bytes, block: str, origin: str, trust: TrustStore,
@@ -126,10 +131,9 @@ def _verify_signatures(text: bytes, block: str, origin: str, trust: TrustStore,
         if not line.startswith(SIG_PREFIX) or line.count(" ") != 2:
             raise InputError(f"{source}: malformed signature line")
         _, name, blob_b64 = line.split(" ")
-        try:
-            blob = base64.b64decode(blob_b64, validate=True)
-        except binascii.Error:
-            raise InputError(f"{source}: signature line is not base64") from None
+        blob = _b64(blob_b64)
+        if blob is None:
+            raise InputError(f"{source}: signature line is not base64")
         key = by_hash.get(blob[:4]) if name == origin and len(blob) == 68 else None
         if key is not None and key.verify(blob[4:], text):
             return key.kid
@@ -188,7 +192,7 @@ class WitnessKey:
         try:
             blob = base64.b64decode(key_b64, validate=True)
             want = bytes.fromhex(hash_hex)
-        except (binascii.Error, ValueError):
+        except ValueError:  # binascii.Error is one
             raise InputError(f"{source}: {vkey[:80]!r} is not a vkey (name+hash+key)") from None
         if blob[:1] != COSIGNATURE_V1_ALG or len(blob) != 33:
             raise InputError(f"{source}: {name} is not an Ed25519 cosignature/v1 key "
@@ -226,11 +230,8 @@ def read_cosignature(line: bytes) -> Cosignature | None:
     if not text.startswith(SIG_PREFIX) or not text.endswith("\n") or text.count(" ") != 2:
         return None
     _, name, blob_b64 = text[:-1].split(" ")
-    try:
-        blob = base64.b64decode(blob_b64, validate=True)
-    except binascii.Error:
-        return None
-    if len(blob) != 4 + 8 + 64:
+    blob = _b64(blob_b64)
+    if blob is None or len(blob) != 4 + 8 + 64:
         return None
     return Cosignature(name=name, key_hash=blob[:4],
                        timestamp=int.from_bytes(blob[4:12], "big"), signature=blob[12:],

@@ -127,8 +127,12 @@ class PublicKey:
             # Every entry would then fail as key-outside-window: refused, not loaded.
             raise KeyMaterialError(f"{source}: validity window is empty: not_before "
                                    f"{doc['not_before']} is after not_after {doc['not_after']}")
+        name = doc.get("name")
+        if name is not None and not (isinstance(name, str) and name):
+            # It is printed and exported as the key's label: text, or nothing.
+            raise KeyMaterialError(f"{source}: name must be a non-empty string")
         return cls(kid=kid, raw=raw, not_before=doc.get("not_before"),
-                   not_after=doc.get("not_after"), name=doc.get("name"))
+                   not_after=doc.get("not_after"), name=name)
 
 
 class Signer:
@@ -364,6 +368,21 @@ class TrustStore:
         for key in keys:
             self._keys[key.kid] = key
 
+    @classmethod
+    def _from_sources(cls, sources: Iterable[tuple[str, PublicKey]], store: Path
+                      ) -> TrustStore:
+        """Keys read from files; KeyMaterialError when one key is listed twice (format.md
+        §7.4: with two windows for one key, which one holds would depend on file order)."""
+        seen: dict[str, str] = {}
+        keys = []
+        for where, key in sources:
+            if key.kid in seen:
+                raise KeyMaterialError(f"trust store {store} lists key {key.kid} twice "
+                                       f"({seen[key.kid]}, {where})")
+            seen[key.kid] = where
+            keys.append(key)
+        return cls(keys)
+
     def __contains__(self, kid: object) -> bool:
         return kid in self._keys
 
@@ -384,25 +403,36 @@ class TrustStore:
             files = sorted(p.glob(f"*{PUBLIC_SUFFIX}"))
             if not files:
                 raise KeyMaterialError(f"trust store {p} holds no *{PUBLIC_SUFFIX} files")
-            return cls(k for f in files for k in _read_keys(f))
+            return cls._from_sources(((w, k) for f in files for w, k in _read_keys(f)), p)
         if not p.exists():
             raise KeyMaterialError(f"trust store {p} does not exist")
-        return cls(_read_keys(p))
+        return cls._from_sources(_read_keys(p), p)
 
 
-def _read_keys(path: Path) -> list[PublicKey]:
+TRUST_FILE_LIMIT = 4 << 20
+"""Largest trust-store file read (bytes): tens of thousands of keys."""
+
+
+def _read_keys(path: Path) -> list[tuple[str, PublicKey]]:
+    """The keys of one trust-store file, each with where it was read."""
     try:
-        doc = orjson.loads(path.read_bytes())
+        with path.open("rb") as fh:
+            data = fh.read(TRUST_FILE_LIMIT + 1)
     except OSError as exc:
         raise KeyMaterialError(f"trust store {path}: {exc.strerror}") from None
+    if len(data) > TRUST_FILE_LIMIT:
+        raise KeyMaterialError(f"trust store {path} is larger than {TRUST_FILE_LIMIT} bytes")
+    try:
+        doc = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise KeyMaterialError(f"trust store {path} is not JSON") from None
     if isinstance(doc, Mapping) and "keys" in doc:
         items = doc["keys"]
         if not isinstance(items, list):
             raise KeyMaterialError(f"trust store {path}: 'keys' must be a list")
-        return [PublicKey.from_json(k, source=f"{path} key {i}") for i, k in enumerate(items)]
-    return [PublicKey.from_json(doc, source=str(path))]
+        return [(f"{path} key {i}", PublicKey.from_json(k, source=f"{path} key {i}"))
+                for i, k in enumerate(items)]
+    return [(str(path), PublicKey.from_json(doc, source=str(path)))]
 
 
 # --- many signatures at once ------------------------------------------------------------

@@ -35,6 +35,14 @@ __all__ = ["Group", "PolicyVerdict", "PolicyWitness", "WitnessPolicy", "read_pol
            "witness_findings", "witness_report"]
 
 LEDGER = "ledger"
+POLICY_LIMIT = 1 << 20
+"""Largest policy file read (bytes); a bigger one is refused, never read in part."""
+MAX_DEPTH = 16
+"""Deepest nesting of groups in groups; real policies nest two or three levels."""
+MAX_EXPANDED = 1024
+"""Most witness references a group may stand for once its subgroups are written out.
+Groups may share earlier groups, so a few hundred lines could otherwise stand for 2^100
+references and make describing or judging the quorum run forever."""
 _CONTRADICTIONS = frozenset({"checkpoint-rollback", "checkpoint-inconsistent"})
 
 
@@ -91,6 +99,7 @@ class WitnessPolicy:
         """Read policy text; InputError (naming the line) when it does not read."""
         witnesses: dict[str, PolicyWitness] = {}
         groups: dict[str, Group] = {}
+        size: dict[str, tuple[int, int]] = {}  # group name -> (depth, witness references)
         quorum: str | None = None
         have_quorum = False
         logs: list[str] = []
@@ -105,13 +114,7 @@ class WitnessPolicy:
             elif kind == "witness" and len(args) in (2, 3):
                 name = args[0]
                 cls._new_name(name, witnesses, groups, where)
-                url = args[2] if len(args) == 3 else None
-                if url is not None:
-                    parts = urlsplit(url)
-                    if parts.scheme not in ("http", "https") or not parts.netloc:
-                        raise InputError(f"{where}: witness URL {url[:80]!r} is not an "
-                                         f"http(s) URL")
-                    url = url if url.endswith("/") else url + "/"
+                url = _witness_url(args[2], where) if len(args) == 3 else None
                 witnesses[name] = PolicyWitness(name, WitnessKey.parse(args[1], source=where),
                                                 url)
             elif kind == "group" and len(args) >= 3:
@@ -124,11 +127,21 @@ class WitnessPolicy:
                 if len(set(members)) != len(members):
                     raise InputError(f"{where}: group {name} names a member twice")
                 n = {"any": 1, "all": len(members)}.get(count)
-                if n is None:
-                    n = int(count) if count.isascii() and count.isdigit() else -1
+                if n is None:  # at most 9 digits: int() refuses 4,301 and more
+                    n = (int(count) if count.isascii() and count.isdigit() and len(count) < 10
+                         else -1)
                 if not 1 <= n <= len(members):
-                    raise InputError(f"{where}: group {name} threshold {count!r} is not "
-                                     f"any, all or 1..{len(members)}")
+                    raise InputError(f"{where}: group {name} threshold {count[:20]!r} is "
+                                     f"not any, all or 1..{len(members)}")
+                inner = [size.get(m, (0, 1)) for m in members]
+                size[name] = (1 + max(d for d, _ in inner), sum(r for _, r in inner))
+                if size[name][0] > MAX_DEPTH:
+                    raise InputError(f"{where}: group {name} nests groups more than "
+                                     f"{MAX_DEPTH} levels deep")
+                if size[name][1] > MAX_EXPANDED:
+                    raise InputError(f"{where}: group {name} stands for more than "
+                                     f"{MAX_EXPANDED} witness references once its groups "
+                                     f"are written out")
                 groups[name] = Group(name, n, members)
             elif kind == "quorum" and len(args) == 1:
                 if have_quorum:
@@ -196,30 +209,35 @@ class WitnessPolicy:
         group = self.groups[name]
         return sum(self._holds(m, cosigned) for m in group.members) >= group.threshold
 
-    def needed(self) -> int:
-        """The fewest witnesses whose cosignatures can satisfy the quorum."""
-        def fewest(name: str | None) -> int:
-            if name is None:
-                return 0
-            if name in self.witnesses:
-                return 1
-            group = self.groups[name]
-            return sum(sorted(fewest(m) for m in group.members)[:group.threshold])
-        return fewest(self.quorum)
-
 
 def read_policy(path: str) -> WitnessPolicy:
     """Read a policy file; InputError when it cannot be read or does not read."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read(1 << 20)
+            data = fh.read(POLICY_LIMIT + 1)
     except OSError as exc:
         raise InputError(f"witness policy {path}: {exc.strerror or exc}") from None
+    if len(data) > POLICY_LIMIT:
+        raise InputError(f"witness policy {path} is larger than {POLICY_LIMIT} bytes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"witness policy {path} is not UTF-8 text") from None
     return WitnessPolicy.parse(text, source=f"witness policy {path}")
+
+
+def _witness_url(url: str, where: str) -> str:
+    """An add-checkpoint base URL, ending in ``/``; InputError unless http(s) with a host
+    and a valid port."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises ValueError for a port outside 0..65535
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"{where}: witness URL {url[:80]!r} is not an http(s) URL with a "
+                         f"host and a valid port")
+    return url if url.endswith("/") else url + "/"
 
 
 def witness_findings(policy: WitnessPolicy, note: bytes, *, where: str,

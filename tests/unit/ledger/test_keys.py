@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from histaudit.errors import FormatError, KeyMaterialError
 from histaudit.ledger.keys import (
     KEY_TEXT_NOT_PATH,
+    TRUST_FILE_LIMIT,
     PublicKey,
     Signer,
     TrustStore,
@@ -395,6 +396,44 @@ def test_trust_store_errors(tmp_path: Path) -> None:
     _write_json(bad_dir / "x.pub.json", {"alg": "ed25519", "public_key": "%%%"})
     with pytest.raises(KeyMaterialError, match=r"x\.pub\.json"):
         TrustStore.load(bad_dir)
+
+
+
+def test_a_trust_store_listing_a_key_twice_is_refused(tmp_path: Path) -> None:
+    """format.md §7.4: with ops.pub.json unbounded and ops-retired.pub.json carrying a
+    not_after, keeping the last file read would silently drop the retirement."""
+    doc = _pub_doc()
+    retired = _pub_doc(not_after="2025-01-01T00:00:00Z")
+    with pytest.raises(KeyMaterialError, match=rf"lists key {doc['kid']} twice .*key 0, .*key 2"):
+        TrustStore.load(_write_json(tmp_path / "list.json",
+                                    {"keys": [retired, _pub_doc(bytes(32)), doc]}))
+    with pytest.raises(KeyMaterialError, match="twice"):  # identical copies too
+        TrustStore.load(_write_json(tmp_path / "same.json", {"keys": [doc, doc]}))
+    store = tmp_path / "store"
+    store.mkdir()
+    _write_json(store / "ops.pub.json", doc)
+    _write_json(store / "ops-retired.pub.json", retired)
+    with pytest.raises(KeyMaterialError, match=r"ops-retired\.pub\.json, .*ops\.pub\.json"):
+        TrustStore.load(store)
+    (store / "ops.pub.json").unlink()
+    key = TrustStore.load(store).get(doc["kid"])
+    assert key is not None and key.not_after == "2025-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("name", [["ops"], {"a": 1}, 5, True, ""],
+                         ids=["list", "object", "number", "bool", "empty"])
+def test_a_key_name_that_is_not_text_is_refused(name: object) -> None:
+    doc: dict[str, object] = {**_pub_doc(), "name": name}
+    with pytest.raises(KeyMaterialError, match="name must be a non-empty string"):
+        PublicKey.from_json(doc, source="t")
+    assert PublicKey.from_json({**_pub_doc(), "name": None}, source="t").name is None
+
+
+def test_a_trust_store_file_over_the_limit_is_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_bytes(json.dumps({"keys": [_pub_doc()], "pad": "x" * TRUST_FILE_LIMIT}).encode())
+    with pytest.raises(KeyMaterialError, match=f"larger than {TRUST_FILE_LIMIT} bytes"):
+        TrustStore.load(big)
 
 
 # --- key text given where a key path belongs ---------------------------------------------

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from histaudit.errors import InputError
 from histaudit.ledger.checkpoint import (
@@ -25,7 +28,13 @@ from histaudit.ledger.checkpoint import (
     with_lines,
 )
 from histaudit.verify.findings import CODES
-from histaudit.witness.policy import WitnessPolicy, read_policy
+from histaudit.witness.policy import (
+    MAX_DEPTH,
+    MAX_EXPANDED,
+    POLICY_LIMIT,
+    WitnessPolicy,
+    read_policy,
+)
 
 TEXT = (b"histaudit/00000000-0000-4000-8000-000000000000\n3\n"
         b"NmQuc8JUCrEh46a/lUWwokmCzYMOsT080Z3jzmwCHsE=\n")
@@ -110,7 +119,6 @@ def test_quorums_nested_groups_and_their_verdicts(cosigners: list[Cosigner]) -> 
     a, b, c = cosigners
     policy = _policy(cosigners, "group ab any a b\ngroup top 2 ab c # a comment\nquorum top\n")
     assert policy.describe() == "2 of ([1 of (a, b)], c)"
-    assert policy.needed() == 2
     assert policy.witnesses["a"].url == "https://a.example/w/"
     only_a = policy.judge(NOTE + a.line())
     assert not only_a.satisfied and dict(only_a.cosigned) == {"a": 1_764_000_000}
@@ -137,7 +145,8 @@ def test_a_cosignature_that_fails_is_a_finding(cosigners: list[Cosigner]) -> Non
 def test_quorum_none_and_single_witness(cosigners: list[Cosigner]) -> None:
     assert _policy(cosigners, "quorum none\n").judge(NOTE).satisfied
     single = _policy(cosigners, "quorum b\n")
-    assert single.describe() == "witness b" and single.needed() == 1
+    assert single.describe() == "witness b"
+    assert not single.judge(NOTE + cosigners[0].line()).satisfied
     assert single.judge(NOTE + cosigners[1].line()).satisfied
 
 
@@ -162,3 +171,85 @@ def test_witness_url_must_be_http(cosigners: list[Cosigner]) -> None:
         WitnessPolicy.parse(f"witness a {cosigners[0].vkey} ftp://x/\nquorum a\n")
     with pytest.raises(InputError, match="witness policy"):
         read_policy("/nonexistent/policy.txt")
+
+
+# --- hostile policies: every one is a one-line InputError, and parsing stays bounded ---
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://[::1/", "http"), ("https://w.example:99999/", "valid port"),
+    ("https://:443/", "host"), ("https:///path", "host"),
+])
+def test_witness_urls_that_cannot_be_dialled_are_refused(cosigners: list[Cosigner], url: str,
+                                                          why: str) -> None:
+    with pytest.raises(InputError, match=why):
+        WitnessPolicy.parse(f"witness a {cosigners[0].vkey} {url}\nquorum a\n")
+
+
+def test_a_threshold_of_thousands_of_digits_is_a_bad_threshold(cosigners: list[Cosigner]
+                                                                ) -> None:
+    # int() of 4,301 digits raises ValueError (CPython's conversion limit), not InputError.
+    with pytest.raises(InputError, match="threshold '9999"):
+        _policy(cosigners, f"group g {'9' * 5000} a b\nquorum g\n")
+
+
+def test_groups_nested_too_deep_are_refused(cosigners: list[Cosigner]) -> None:
+    chain = ["group g0 any a"] + [f"group g{i} any g{i - 1}" for i in range(1, 3000)]
+    with pytest.raises(InputError, match=r"line 20: group g16 nests groups more than 16"):
+        _policy(cosigners, "\n".join(chain) + "\nquorum g2999\n")
+    ok = _policy(cosigners, "\n".join(chain[:MAX_DEPTH]) + f"\nquorum g{MAX_DEPTH - 1}\n")
+    assert ok.judge(NOTE + cosigners[0].line()).satisfied and not ok.judge(NOTE).satisfied
+
+
+def test_groups_that_double_at_every_level_are_refused(cosigners: list[Cosigner]) -> None:
+    """x_i and y_i both need x_{i-1} and y_{i-1}: 40 levels stand for 2^40 references,
+    which describing or judging the quorum would walk one by one."""
+    a, b, _ = cosigners
+    lines = ["group x0 all a b", "group y0 all a b"]
+    for i in range(1, 40):
+        lines += [f"group x{i} all x{i - 1} y{i - 1}", f"group y{i} all x{i - 1} y{i - 1}"]
+    with pytest.raises(InputError, match=f"group x10 stands for more than {MAX_EXPANDED}"):
+        _policy(cosigners, "\n".join(lines) + "\nquorum x39\n")
+    ok = _policy(cosigners, "\n".join(lines[:18]) + "\nquorum x8\n")  # 2^9 = 512 references
+    assert ok.describe().count("a") == 256 and ok.judge(NOTE + a.line() + b.line()).satisfied
+    assert not ok.judge(NOTE + a.line()).satisfied
+
+
+def test_a_policy_file_over_the_limit_is_refused_not_read_in_part(
+        cosigners: list[Cosigner], tmp_path: Path) -> None:
+    head = f"witness a {cosigners[0].vkey}\n"
+    path = tmp_path / "policy.txt"
+    path.write_text(head + "#" * (POLICY_LIMIT - len(head) - len("quorum a\n")) + "\nquorum a\n")
+    assert path.stat().st_size == POLICY_LIMIT + 1
+    with pytest.raises(InputError, match=f"larger than {POLICY_LIMIT} bytes"):
+        read_policy(str(path))  # read in part, it would have had no quorum line
+    path.write_text(head + "quorum a\n")
+    assert read_policy(str(path)).quorum == "a"
+
+
+_WORDS = st.sampled_from(["log", "witness", "group", "quorum", "a", "b", "c", "g", "h",
+                          "any", "all", "none", "0", "1", "2", "3", "#", "https://w.example/",
+                          "http://[::1", "9" * 30, "x+1+AA==", "\x00", "\u00a0"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.lists(st.one_of(_WORDS, st.text(max_size=12)), max_size=6),
+                      max_size=12))
+def test_any_policy_text_parses_or_is_one_input_error(cosigners: list[Cosigner],
+                                                     lines: list[list[str]]) -> None:
+    """Policies built from the grammar's words, real vkeys and noise: the parser either
+    returns a policy whose every method works, or raises InputError naming the file."""
+    text = "\n".join(" ".join(w for w in ln) for ln in lines)
+    witness_lines = "".join(f"witness {n} {c.vkey}\n" for n, c in zip("abc", cosigners))
+    for candidate in (text, witness_lines + text):
+        try:
+            policy = WitnessPolicy.parse(candidate, source="p")
+        except InputError as exc:
+            message = str(exc)
+        else:
+            message = ""
+        if message:
+            assert message.startswith("p") and "\n" not in message
+            continue
+        verdict = policy.judge(NOTE + b"".join(c.line() for c in cosigners))
+        assert verdict.satisfied and not verdict.invalid
+        assert policy.describe()
