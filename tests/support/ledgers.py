@@ -264,7 +264,7 @@ class LedgerDb:
         return bytes(body)
 
     def set_entry(self, instance: str, seq: int, /, **cols: Any) -> None:
-        """Overwrite columns (hash, body, sig, instance, leaf) of one stored entry."""
+        """Overwrite columns (hash, body, sig, instance, leaf, seq) of one stored entry."""
         self._set_entry("instance = :i AND seq = :s", {"i": instance, "s": seq}, cols)
 
     def set_entry_at(self, leaf: int, /, **cols: Any) -> None:
@@ -272,7 +272,7 @@ class LedgerDb:
         self._set_entry("leaf = :l", {"l": leaf}, cols)
 
     def _set_entry(self, where: str, key: dict[str, Any], cols: dict[str, Any]) -> None:
-        assert cols and set(cols) <= {"hash", "body", "sig", "instance", "leaf"}, cols
+        assert cols and set(cols) <= {"hash", "body", "sig", "instance", "leaf", "seq"}, cols
         assignments = ", ".join(f"{c} = :new_{c}" for c in cols)
         params = {f"new_{c}": v for c, v in cols.items()}
         changed = self.count(f"UPDATE histaudit_entries SET {assignments} WHERE {where}",

@@ -132,7 +132,8 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
     for instance in chosen:
         head = heads[instance]
         upto = rec.parse_head(head.body).leaf if head is not None else -1
-        rows = [r for r in ledger.entries(instance) if r.leaf < cp.size and r.leaf <= upto]
+        rows = [_exportable(r, cp.size) for r in ledger.entries(instance)
+                if r.leaf < cp.size and r.leaf <= upto]
         if head is None or not rows:
             raise InputError(f"instance {rec.shown_id(instance)} has no signed head or no "
                              f"entries")
@@ -185,6 +186,19 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
     files["manifest.dsse.json"] = orjson.dumps(envelope, option=orjson.OPT_INDENT_2)
     counts["entries"] = len(entry_lines)
     return files
+
+
+def _exportable(row: rec.StoredEntry, size: int) -> rec.StoredEntry:
+    """``row``, unless an edited database gave it a column no bundle can carry: a leaf
+    outside the checkpoint's tree (no inclusion proof exists) or a seq beyond 64 bits
+    (SQLite keeps any number). Any other damage is carried, for the bundle's verifier to
+    report as `histaudit verify` does."""
+    if not 0 <= row.leaf < size or not -1 << 63 <= row.seq < 1 << 63:
+        column, value = ("leaf", row.leaf) if not 0 <= row.leaf < size else ("seq", row.seq)
+        raise InputError(f"instance {rec.shown_id(row.instance)} has a row stored with "
+                         f"{column} column {str(value)[:30]}, which no bundle can carry "
+                         f"(the database was edited): run `histaudit verify` on it")
+    return row
 
 
 def _in_window(ledger: Ledger, instance: str, since: str | None, until: str | None) -> bool:
