@@ -191,6 +191,10 @@ def test_power_loss_cut_after_the_last_durable_record_is_repaired(rig: Rig) -> N
     rig.app.start()
     instance = rig.schedule("generations", 0)
     rig.until_entry(rig.url_a, instance, Kind.ACTIVITY_STARTED, activity="slow")
+    # The start is recorded before the body runs: wait for the body too, or the kill can
+    # land between the two and slow runs once in all (a CI run on 2026-12-03 saw that).
+    wait_until(lambda: rig.runs("slow") == 1, TIMEOUT_S, "slow's body to start",
+               details=rig.app.tail)
     rig.app.kill()
     a = read_entries(rig.url_a, instance)
     last_durable = max(i for i, e in enumerate(a) if e.kind in MUST_BE_DURABLE)
