@@ -355,27 +355,31 @@ def test_ledger_reordered_before_export_is_inclusion_invalid(db_url: str,
 def test_rows_no_bundle_can_carry_are_refused_and_nothing_is_stored(
         db_url: str, tmp_path: Path) -> None:
     """A row moved to leaf -1 (the count of leaves below the checkpoint still matches) has
-    no inclusion proof, and on SQLite a seq column of 2^64 has no JSON integer orjson
-    writes: export names the row (it crashed in the proof, and in orjson) and leaves no
-    bundle and no checkpoint row behind. A seq of -1 is carried: the bundle's verifier
+    no inclusion proof, on SQLite a seq column of 2^64 has no JSON integer orjson writes,
+    and a body that does not parse names no key for keys.json: export names the row (it
+    crashed in the proof and in orjson, and gave a bare "entry body is not JSON") and
+    leaves no bundle and no checkpoint row behind. A seq of -1 is carried: the bundle's verifier
     reports it, as `histaudit verify` does."""
     signer = Signer.generate()
     trust = TrustStore([signer.public])
     build_orders(db_url, signer, EXPORTED)
-    edits = [({"leaf": -1}, "leaf column -1")]
-    if db_url.startswith("sqlite"):
-        edits.append(({"seq": str(1 << 64)}, f"seq column {1 << 64}"))  # kept as REAL
+    edits = [({"leaf": -1}, "a row stored with leaf column -1"),
+             ({"body": b"{"}, r"an entry at leaf 2 that does not parse \(entry body is not "
+                              r"JSON\)")]
+    if db_url.startswith("sqlite"):  # kept as REAL
+        edits.append(({"seq": str(1 << 64)}, f"a row stored with seq column {1 << 64}"))
     with LedgerDb(db_url) as db:
         checkpoints = db.run("SELECT count(*) FROM histaudit_checkpoints")
+        body = db.entry("order-1", 2).body
         db.lift_guards()
         for cols, needle in edits:
             db.set_entry("order-1", 2, **cols)
             with Ledger.open(db_url) as ledger, pytest.raises(
-                    InputError, match=f"'order-1' has a row stored with {needle}, which no"):
+                    InputError, match=f"'order-1' has {needle}, which histaudit cannot export"):
                 export(ledger, [], tmp_path / "b", signer=signer, trust=trust)
             assert not (tmp_path / "b").exists()
             assert db.run("SELECT count(*) FROM histaudit_checkpoints") == checkpoints
-            db.set_entry_at(-1, leaf=2) if "leaf" in cols else db.set_entry_at(2, seq=2)
+            db.set_entry_at(-1 if "leaf" in cols else 2, leaf=2, seq=2, body=body)
         db.set_entry("order-1", 2, seq=-1)
         db.restore_guards()
     with Ledger.open(db_url) as ledger:

@@ -131,7 +131,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
     timelines: dict[str, tuple[timeline.TimelineEntry, ...]] = {}
     for instance in chosen:
         head = heads[instance]
-        upto = rec.parse_head(head.body).leaf if head is not None else -1
+        upto = _head_of(instance, head).leaf if head is not None else -1
         rows = [_exportable(r, cp.size) for r in ledger.entries(instance)
                 if r.leaf < cp.size and r.leaf <= upto]
         if head is None or not rows:
@@ -142,7 +142,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
             entry_lines.append(orjson.dumps({
                 "leaf": r.leaf, "instance": r.instance, "seq": r.seq, "body": b64(r.body),
                 "sig": b64(r.sig), "inclusion": [b64(p) for p in proof]}))
-            entry = rec.parse_entry(r.body)
+            entry = _entry_of(r)
             kids.add(entry.kid)
             if with_payloads:
                 payload_lines.extend(_payload_lines(ledger, entry))
@@ -150,7 +150,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
             timelines[instance] = timeline.build(
                 instance, rows, timeline.EntryFilter(),
                 payloads=ledger.payload if with_payloads else None).entries
-        kids.add(rec.parse_head(head.body).kid)
+        kids.add(_head_of(instance, head).kid)
         head_lines.append(orjson.dumps({"instance": instance, "body": b64(head.body),
                                         "sig": b64(head.sig)}))
         summaries.append({"instance": instance, "entries": len(rows),
@@ -191,14 +191,33 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
 def _exportable(row: rec.StoredEntry, size: int) -> rec.StoredEntry:
     """``row``, unless an edited database gave it a column no bundle can carry: a leaf
     outside the checkpoint's tree (no inclusion proof exists) or a seq beyond 64 bits
-    (SQLite keeps any number). Any other damage is carried, for the bundle's verifier to
-    report as `histaudit verify` does."""
-    if not 0 <= row.leaf < size or not -1 << 63 <= row.seq < 1 << 63:
-        column, value = ("leaf", row.leaf) if not 0 <= row.leaf < size else ("seq", row.seq)
-        raise InputError(f"instance {rec.shown_id(row.instance)} has a row stored with "
-                         f"{column} column {str(value)[:30]}, which no bundle can carry "
-                         f"(the database was edited): run `histaudit verify` on it")
+    (SQLite keeps any number). Damage a bundle can carry (seq -1, a changed byte of a
+    body that still parses) is carried, for the bundle's verifier to report."""
+    if not 0 <= row.leaf < size:
+        raise _damaged(row.instance, f"a row stored with leaf column {str(row.leaf)[:30]}")
+    if not -1 << 63 <= row.seq < 1 << 63:
+        raise _damaged(row.instance, f"a row stored with seq column {str(row.seq)[:30]}")
     return row
+
+
+def _entry_of(row: rec.StoredEntry) -> rec.Entry:
+    try:
+        return rec.parse_entry(row.body)
+    except FormatError as exc:
+        raise _damaged(row.instance, f"an entry at leaf {row.leaf} that does not parse "
+                                     f"({exc})") from None
+
+
+def _head_of(instance: str, head: rec.StoredHead) -> rec.Head:
+    try:
+        return rec.parse_head(head.body)
+    except FormatError as exc:
+        raise _damaged(instance, f"a signed head that does not parse ({exc})") from None
+
+
+def _damaged(instance: str, what: str) -> InputError:
+    return InputError(f"instance {rec.shown_id(instance)} has {what}, which histaudit "
+                      f"cannot export (the database was edited): run `histaudit verify` on it")
 
 
 def _in_window(ledger: Ledger, instance: str, since: str | None, until: str | None) -> bool:
@@ -210,7 +229,7 @@ def _in_window(ledger: Ledger, instance: str, since: str | None, until: str | No
     except FormatError as exc:
         raise UsageError(f"time window: {exc}") from None
     for row in ledger.entries(instance):
-        ts = parse_time(rec.parse_entry(row.body).ts)
+        ts = parse_time(_entry_of(row).ts)
         if (lo is None or ts >= lo) and (hi is None or ts <= hi):
             return True
     return False
