@@ -8,7 +8,9 @@ that grow with the entry. A worker loads the trusted keys once, when it starts. 
 ``2 × workers`` chunks are in flight, so memory stays constant however long the chain;
 results come back in the order the chunks went out, so the findings are in entry order.
 
-With one worker everything runs in this process, chunk by chunk: same results.
+With one worker everything runs in this process, chunk by chunk: same results. So does
+a queue that never fills a chunk (an instance of fewer than :data:`CHUNK` entries): no
+pool is started for it.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class EntryPool:
         self._batch: list[Item] = []
         self.bad: list[int] = []
         self.loose: list[tuple[int, int]] = []
-        self._here = _loaded(self._raw) if workers <= 1 else {}
+        self._here: dict[str, Ed25519Verifier] | None = None
 
     def add(self, item: Item) -> None:
         batch = self._batch
@@ -78,11 +80,16 @@ class EntryPool:
         if len(batch) >= self._chunk:
             self._send()
 
-    def _send(self) -> None:
+    def _send(self, *, last: bool = False) -> None:
         batch, self._batch = self._batch, []
         if not batch:
             return
-        if self._workers <= 1:
+        if self._workers <= 1 or (last and self._pool is None):
+            # One worker; or all there is fits one chunk, which one process checks while
+            # a pool would still be starting (verify --all --full started one per
+            # instance).
+            if self._here is None:
+                self._here = _loaded(self._raw)
             self._take(check_chunk(batch, self._here))
             return
         if self._pool is None:
@@ -98,7 +105,7 @@ class EntryPool:
 
     def finish(self) -> None:
         """Wait for every queued item; their outcomes are then in ``bad`` and ``loose``."""
-        self._send()
+        self._send(last=True)
         try:
             for fut in self._pending:
                 self._take(fut.result())

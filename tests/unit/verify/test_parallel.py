@@ -85,8 +85,8 @@ def test_an_error_in_the_loop_leaves_no_worker_behind(monkeypatch: pytest.Monkey
     started: list[EntryPool] = []
     real = EntryPool._send
 
-    def send(self: EntryPool) -> None:
-        real(self)
+    def send(self: EntryPool, *, last: bool = False) -> None:
+        real(self, last=last)
         started.append(self)
 
     monkeypatch.setattr(EntryPool, "_send", send)
@@ -101,3 +101,28 @@ def test_an_error_in_the_loop_leaves_no_worker_behind(monkeypatch: pytest.Monkey
     assert started and started[0]._pending  # workers had work when the error came
     assert started[0]._pool is None
     assert multiprocessing.active_children() == []
+
+
+def test_a_queue_that_fits_one_chunk_starts_no_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify --all --full started a pool of processes per instance, for a chunk one
+    process checks before the pool is up (200 instances of 10 entries: 12-15 s, now 2 s);
+    a second chunk starts the pool, and both give the same outcomes."""
+    started: list[int] = []
+
+    class Counted(parallel.ProcessPoolExecutor):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            started.append(1)
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", Counted)
+    items = [(i, i, SIGNER.kid if i % 2 else None, b"x", b"bad") for i in range(14)]
+    outcomes = []
+    for chunk in (20, 7):
+        pool = EntryPool(TRUST, 2, chunk=chunk)
+        for item in items:
+            pool.add(item)
+        pool.finish()
+        outcomes.append((pool.bad, pool.loose))
+    assert started == [1]  # only the queue of two chunks started one
+    assert outcomes[0] == outcomes[1] == ([i for i in range(14) if i % 2],
+                                          [(i, i) for i in range(14)])
