@@ -18,7 +18,6 @@ import re
 import secrets
 import stat
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -433,67 +432,3 @@ def _read_keys(path: Path) -> list[tuple[str, PublicKey]]:
         return [(f"{path} key {i}", PublicKey.from_json(k, source=f"{path} key {i}"))
                 for i, k in enumerate(items)]
     return [(str(path), PublicKey.from_json(doc, source=str(path)))]
-
-
-# --- many signatures at once ------------------------------------------------------------
-
-SIG_CHUNK = 2048
-"""Signatures handed to one worker process at a time."""
-
-
-def _verify_chunk(keys: dict[str, bytes], items: list[tuple[int, str, bytes, bytes]]
-                  ) -> list[int]:
-    """Worker: Ed25519-verify (tag, kid, message, sig) items; return the tags that fail."""
-    loaded = {kid: Ed25519PublicKey.from_public_bytes(raw) for kid, raw in keys.items()}
-    bad = []
-    for tag, kid, message, sig in items:
-        try:
-            loaded[kid].verify(sig, message)
-        except InvalidSignature:
-            bad.append(tag)
-    return bad
-
-
-class BatchVerifier:
-    """Verifies signatures in chunks, on a process pool when there is more than one core.
-
-    ``add(tag, kid, message, sig)`` queues one signature by a key of ``trust`` (the caller
-    checks the key is there); ``finish()`` returns the tags whose signature does not
-    verify. At most ``2 × workers`` chunks are in flight, so memory stays constant
-    however many signatures go through.
-    """
-
-    def __init__(self, trust: TrustStore, workers: int) -> None:
-        self._keys = {k.kid: k.raw for k in trust}
-        self._workers = workers
-        self._pool: Executor | None = None
-        self._pending: list[Future[list[int]]] = []
-        self._batch: list[tuple[int, str, bytes, bytes]] = []
-        self.bad: list[int] = []
-
-    def add(self, tag: int, kid: str, message: bytes, sig: bytes) -> None:
-        self._batch.append((tag, kid, message, sig))
-        if len(self._batch) >= SIG_CHUNK:
-            self._flush()
-
-    def _flush(self) -> None:
-        batch, self._batch = self._batch, []
-        if not batch:
-            return
-        if self._workers <= 1:
-            self.bad.extend(_verify_chunk(self._keys, batch))
-            return
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self._workers)
-        self._pending.append(self._pool.submit(_verify_chunk, self._keys, batch))
-        while len(self._pending) > 2 * self._workers:
-            self.bad.extend(self._pending.pop(0).result())
-
-    def finish(self) -> list[int]:
-        self._flush()
-        for fut in self._pending:
-            self.bad.extend(fut.result())
-        self._pending.clear()
-        if self._pool is not None:
-            self._pool.shutdown()
-        return self.bad
