@@ -142,3 +142,23 @@ def test_an_append_links_to_the_stored_newest_body_not_the_one_it_wrote(db_url: 
             db.restore_guards()
         eight = chain.append(ledger, "a", Kind.ACTIVITY_COMPLETED, {"n": 8}, signer=signer)
         assert (eight.seq, eight.prev) == (8, fmt.sha256_hex(forged))
+
+
+def test_a_top_leaf_of_the_largest_bigint_is_named_not_a_driver_overflow(db_url: str) -> None:
+    """Edited to leaf 2^63 - 1, the tree's size would be 2^63: the next append, checkpoint
+    or export used to fail binding it ("Python int too large to convert to SQLite
+    INTEGER"); now the store says what the column holds."""
+    signer = Signer.generate()
+    Ledger.open(db_url, create=True).close()
+    _append_some(db_url, signer)
+    with LedgerDb(db_url) as db:
+        db.lift_guards()
+        db.set_entry_at(5, leaf=(1 << 63) - 1)
+        db.restore_guards()
+    with Ledger.open(db_url) as ledger:
+        for attempt in (ledger.leaf_count, lambda: chain.make_checkpoint(ledger, signer),
+                        lambda: chain.append(ledger, "i0", Kind.ACTIVITY_STARTED, {"n": 9},
+                                             signer=signer)):
+            with pytest.raises(StoreError, match="leaf column holds 9223372036854775807, the "
+                                                 "largest 64-bit integer"):
+                attempt()

@@ -60,6 +60,10 @@ def _top_leaf(top: Any) -> int:
     if type(top) is not int:
         raise StoreError(f"the ledger's leaf column holds {_text(top)[:40]!r}, not an "
                          f"integer: run `histaudit verify --all`")
+    if top >= (1 << 63) - 1:  # the tree's size, top + 1, would not fit a BIGINT
+        raise StoreError(f"the ledger's leaf column holds {top}, the largest 64-bit "
+                         f"integer: no tree has that size (the database was edited): run "
+                         f"`histaudit verify --all`")
     return top
 
 
