@@ -173,7 +173,9 @@ def _load(p: Path) -> list[Any]:
         try:
             json_format.ParseDict(item, event)
         except (json_format.ParseError, ValueError, TypeError) as exc:
-            raise InputError(f"history {p}: event {i} is not a HistoryEvent: {exc}") from None
+            # protobuf's message goes on with a line listing every field: the first says it
+            why = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise InputError(f"history {p}: event {i} is not a HistoryEvent: {why}") from None
         if event.WhichOneof("eventType") is None:
             raise InputError(f"history {p}: event {i} has no event type")
         events.append(event)

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from examples.nondeterminism import workflows
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from histaudit.errors import InputError
 from histaudit.replay import HISTORY_FORMAT, History, replay
@@ -72,3 +74,73 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     assert out.read_bytes() == ORDER.read_bytes()  # the golden files are in this exact form
     doc = read_json(out)
     assert doc["format"] == HISTORY_FORMAT and doc["version"] == 1 and doc["count"] == 12
+
+
+# --- edited histories: a finding or an input error, never a traceback ---------------------
+
+def _golden_events() -> list[dict[str, Any]]:
+    return list(read_json(ORDER)["events"])
+
+
+_EVENT_EDITS = st.sampled_from(["delete", "duplicate", "swap", "id", "scheduled-id",
+                                "name", "input", "result", "timestamp", "type"])
+_ODD_INTS = st.sampled_from([-1, 0, 1, 2, 3, 4, 99, -(1 << 31), (1 << 31) - 1])
+_ODD_TEXT = st.one_of(st.sampled_from(["", "null", "{", '"x"', "reserve", "charge", "ship",
+                                       "order", "\u0000", "9" * 400]), st.text(max_size=8))
+
+
+@st.composite
+def _edited(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """The golden order history with one to four edits an attacker or a bad export makes:
+    events dropped, repeated or reordered, ids and names and payloads changed."""
+    events = json.loads(json.dumps(_golden_events()))
+    for _ in range(draw(st.integers(1, 4))):
+        if not events:
+            break
+        i = draw(st.integers(0, len(events) - 1))
+        what = draw(_EVENT_EDITS)
+        body = next(v for k, v in events[i].items() if k not in ("eventId", "timestamp",
+                                                                 "router"))
+        if what == "delete":
+            del events[i]
+        elif what == "duplicate":
+            events.insert(draw(st.integers(0, len(events))), json.loads(json.dumps(events[i])))
+        elif what == "swap":
+            j = draw(st.integers(0, len(events) - 1))
+            events[i], events[j] = events[j], events[i]
+        elif what == "id":
+            events[i]["eventId"] = draw(_ODD_INTS)
+        elif what == "timestamp":
+            events[i]["timestamp"] = draw(st.sampled_from(
+                ["1970-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999Z",
+                 "2026-11-29T15:12:30Z"]))
+        elif what == "type":  # the same body under another event type
+            kind = next(k for k in events[i] if k not in ("eventId", "timestamp", "router"))
+            other = draw(st.sampled_from(["taskScheduled", "taskCompleted", "taskFailed",
+                                          "executionCompleted", "timerFired", "eventRaised"]))
+            events[i][other] = events[i].pop(kind)
+        elif isinstance(body, dict):
+            field = {"scheduled-id": "taskScheduledId", "name": "name", "input": "input",
+                     "result": "result"}[what]
+            body[field] = draw(_ODD_INTS if field == "taskScheduledId" else _ODD_TEXT)
+    return events
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=_edited())
+def test_an_edited_history_replays_to_a_verdict_or_is_an_input_error(
+        tmp_path_factory: pytest.TempPathFactory, events: list[dict[str, Any]]) -> None:
+    doc = {**read_json(ORDER), "events": events, "count": len(events)}
+    path = write_file(tmp_path_factory.mktemp("edited") / "h.json", doc)
+    try:
+        result = replay(path, workflows.order)
+    except InputError as exc:
+        error = str(exc)
+    else:
+        error = ""
+    if error:
+        assert "\n" not in error, error
+        return
+    assert result.outcome  # replay gave its verdict (ok, or the step where it diverged)
+    if events == _golden_events():
+        assert result.ok
