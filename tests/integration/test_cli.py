@@ -287,6 +287,15 @@ def test_list_without_and_with_trust(world: World) -> None:
     for word in ("instance", "entries", "order-1", "order-2", "order-3",
                  "workflow.completed", "FAILED (2)", "ok, 1 warning/info"):
         assert word in human.stdout
+    # One line per instance, its status on it (grep works), columns aligned.
+    header, *lines = human.stdout.splitlines()
+    assert header.split() == ["instance", "entries", "last", "activity", "last", "kind",
+                              "status"]
+    by_instance = {line.split()[0]: line for line in lines}
+    assert sorted(by_instance) == ["order-1", "order-2", "order-3"] and len(lines) == 3
+    assert by_instance["order-3"].endswith("FAILED (2)")
+    assert by_instance["order-1"].endswith("  ok")
+    assert {line.index("workflow.") for line in lines} == {header.index("last kind")}
     plain = cli("list", "--db", world.url, cwd=world.tmp)
     exits(plain)
     assert "not checked" in plain.stdout and "order-1" in plain.stdout

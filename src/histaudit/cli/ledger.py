@@ -8,7 +8,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 
 from histaudit.errors import FormatError, HistauditError, InputError, UsageError
 from histaudit.ledger import records as rec
@@ -77,14 +76,10 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
     if as_json:
         render.emit_json(rows)
         return EXIT_CLEAN
-    table = Table(header_style="bold")
-    for col in ("instance", "entries", "last activity", "last kind", "status"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(render.clip(r["instance"]), str(r["entries"]),
-                      render.clip(r["last_ts"] or "-"), render.clip(r["last_kind"] or "-"),
-                      _status_text(ListStatus(r["status"]), r["findings"]))
-    render.console().print(table)
+    render.columns(("instance", "entries", "last activity", "last kind", "status"),
+                   ((render.clip(r["instance"]), str(r["entries"]),
+                     render.clip(r["last_ts"] or "-"), render.clip(r["last_kind"] or "-"),
+                     _status_text(ListStatus(r["status"]), r["findings"])) for r in rows))
     return EXIT_CLEAN
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import click
 import orjson
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -47,6 +49,19 @@ def clip(text: object, limit: int = CELL_CHARS) -> str:
     and escaped (:func:`escape`). Everything printed from a ledger goes through here."""
     text = str(text)
     return escape(text) if len(text) <= limit else f"{escape(text[:limit])}… ({len(text)} chars)"
+
+
+def columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """A header and one line per row, in columns two spaces apart, the last one ragged:
+    greppable, and linear in the rows (a rich table of 5,000 rows took 7 s to lay out).
+    Cells are clipped already (:func:`clip`); widths count terminal cells (wide CJK)."""
+    lines = [list(header), *map(list, rows)]
+    widths = [max(cell_len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    out = []
+    for line in lines:
+        cells = [c + " " * (w - cell_len(c)) for c, w in zip(line, widths, strict=False)]
+        out.append("  ".join([*cells, line[-1]]).rstrip())
+    click.echo("\n".join(out))
 
 
 def emit_json(doc: Any) -> None:
