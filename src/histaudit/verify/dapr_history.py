@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -208,19 +208,45 @@ def _split_der(chain: bytes) -> list[x509.Certificate]:
         end = pos + header + length
         if end > len(chain):
             raise ValueError("truncated DER certificate")
-        certs.append(x509.load_der_x509_certificate(chain[pos:end]))
+        certs.append(_read_through(x509.load_der_x509_certificate(chain[pos:end])))
         pos = end
     if not certs:
         raise ValueError("empty certificate chain")
     return certs
 
 
+def _read_through(cert: x509.Certificate) -> x509.Certificate:
+    """``cert``, once every part the checks read has parsed. cryptography reads a
+    certificate's parts when first asked: a mangled issuer loads, then fails in the
+    middle of a chain walk. ValueError here names the part."""
+    parts: dict[str, Callable[[], object]] = {
+        "subject": lambda: cert.subject, "issuer": lambda: cert.issuer,
+        "validity": lambda: (cert.not_valid_before_utc, cert.not_valid_after_utc),
+        "extensions": lambda: cert.extensions, "public key": cert.public_key,
+        "signature algorithm": lambda: cert.signature_hash_algorithm}
+    for part, read in parts.items():
+        try:
+            read()
+        # On attacker bytes cryptography raises ValueError, UnsupportedAlgorithm, and for
+        # a name attribute of an unknown string type KeyError: whatever it raises here
+        # means the part does not parse.
+        except Exception as exc:  # noqa: BLE001
+            raise ValueError(f"its {part} does not parse: {exc!r}"[:300]) from None
+    return cert
+
+
 def load_anchors(data: bytes, source: str) -> list[x509.Certificate]:
     """The PEM certificates of a trust-anchors file (``source`` names it in the error)."""
     try:
-        return list(x509.load_pem_x509_certificates(data))
+        anchors = list(x509.load_pem_x509_certificates(data))
     except ValueError:
         raise InputError(f"trust anchors {source}: no PEM certificate in the file") from None
+    for i, anchor in enumerate(anchors):
+        try:
+            _read_through(anchor)
+        except ValueError as exc:
+            raise InputError(f"trust anchors {source}: certificate {i + 1}: {exc}") from None
+    return anchors
 
 
 def _valid_at(cert: x509.Certificate, at: datetime) -> bool:
@@ -343,13 +369,9 @@ def _contiguous(rows: Mapping[int, bytes]) -> tuple[list[bytes], list[int]]:
     return [rows[i] for i in range(top + 1) if i in rows], missing
 
 
-def _metadata_lengths(raw: bytes | None) -> dict[str, int] | None:
-    if raw is None:
-        return None
-    try:
-        f = read_message(raw, {2: int, 4: int, 5: int})
-    except WireError:
-        return None
+def _metadata_lengths(raw: bytes) -> dict[str, int]:
+    """The row counts a ``BackendWorkflowStateMetadata`` names (WireError: not one)."""
+    f = read_message(raw, {2: int, 4: int, 5: int})
     return {"history": f.get(2, 0), "signature": f.get(4, 0), "sigcert": f.get(5, 0)}
 
 
@@ -375,7 +397,12 @@ def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certifica
             f"signature rows missing at {sig_missing[:6]} ({len(sig_missing)} in all)")
     if cert_missing:
         add("dapr-state-inconsistent", None, f"sigcert rows missing at {cert_missing[:6]}")
-    lengths = _metadata_lengths(rows.metadata)
+    try:  # no metadata row (a store read without it): nothing to compare
+        lengths = None if rows.metadata is None else _metadata_lengths(rows.metadata)
+    except WireError as exc:  # a row that is there but does not read is damage, not absence
+        lengths = None
+        add("dapr-record-malformed", None, f"the metadata row is not a workflow state "
+                                           f"metadata message: {exc}")
     if lengths is not None:
         for name, have in (("history", len(rows.history)), ("signature", len(rows.signatures)),
                            ("sigcert", len(rows.certificates))):

@@ -88,8 +88,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                                "at the signed events' time"),
     "dapr-signer-identity": (E, "Dapr history signed by another SPIFFE identity than "
                                 "expected"),
-    "dapr-record-malformed": (E, "Dapr signature, certificate or event row is not the "
-                                 "message it should be"),
+    "dapr-record-malformed": (E, "Dapr signature, certificate, event or metadata row is "
+                                 "not the message it should be"),
     "dapr-state-inconsistent": (E, "Dapr workflow state rows are missing or disagree with "
                                    "its metadata"),
     # Dapr's signed history against the ledger (docs/dapr-signatures.md, cross-check)

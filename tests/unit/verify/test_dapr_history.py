@@ -12,6 +12,7 @@ import hashlib
 import struct
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -20,12 +21,18 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from histaudit.errors import InputError
 from histaudit.verify.dapr_history import (
     DaprWorkflowRows,
     SpiffeId,
     events_digest,
+    load_anchors,
     parse_history_signature,
+    parse_signing_certificate,
+    read_message,
     signature_input,
     verify_dapr_history,
 )
@@ -326,3 +333,94 @@ def test_malformed_rows_are_reported_not_raised(ca: tuple[x509.Certificate, Key]
     assert found == {"dapr-record-malformed", "dapr-cert-untrusted"}
     missing_cert = replace(good, certificates={}, metadata=None)
     assert codes(missing_cert, [ca[0]]) == {"dapr-cert-untrusted"}
+    # A metadata row that is there but does not read was ignored as if absent.
+    assert codes(replace(good, metadata=b"\x0a\xff"), [ca[0]]) == {"dapr-record-malformed"}
+
+
+def test_a_certificate_whose_issuer_does_not_parse_is_malformed(
+        ca: tuple[x509.Certificate, Key], good: DaprWorkflowRows) -> None:
+    """cryptography loads such a certificate and raises only when the issuer is read,
+    which the chain walk did (a traceback); now it is read through when loaded."""
+    der = read_message(good.certificates[0], {1: bytes})[1]
+    name = b"\x0c\x0bsentry root"  # the issuer's CN, an UTF8String: before the subject
+    assert der.count(name) == 1
+    broken = der.replace(name, b"\x01\x0bsentry root")  # a BOOLEAN of 11 bytes
+    found = verify_dapr_history(replace(good, certificates={0: _bytes(1, broken)}), [ca[0]])
+    assert {f.code for f in found.findings} >= {"dapr-record-malformed"}
+    assert any("its issuer does not parse" in f.message for f in found.findings)
+    with pytest.raises(InputError, match=r"trust anchors a\.pem: certificate 1: its issuer"):
+        load_anchors(x509.load_der_x509_certificate(broken).public_bytes(Encoding.PEM),
+                     "a.pem")
+
+
+# -- rows an attacker edited: findings, never a traceback, never clean (property-style) --------
+
+_PARTS = ("history", "signatures", "certificates")
+_NOISE = st.one_of(st.binary(max_size=4), st.sampled_from(
+    [b"\x0a\xff", b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", b"\x10" + b"\xff" * 9 + b"\x7f",
+     b"\x12\x0b\x08\xff\xff\xff\xff\xff\xff\xff\xff\x7f", b"\x30\x82\xff\xff", b"\x00",
+     b"\x0b", b"\x0d\x00\x00"]))
+
+
+@st.composite
+def _edited_rows(draw: st.DrawFn, rows: DaprWorkflowRows) -> DaprWorkflowRows:
+    """One to three edits of the good rows: bytes replaced, inserted or cut inside a
+    row, rows deleted or copied to another index, the metadata row replaced."""
+    parts = {p: dict(getattr(rows, p)) for p in _PARTS}
+    metadata = rows.metadata
+    for _ in range(draw(st.integers(1, 3))):
+        what = draw(st.sampled_from(["bytes", "bytes", "delete", "copy", "metadata"]))
+        if what == "metadata":
+            # None (no row) is the store read without it: nothing to compare, not damage
+            metadata = draw(st.one_of(st.binary(max_size=12), _NOISE))
+            continue
+        part = parts[draw(st.sampled_from(_PARTS))]
+        if not part:
+            continue
+        index = draw(st.sampled_from(sorted(part)))
+        if what == "delete":
+            del part[index]
+        elif what == "copy":
+            part[draw(st.integers(0, 12))] = part[index]
+        else:
+            raw = part[index]
+            at = draw(st.integers(0, len(raw)))
+            cut = draw(st.integers(0, 8))
+            part[index] = raw[:at] + draw(_NOISE) + raw[at + cut:]
+    return replace(rows, metadata=metadata, **parts)
+
+
+def _meaning(rows: DaprWorkflowRows) -> tuple[object, ...]:
+    """What a protobuf reader takes from the rows: the exact history bytes (they are
+    signed), each signature and certificate row parsed (an unknown field added to one
+    changes nothing daprd reads either), the metadata's counts; a row that does not parse
+    stands for itself."""
+    def parsed(fn: Any, raw: bytes) -> object:
+        try:
+            return fn(raw)
+        except ValueError:
+            return raw
+    return (dict(rows.history),
+            {i: parsed(parse_history_signature, r) for i, r in rows.signatures.items()},
+            {i: parsed(parse_signing_certificate, r) for i, r in rows.certificates.items()},
+            None if rows.metadata is None else parsed(
+                lambda raw: read_message(raw, {2: int, 4: int, 5: int}), rows.metadata))
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_edited_rows_are_findings_never_a_traceback(ca: tuple[x509.Certificate, Key],
+                                                    good: DaprWorkflowRows,
+                                                    data: st.DataObject) -> None:
+    rows = data.draw(_edited_rows(good))
+    try:
+        result = verify_dapr_history(rows, [ca[0]], app_id=APP)
+    except InputError as exc:
+        message = str(exc)
+    else:
+        message = ""
+        if _meaning(rows) != _meaning(good):
+            assert result.findings, rows
+    assert "\n" not in message
+    assert not codes(good, [ca[0]], app_id=APP)  # the unedited rows stay clean
