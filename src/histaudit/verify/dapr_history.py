@@ -362,11 +362,36 @@ class DaprHistoryResult:
                 "signers": self.signers, "findings": [f.to_json() for f in self.findings]}
 
 
-def _contiguous(rows: Mapping[int, bytes]) -> tuple[list[bytes], list[int]]:
-    """Rows 0..n-1 in order, and the indices missing below the highest one."""
-    top = max(rows, default=-1)
-    missing = [i for i in range(top + 1) if i not in rows]
-    return [rows[i] for i in range(top + 1) if i in rows], missing
+ROW_GAP_LIMIT = 4096
+"""Rows of a kind more than this beyond the count stored are set aside, not walked to: a
+row named ``history-99999999999999999999`` made the walk over the missing indices
+below it run for ever."""
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """One kind's rows: those within reach in index order, the first indices missing
+    below the highest of them (at most six) and how many, and the rows set aside."""
+
+    rows: list[bytes]
+    top: int
+    missing: list[int]
+    missing_count: int
+    far: list[int]
+
+
+def _contiguous(rows: Mapping[int, bytes]) -> _Kind:
+    reach = len(rows) + ROW_GAP_LIMIT
+    inside = sorted(i for i in rows if 0 <= i < reach)
+    top = inside[-1] if inside else -1
+    missing: list[int] = []
+    for i in range(top + 1):  # stops after len(inside) + 6 steps
+        if i not in rows:
+            missing.append(i)
+            if len(missing) == 6:
+                break
+    return _Kind([rows[i] for i in inside], top, missing, top + 1 - len(inside),
+                 sorted(i for i in rows if not 0 <= i < reach))
 
 
 def _metadata_lengths(raw: bytes) -> dict[str, int]:
@@ -385,18 +410,20 @@ def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certifica
     def add(code: str, seq: int | None, message: str) -> None:
         out.append(Finding.make(code, inst, seq, message))
 
-    history, hist_missing = _contiguous(rows.history)
-    raw_sigs, sig_missing = _contiguous(rows.signatures)
-    raw_certs, cert_missing = _contiguous(rows.certificates)
-    if hist_missing:
-        add("dapr-state-inconsistent", None,
-            f"history rows missing at {hist_missing[:6]} ({len(hist_missing)} in all)")
-        history = [rows.history.get(i, b"") for i in range(max(rows.history) + 1)]
-    if sig_missing:
-        add("dapr-state-inconsistent", sig_missing[0],
-            f"signature rows missing at {sig_missing[:6]} ({len(sig_missing)} in all)")
-    if cert_missing:
-        add("dapr-state-inconsistent", None, f"sigcert rows missing at {cert_missing[:6]}")
+    kinds = {"history": _contiguous(rows.history), "signature": _contiguous(rows.signatures),
+             "sigcert": _contiguous(rows.certificates)}
+    for name, kind in kinds.items():
+        if kind.missing:
+            add("dapr-state-inconsistent", kind.missing[0] if name == "signature" else None,
+                f"{name} rows missing at {kind.missing} ({kind.missing_count} in all)")
+        if kind.far:
+            add("dapr-state-inconsistent", None,
+                f"{len(kind.far)} {name} rows lie far beyond the {len(kind.rows)} within reach "
+                f"(first at index {str(kind.far[0])[:24]}): set aside")
+    history = kinds["history"].rows
+    if kinds["history"].missing:  # missing events stand in as empty, so indices hold
+        history = [rows.history.get(i, b"") for i in range(kinds["history"].top + 1)]
+    raw_sigs, raw_certs = kinds["signature"].rows, kinds["sigcert"].rows
     try:  # no metadata row (a store read without it): nothing to compare
         lengths = None if rows.metadata is None else _metadata_lengths(rows.metadata)
     except WireError as exc:  # a row that is there but does not read is damage, not absence

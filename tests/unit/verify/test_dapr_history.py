@@ -353,6 +353,22 @@ def test_a_certificate_whose_issuer_does_not_parse_is_malformed(
                      "a.pem")
 
 
+def test_a_row_index_far_beyond_the_rows_is_set_aside_not_walked_to(
+        ca: tuple[x509.Certificate, Key], good: DaprWorkflowRows) -> None:
+    """history-99999999999999999999 (the row names allow 20 digits) made the walk over
+    the indices missing below it run for ever; a row 10^8 away took minutes."""
+    far = replace(good, history={**good.history, 10**20: good.history[0]},
+                  signatures={**good.signatures, 10**8: good.signatures[0]})
+    found = verify_dapr_history(far, [ca[0]], app_id=APP)
+    assert [f.message for f in found.findings if "far beyond" in f.message] == [
+        "1 history rows lie far beyond the 9 within reach (first at index "
+        "100000000000000000000): set aside",
+        "1 signature rows lie far beyond the 3 within reach (first at index 100000000): "
+        "set aside"]
+    assert {f.code for f in found.findings} == {"dapr-state-inconsistent"}
+    assert found.events == 9 and found.verified == 9  # the rows within reach still verify
+
+
 # -- rows an attacker edited: findings, never a traceback, never clean (property-style) --------
 
 _PARTS = ("history", "signatures", "certificates")
@@ -381,7 +397,8 @@ def _edited_rows(draw: st.DrawFn, rows: DaprWorkflowRows) -> DaprWorkflowRows:
         if what == "delete":
             del part[index]
         elif what == "copy":
-            part[draw(st.integers(0, 12))] = part[index]
+            part[draw(st.one_of(st.integers(0, 12), st.sampled_from([10**6, 10**20])))] = \
+                part[index]
         else:
             raw = part[index]
             at = draw(st.integers(0, len(raw)))
