@@ -380,14 +380,16 @@ def _extends(old: Checkpoint, cp: Checkpoint, leaves: Mapping[int, bytes], *,
     whose entries.jsonl was altered: that is already a finding, which must not become an
     input error.
     """
-    missing = [] if old.size > cp.size else [i for i in range(old.size) if i not in leaves]
-    if not missing:
+    # Counted, not listed: the kept checkpoint may cover a billion leaves, the bundle few.
+    held = sum(1 for i in leaves if 0 <= i < old.size)
+    if old.size > cp.size or held == old.size:
         return signed_tree_extends(old, cp, leaves)
     if altered:
         return None
+    first = next(i for i in range(old.size) if i not in leaves)
     raise InputError(
-        f"the bundle holds {old.size - len(missing)} of the {old.size} leaves the kept "
-        f"checkpoint covers (first missing: leaf {missing[0]}), so it cannot prove its "
+        f"the bundle holds {held} of the {old.size} leaves the kept "
+        f"checkpoint covers (first missing: leaf {first}), so it cannot prove its "
         f"tree extends that checkpoint: export every instance, or verify the ledger itself "
         f"with `histaudit verify --since-checkpoint FILE --db URL`")
 
