@@ -14,6 +14,7 @@ had, so the report does not depend on where the check ran.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import orjson
@@ -25,6 +26,7 @@ from histaudit.ledger.keys import TrustStore
 from histaudit.ledger.records import shown_id
 
 from .check import Parsed
+from .ed25519 import Ed25519Verifier
 from .findings import Finding
 from .signatures import key_findings
 
@@ -157,7 +159,7 @@ class HeadCheck:
         if key is None:
             return [Finding.make("key-untrusted", instance, parsed.seq,
                                  f"head signed by key {parsed.kid}, not in the trust store")]
-        if not key.verify(head.sig, head.body):
+        if not _verifier(key.raw).verify(head.sig, head.body):
             return [Finding.make("head-invalid", instance, parsed.seq,
                                  "signed head: Ed25519 signature does not verify")]
         out = key_findings(parsed.kid, parsed.ts, parsed.seq, instance, self.trust,
@@ -193,3 +195,11 @@ class HeadCheck:
                 f"signed head names leaf {parsed.leaf}, entry {parsed.seq} is leaf "
                 f"{last_leaf}"))
         return out
+
+
+@functools.lru_cache(maxsize=64)
+def _verifier(raw: bytes) -> Ed25519Verifier:
+    """One verifier per trusted key, reused for every head (``verify --all`` checks one
+    head per instance: the key was parsed again each time, and OpenSSL is the slower
+    library; :mod:`.ed25519` keeps its verdict)."""
+    return Ed25519Verifier(raw)
