@@ -46,7 +46,8 @@ from bench_common import (
 
 add_repo_paths()
 
-ALL = ("sqlite", "pg", "verify", "memory", "growth", "interceptor", "crashtest", "profile")
+ALL = ("sqlite", "pg", "verify", "many", "memory", "growth", "interceptor", "crashtest",
+       "profile")
 MIX_VERSION = 2  # bump when bench_synth.workload changes, to invalidate cached ledgers
 
 PRESETS = {
@@ -54,11 +55,13 @@ PRESETS = {
     "quick": {"entries": 100_000, "sqlite_rounds": 5, "n_append": 600, "n_commit": 600,
               "n_sign": 5000, "pg_rounds": 3, "pg_seconds": 2.5, "verify_rounds": 3,
               "full_rounds": 2, "n_ed": 3000, "growth_rounds": 3,
-              "interceptor_n": 100, "interceptor_rounds": 3, "crashtest_steps": [10, 30]},
+              "interceptor_n": 100, "interceptor_rounds": 3, "crashtest_steps": [10, 30],
+              "many_instances": 1000, "many_rounds": 2},
     "full": {"entries": 1_000_000, "sqlite_rounds": 5, "n_append": 2000, "n_commit": 2000,
              "n_sign": 10000, "pg_rounds": 3, "pg_seconds": 5.0, "verify_rounds": 3,
              "full_rounds": 1, "n_ed": 5000, "growth_rounds": 5,
-             "interceptor_n": 200, "interceptor_rounds": 3, "crashtest_steps": [10, 30, 100]},
+             "interceptor_n": 200, "interceptor_rounds": 3, "crashtest_steps": [10, 30, 100],
+             "many_instances": 5000, "many_rounds": 3},
 }
 # targets of issue 11 (part 5)
 T_SQLITE, T_PG, T_VERIFY, T_FULL, T_RSS_MIB, T_AUDITED = 0.8, 2000.0, 0.8, 0.9, 64.0, 0.85
@@ -363,6 +366,19 @@ def _rows_verify(v: dict[str, Any], rows: list[list[str]]) -> None:
                          _cell(fu, "ratio_raw_cpu_over_full_cpu"), "(info)", ""])
 
 
+def _rows_many(m: dict[str, Any], rows: list[list[str]]) -> None:
+    s, p = m["series"], m["params"]
+    rows.append(["3f", f"verify --all, {p['instances']:,} × {p['per_instance']} entries: "
+                 f"CPU per entry of 1 instance ÷ of these",
+                 fmt_num(_med(s, "many_cpu_us_per_entry"), " µs CPU"),
+                 fmt_num(_med(s, "one_cpu_us_per_entry"), " µs CPU"),
+                 _cell(s, "default_ratio"), "(info)", ""])
+    rows.append(["3g", "  same, verify --all --full, wall",
+                 fmt_num(_med(s, "many_full_wall_s"), " s"),
+                 fmt_num(_med(s, "one_full_wall_s"), " s"), _cell(s, "full_ratio"),
+                 "(info)", ""])
+
+
 def _rows_memory(m: dict[str, Any], rows: list[list[str]]) -> None:
     n = m["big_entries"]
     over = m["peak_default_big_mb"] / T_RSS_MIB
@@ -439,6 +455,7 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     f = results["figures"]
     sections = [("sqlite", "series", _rows_sqlite), ("growth", "series", _rows_growth),
                 ("pg", "ratios", _rows_pg), ("verify", "default", _rows_verify),
+                ("many", "series", _rows_many),
                 ("memory", "summary", None), ("interceptor", "variants", _rows_interceptor),
                 ("crashtest", "sizes", _rows_crashtest)]
     for name, key, fn in sections:
@@ -737,6 +754,15 @@ def main(argv: list[str]) -> int:
                 log("how reading one instance scales with its size")
                 figs["profile"]["stream"] = bench_profile.stream_experiments(db, sizes)
                 timings["profile"] = round(time.perf_counter() - t0, 1)
+        if "many" in which:
+            import bench_many
+
+            t0 = time.perf_counter()
+            d = workdir / "many"
+            d.mkdir(exist_ok=True)
+            figs["many"] = bench_many.run(d, instances=preset["many_instances"],
+                                          per_instance=20, rounds=preset["many_rounds"])
+            timings["many"] = round(time.perf_counter() - t0, 1)
         if "interceptor" in which:
             t0 = time.perf_counter()
             log("figure 5: audited vs plain workflow throughput (bench_interceptor.py)")
