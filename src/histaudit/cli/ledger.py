@@ -55,7 +55,7 @@ def _open(db: str | None, *, reading: bool = False) -> Ledger:
 @click.option("--json", "as_json", is_flag=True)
 def list_(db: str | None, trust: str | None, as_json: bool) -> int:
     """Instances in the ledger: entries, last activity, verification status."""
-    from histaudit.verify.verifier import verify_instance
+    from histaudit.verify.verifier import verify_in
 
     keys = TrustStore.load(trust) if trust else None
     rows: list[dict[str, Any]] = []
@@ -64,7 +64,7 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
             last = _last_entry(snap, summary.instance)
             status, counts = ListStatus.NOT_CHECKED, None
             if keys is not None:
-                report = verify_instance(ledger, summary.instance, trust=keys)
+                report = verify_in(snap, summary.instance, trust=keys)
                 counts = {str(sev): sum(1 for f in report.findings if f.severity is sev)
                           for sev in (Severity.ERROR, Severity.WARNING, Severity.INFO)}
                 status = (ListStatus.FAILED if not report.ok else

@@ -35,7 +35,7 @@ from .signatures import KeyCheck, SignatureCheck
 if TYPE_CHECKING:
     from histaudit.ledger.store import Ledger, Snapshot
 
-__all__ = ["verify_all", "verify_chain", "verify_instance"]
+__all__ = ["verify_all", "verify_chain", "verify_in", "verify_instance"]
 
 
 def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | None, *,
@@ -96,13 +96,15 @@ def verify_instance(ledger: Ledger, instance: str, *, trust: TrustStore, full: b
     estimate, passed through).
     """
     with ledger.snapshot() as snap:
-        return _verify_in(snap, instance, trust=trust, full=full, workers=workers,
+        return verify_in(snap, instance, trust=trust, full=full, workers=workers,
                           engine_history=engine_history, tally=Tally(progress, total))
 
 
-def _verify_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool,
-               workers: int | None, engine_history: Iterable[Any] | None = None,
-               tally: Tally | None = None) -> Report:
+def verify_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool = False,
+              workers: int | None = None, engine_history: Iterable[Any] | None = None,
+              tally: Tally | None = None) -> Report:
+    """:func:`verify_instance` inside a snapshot the caller holds (``list`` verifies every
+    instance it lists in the one snapshot it lists them from)."""
     rows = snap.entries(instance)
     report = verify_chain(instance, rows if tally is None else tally.count(rows),
                           snap.head(instance), trust=trust, full=full, workers=workers,
@@ -123,7 +125,7 @@ def verify_all(ledger: Ledger, *, trust: TrustStore, full: bool = False,
     """
     with ledger.snapshot() as snap:
         for instance in snap.instance_ids():
-            yield _verify_in(snap, instance, trust=trust, full=full, workers=workers)
+            yield verify_in(snap, instance, trust=trust, full=full, workers=workers)
         leaves = leaf_index_report(snap.leaves())
         if not leaves.ok:
             yield leaves
