@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from histaudit.errors import FormatError, InputError, UsageError
+from histaudit.inputs import read_limited
 from histaudit.ledger.keys import TrustStore, parse_time
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
@@ -30,14 +31,7 @@ def trust_store(path: str | None) -> TrustStore:
 
 def read_file(path: str, what: str, limit: int = 1 << 20) -> bytes:
     """A small input file (a checkpoint note), refused when larger than ``limit``."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    except OSError as exc:
-        raise InputError(f"{what} {path}: {exc.strerror}") from None
-    if len(data) > limit:
-        raise InputError(f"{what} {path} is larger than {limit} bytes")
-    return data
+    return read_limited(path, what, limit)
 
 
 def write_file(path: str, data: bytes) -> None:

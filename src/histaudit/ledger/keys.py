@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from nacl.bindings import crypto_sign, crypto_sign_seed_keypair
 
 from histaudit.errors import FormatError, KeyMaterialError
+from histaudit.inputs import read_limited
 
 ALGORITHM = "ed25519"
 PUBLIC_SUFFIX = ".pub.json"
@@ -414,13 +415,7 @@ TRUST_FILE_LIMIT = 4 << 20
 
 def _read_keys(path: Path) -> list[tuple[str, PublicKey]]:
     """The keys of one trust-store file, each with where it was read."""
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(TRUST_FILE_LIMIT + 1)
-    except OSError as exc:
-        raise KeyMaterialError(f"trust store {path}: {exc.strerror}") from None
-    if len(data) > TRUST_FILE_LIMIT:
-        raise KeyMaterialError(f"trust store {path} is larger than {TRUST_FILE_LIMIT} bytes")
+    data = read_limited(path, "trust store", TRUST_FILE_LIMIT, error=KeyMaterialError)
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:

@@ -23,6 +23,7 @@ import orjson
 
 from histaudit import sdk
 from histaudit.errors import EngineError, InputError, UsageError
+from histaudit.inputs import read_limited
 
 __all__ = ["DEFAULT_TIMEOUT_S", "HISTORY_FORMAT", "HISTORY_VERSION", "History",
            "engine_instance_ids", "execution_started", "history_files"]
@@ -142,13 +143,7 @@ def _load(p: Path) -> list[Any]:
     from google.protobuf import json_format
 
     pb = sdk.protos
-    try:
-        with open(p, "rb") as fh:
-            raw = fh.read(MAX_HISTORY_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"history {p}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_HISTORY_BYTES:
-        raise InputError(f"history {p} is larger than {MAX_HISTORY_BYTES} bytes")
+    raw = read_limited(p, "history", MAX_HISTORY_BYTES)
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -380,7 +380,7 @@ class _Kind:
     far: list[int]
 
 
-def _contiguous(rows: Mapping[int, bytes]) -> _Kind:
+def _kind_of(rows: Mapping[int, bytes]) -> _Kind:
     reach = len(rows) + ROW_GAP_LIMIT
     inside = sorted(i for i in rows if 0 <= i < reach)
     top = inside[-1] if inside else -1
@@ -410,8 +410,8 @@ def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certifica
     def add(code: str, seq: int | None, message: str) -> None:
         out.append(Finding.make(code, inst, seq, message))
 
-    kinds = {"history": _contiguous(rows.history), "signature": _contiguous(rows.signatures),
-             "sigcert": _contiguous(rows.certificates)}
+    kinds = {"history": _kind_of(rows.history), "signature": _kind_of(rows.signatures),
+             "sigcert": _kind_of(rows.certificates)}
     for name, kind in kinds.items():
         if kind.missing:
             add("dapr-state-inconsistent", kind.missing[0] if name == "signature" else None,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from histaudit.errors import InputError
+from histaudit.inputs import read_limited
 from histaudit.ledger.checkpoint import (
     WitnessKey,
     note_text,
@@ -212,13 +213,7 @@ class WitnessPolicy:
 
 def read_policy(path: str) -> WitnessPolicy:
     """Read a policy file; InputError when it cannot be read or does not read."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(POLICY_LIMIT + 1)
-    except OSError as exc:
-        raise InputError(f"witness policy {path}: {exc.strerror or exc}") from None
-    if len(data) > POLICY_LIMIT:
-        raise InputError(f"witness policy {path} is larger than {POLICY_LIMIT} bytes")
+    data = read_limited(path, "witness policy", POLICY_LIMIT)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
