@@ -21,6 +21,7 @@ from .findings import Finding
 
 if TYPE_CHECKING:
     from .integrity import IntegrityCheck
+    from .parallel import EntryPool
 
 
 def key_findings(kid: str, ts: str, seq: int | None, instance: str, trust: TrustStore,
@@ -70,17 +71,28 @@ class KeyCheck:
 
 
 class SignatureCheck:
-    """Every entry signed by a trusted key carries a valid signature over its bytes."""
+    """Every entry signed by a trusted key carries a valid signature over its bytes.
+
+    ``pool``: the :class:`~histaudit.verify.parallel.EntryPool` of a run over many chains
+    (``verify --all --full``), which this check then neither waits for nor closes — its
+    owner does, and calls :meth:`drain` once the pool is :meth:`ready` for this chain;
+    without one the check has a pool of its own.
+    """
 
     def __init__(self, instance: str, trust: TrustStore, workers: int, *,
-                 canonical: IntegrityCheck | None = None) -> None:
+                 canonical: IntegrityCheck | None = None, pool: EntryPool | None = None
+                 ) -> None:
         self.instance = instance
         from .parallel import EntryPool  # imports .integrity, which imports this module
 
         self._trusted = frozenset(k.kid for k in trust)
-        self._pool = EntryPool(trust, workers)
+        self._own = pool is None
+        self._pool = EntryPool(trust, workers) if pool is None else pool
+        self._start = self._pool.queued
+        self._end: int | None = None
+        self._drained = False
         self._canonical = canonical
-        self._done = False
+        self._bad: list[int] = []
 
     @property
     def checks_canonical(self) -> bool:
@@ -90,7 +102,7 @@ class SignatureCheck:
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
         """A row the fast loop did not pass: its canonical form was checked already."""
         if isinstance(parsed, Entry) and parsed.kid in self._trusted:
-            self._pool.add((-1, parsed.seq, parsed.kid, row.body, row.sig))
+            self._pool.add(-1, parsed.seq, parsed.kid, row.body, row.sig)
 
     def observe_valid(self, row: StoredEntry, instance: str, seq: int, kind: str, kid: str,
                       ts: str, data: Mapping[str, Any]) -> None:
@@ -99,24 +111,42 @@ class SignatureCheck:
         place = -1 if canonical is None else len(canonical.findings)
         trusted = kid in self._trusted
         if trusted or place >= 0:
-            self._pool.add((place, seq, kid if trusted else None, row.body, row.sig))
+            self._pool.add(place, seq, kid if trusted else None, row.body, row.sig)
+
+    def seal(self) -> None:
+        """The chain's rows have ended: nothing more is queued for it."""
+        if self._end is None:
+            self._end = self._pool.queued
+
+    def ready(self) -> bool:
+        """Whether every item of this chain has its outcome (after :meth:`seal`)."""
+        self.seal()
+        assert self._end is not None
+        return self._pool.done >= self._end
 
     def drain(self) -> None:
-        """Wait for the workers; hand canonical-form findings to the integrity check.
-        Must run before that check's ``finish`` (``finish`` here runs it if not)."""
-        if self._done:
+        """Wait for this chain's outcomes; hand canonical-form findings to the integrity
+        check. Must run before that check's ``finish`` (``finish`` here runs it if not)."""
+        if self._drained:
             return
-        self._done = True
-        self._pool.finish()
+        self._drained = True
+        self.seal()
+        end = self._end
+        assert end is not None
+        if self._own:
+            self._pool.wait(end)
+            self._pool.close()
+        self._bad, loose = self._pool.take(self._start, end)
         if self._canonical is not None:
-            for place, seq in self._pool.loose:
+            for place, seq in loose:
                 self._canonical.not_canonical(place, seq)
 
     def close(self) -> None:
-        self._pool.close()
+        if self._own:
+            self._pool.close()
 
     def finish(self) -> Iterable[Finding]:
         self.drain()
         return [Finding.make("signature-invalid", self.instance, seq,
                              f"entry {seq}: Ed25519 signature does not verify")
-                for seq in self._pool.bad]
+                for seq in self._bad]

@@ -15,6 +15,7 @@ snapshot of it (``ledger.snapshot()``), so nothing here imports the store.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,9 @@ from .behaviour import BehaviourCheck
 from .check import ChainCheck
 from .consistency import leaf_index_report
 from .crosscheck import EngineCrossCheck
+from .findings import Finding
 from .integrity import HeadCheck, IntegrityCheck
+from .parallel import EntryPool
 from .payloads import PayloadBatchLookup, PayloadCheck, PayloadLookup
 from .progress import Progress, Tally
 from .report import Report, finding_order
@@ -51,36 +54,76 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
     ``engine_history`` (the engine's HistoryEvents of the instance) the engine
     cross-check, which compares results through ``engine_lookup`` (stored payloads).
     """
-    integrity = IntegrityCheck(instance, canonical=full)
-    keys = KeyCheck(instance, trust)
-    checks: list[ChainCheck] = [integrity, keys]
-    if payload_lookup is not None:
-        checks.append(PayloadCheck(payload_lookup, payloads_lookup))
-    signatures = None
-    if full:
-        signatures = SignatureCheck(instance, trust, workers or os.cpu_count() or 1,
-                                    canonical=integrity)
-        checks.append(signatures)
-    head_check, behaviour = HeadCheck(instance, head, integrity, trust), BehaviourCheck(instance)
-    checks += [head_check, behaviour]
-    mode = "full" if full else "default"
-    if engine_history is not None:
-        checks.append(EngineCrossCheck(instance, engine_history,
-                                       engine_lookup or (lambda _c: None)))
-        mode += "+engine"
-    scan = ChainScan(instance, trust, integrity=integrity, keys=keys, head=head_check,
-                     behaviour=behaviour, checks=checks)
+    chain = _Chain(instance, head, trust=trust, full=full, workers=workers,
+                   payload_lookup=payload_lookup, payloads_lookup=payloads_lookup,
+                   engine_history=engine_history, engine_lookup=engine_lookup)
     try:
-        count = scan.run(rows)
-        if signatures is not None:
-            signatures.drain()
-        findings = [f for check in checks for f in check.finish()]
+        chain.scan(rows)
+        return chain.report()
     finally:
-        behaviour.close()
-        if signatures is not None:
-            signatures.close()
-    findings.sort(key=finding_order)
-    return Report(instance_id=instance, entries=count, mode=mode, findings=tuple(findings))
+        chain.close()
+
+
+class _Chain:
+    """The checks of one chain. After :meth:`scan` every check has its findings but, in
+    full mode, the two that wait for the signature pool (signatures and the canonical
+    form): :meth:`report` waits for those. With a shared ``pool`` (``verify --all
+    --full``) the caller asks :meth:`ready` first, and meanwhile scans the next chains."""
+
+    def __init__(self, instance: str, head: StoredHead | None, *, trust: TrustStore,
+                 full: bool, workers: int | None, payload_lookup: PayloadLookup | None,
+                 payloads_lookup: PayloadBatchLookup | None,
+                 engine_history: Iterable[Any] | None, engine_lookup: PayloadLookup | None,
+                 pool: EntryPool | None = None) -> None:
+        self.instance, self.count = instance, 0
+        self.integrity = IntegrityCheck(instance, canonical=full)
+        keys = KeyCheck(instance, trust)
+        self.checks: list[ChainCheck] = [self.integrity, keys]
+        if payload_lookup is not None:
+            self.checks.append(PayloadCheck(payload_lookup, payloads_lookup))
+        self.signatures = None
+        if full:
+            self.signatures = SignatureCheck(instance, trust, workers or os.cpu_count() or 1,
+                                             canonical=self.integrity, pool=pool)
+            self.checks.append(self.signatures)
+        head_check = HeadCheck(instance, head, self.integrity, trust)
+        self.behaviour = BehaviourCheck(instance)
+        self.checks += [head_check, self.behaviour]
+        self.mode = "full" if full else "default"
+        if engine_history is not None:
+            self.checks.append(EngineCrossCheck(instance, engine_history,
+                                                engine_lookup or (lambda _c: None)))
+            self.mode += "+engine"
+        self._scan = ChainScan(instance, trust, integrity=self.integrity, keys=keys,
+                               head=head_check, behaviour=self.behaviour, checks=self.checks)
+        self._found: list[Iterable[Finding] | None] = []
+
+    def scan(self, rows: Iterable[StoredEntry]) -> None:
+        """Feed the rows; finish every check that does not wait for the signature pool."""
+        self.count = self._scan.run(rows)
+        waits = {id(self.integrity), id(self.signatures)} if self.signatures else set()
+        self._found = [None if id(c) in waits else list(c.finish()) for c in self.checks]
+        self.behaviour.close()
+        if self.signatures is not None:
+            self.signatures.seal()
+
+    def ready(self) -> bool:
+        """Whether :meth:`report` would not wait."""
+        return self.signatures is None or self.signatures.ready()
+
+    def report(self) -> Report:
+        if self.signatures is not None:
+            self.signatures.drain()
+        found = [f for check, done in zip(self.checks, self._found, strict=True)
+                 for f in (check.finish() if done is None else done)]
+        found.sort(key=finding_order)
+        return Report(instance_id=self.instance, entries=self.count, mode=self.mode,
+                      findings=tuple(found))
+
+    def close(self) -> None:
+        self.behaviour.close()
+        if self.signatures is not None:
+            self.signatures.close()
 
 
 def verify_instance(ledger: Ledger, instance: str, *, trust: TrustStore, full: bool = False,
@@ -105,27 +148,66 @@ def verify_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool = 
               tally: Tally | None = None) -> Report:
     """:func:`verify_instance` inside a snapshot the caller holds (``list`` verifies every
     instance it lists in the one snapshot it lists them from)."""
-    rows = snap.entries(instance)
-    report = verify_chain(instance, rows if tally is None else tally.count(rows),
-                          snap.head(instance), trust=trust, full=full, workers=workers,
-                          payload_lookup=snap.payload if full else None,
-                          payloads_lookup=snap.payloads if full else None,
-                          engine_history=engine_history, engine_lookup=snap.payload)
-    if tally is not None:
-        tally.tell()  # the last few rows
-    return report
+    chain = _chain_in(snap, instance, trust=trust, full=full, workers=workers,
+                      engine_history=engine_history)
+    try:
+        rows = snap.entries(instance)
+        chain.scan(rows if tally is None else tally.count(rows))
+        if tally is not None:
+            tally.tell()  # the last few rows
+        return chain.report()
+    finally:
+        chain.close()
+
+
+def _chain_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool,
+              workers: int | None, engine_history: Iterable[Any] | None = None,
+              pool: EntryPool | None = None) -> _Chain:
+    return _Chain(instance, snap.head(instance), trust=trust, full=full, workers=workers,
+                  payload_lookup=snap.payload if full else None,
+                  payloads_lookup=snap.payloads if full else None,
+                  engine_history=engine_history, engine_lookup=snap.payload, pool=pool)
+
+
+WAITING = 4096
+"""Chains ``verify --all --full`` keeps scanned ahead of the signature pool at most."""
 
 
 def verify_all(ledger: Ledger, *, trust: TrustStore, full: bool = False,
                workers: int | None = None) -> Iterator[Report]:
     """Verify every instance, then the ledger-wide leaf index, from one snapshot.
 
-    The leaf index must be 0..N-1 without a gap or a duplicate (docs/format.md §11): a
-    ledger-wide report (scope ``ledger``) follows the instances' reports when it is not.
+    In full mode one pool of worker processes checks the signatures of every instance:
+    a chunk holds the entries of as many small instances as fit, and an instance's report
+    follows once its chunks are back (reports stay in instance order), while the next
+    instances are read. The leaf index must be 0..N-1 without a gap or a duplicate
+    (docs/format.md §11): a ledger-wide report (scope ``ledger``) follows the instances'
+    reports when it is not.
     """
     with ledger.snapshot() as snap:
-        for instance in snap.instance_ids():
-            yield verify_in(snap, instance, trust=trust, full=full, workers=workers)
+        pool = EntryPool(trust, workers or os.cpu_count() or 1) if full else None
+        waiting: deque[_Chain] = deque()
+        try:
+            for instance in snap.instance_ids():
+                chain = _chain_in(snap, instance, trust=trust, full=full, workers=workers,
+                                  pool=pool)
+                waiting.append(chain)
+                chain.scan(snap.entries(instance))
+                if pool is not None:
+                    pool.poll()
+                    if len(waiting) > WAITING:
+                        pool.wait(pool.queued)
+                while waiting and waiting[0].ready():
+                    yield waiting.popleft().report()
+            if pool is not None:
+                pool.wait(pool.queued)
+            while waiting:
+                yield waiting.popleft().report()
+        finally:
+            for chain in waiting:
+                chain.close()
+            if pool is not None:
+                pool.close()
         leaves = leaf_index_report(snap.leaves())
         if not leaves.ok:
             yield leaves

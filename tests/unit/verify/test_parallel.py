@@ -70,24 +70,56 @@ def test_the_pool_keeps_order_and_bounds_what_is_in_flight() -> None:
              for i in range(200)]
     pool = EntryPool(TRUST, 2, chunk=7)
     in_flight = []
-    for item in items:
-        pool.add(item)
-        in_flight.append(len(pool._pending))
-    pool.finish()
-    assert max(in_flight) <= 5  # 2 x workers, plus the one just sent
-    assert pool.bad == [i for i in range(200) if i % 2]
-    assert pool.loose == [(i, i) for i in range(0, 200, 3)]
+    try:
+        for item in items:
+            pool.add(*item)
+            in_flight.append(len(pool._pending))
+        pool.wait(pool.queued)
+        assert max(in_flight) <= 5  # 2 x workers, plus the one just sent
+        assert pool.take(0, 200) == ([i for i in range(200) if i % 2],
+                                     [(i, i) for i in range(0, 200, 3)])
+    finally:
+        pool.close()
+
+
+def test_each_chain_of_a_shared_pool_takes_the_outcomes_of_its_own_items() -> None:
+    """Items of three chains in chunks that straddle them: each range gets its own, and
+    an earlier range left untaken does not leak into the next."""
+    pool = EntryPool(TRUST, 2, chunk=4)
+    try:
+        for i in range(30):
+            pool.add(i if i % 5 == 0 else -1, i, SIGNER.kid if i % 3 == 0 else None, b"x",
+                     b"bad")
+        assert pool.done <= 28  # the last two are still in the batch
+        pool.wait(10)
+        assert pool.done >= 10
+        assert pool.take(0, 10) == ([0, 3, 6, 9], [(0, 0), (5, 5)])
+        pool.wait(pool.queued)
+        assert pool.done == 30
+        assert pool.take(20, 30) == ([21, 24, 27], [(20, 20), (25, 25)])  # 10..19 dropped
+        assert pool.take(0, 30) == ([], [])
+    finally:
+        pool.close()
+
+
+def test_outcomes_are_not_handed_out_before_they_are_in() -> None:
+    pool = EntryPool(TRUST, 1, chunk=4)
+    pool.add(0, 1, SIGNER.kid, b"x", b"bad")
+    with pytest.raises(RuntimeError, match="up to 1 taken, only 0 in"):
+        pool.take(0, 1)
 
 
 def test_an_error_in_the_loop_leaves_no_worker_behind(monkeypatch: pytest.MonkeyPatch
                                                       ) -> None:
     monkeypatch.setattr(parallel, "CHUNK", 1)  # the first rows start the workers
     started: list[EntryPool] = []
+    in_flight: list[int] = []
     real = EntryPool._send
 
     def send(self: EntryPool, *, last: bool = False) -> None:
         real(self, last=last)
         started.append(self)
+        in_flight.append(len(self._pending))
 
     monkeypatch.setattr(EntryPool, "_send", send)
     rows = chain([("note", {}), ("note", {}), ("note", {})])
@@ -98,7 +130,7 @@ def test_an_error_in_the_loop_leaves_no_worker_behind(monkeypatch: pytest.Monkey
 
     with pytest.raises(OSError, match="disk I/O error"):
         verify_chain(INSTANCE, stream(), head_of(rows), trust=TRUST, full=True, workers=2)
-    assert started and started[0]._pending  # workers had work when the error came
+    assert started and max(in_flight) > 0  # workers had work when the error came
     assert started[0]._pool is None
     assert multiprocessing.active_children() == []
 
@@ -120,9 +152,10 @@ def test_a_queue_that_fits_one_chunk_starts_no_pool(monkeypatch: pytest.MonkeyPa
     for chunk in (20, 7):
         pool = EntryPool(TRUST, 2, chunk=chunk)
         for item in items:
-            pool.add(item)
-        pool.finish()
-        outcomes.append((pool.bad, pool.loose))
+            pool.add(*item)
+        pool.wait(pool.queued)
+        outcomes.append(pool.take(0, pool.queued))
+        pool.close()
     assert started == [1]  # only the queue of two chunks started one
     assert outcomes[0] == outcomes[1] == ([i for i in range(14) if i % 2],
                                           [(i, i) for i in range(14)])
