@@ -17,6 +17,7 @@ from histaudit.ledger.store import Ledger
 from histaudit.verify import parallel, verifier
 from histaudit.verify.verifier import verify_all, verify_instance
 from support.ledgers import LedgerDb
+from support.pools import count_pools
 
 SIGNER, STRANGER = Signer.generate(), Signer.generate()
 TRUST = TrustStore([SIGNER.public])
@@ -55,18 +56,6 @@ def _order(ledger: Ledger) -> list[str]:
         return snap.instance_ids()
 
 
-def _pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    started: list[int] = []
-
-    class Counted(parallel.ProcessPoolExecutor):
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            started.append(1)
-            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(parallel, "ProcessPoolExecutor", Counted)
-    return started
-
-
 @pytest.mark.parametrize(("chunk", "waiting", "pools"),
                          [(5, 4096, 1), (7, 3, 1), (4096, 4096, 0)])
 def test_every_report_is_the_one_the_instance_gets_alone(
@@ -78,7 +67,7 @@ def test_every_report_is_the_one_the_instance_gets_alone(
                  for i in order]
         monkeypatch.setattr(parallel, "CHUNK", chunk)
         monkeypatch.setattr(verifier, "WAITING", waiting)
-        started = _pools(monkeypatch)
+        started = count_pools(monkeypatch)
         together = list(verify_all(ledger, trust=TRUST, full=True, workers=2))
     assert len(started) == pools  # one pool for all (none when everything fits a chunk)
     assert sorted(order) == sorted(SIZES)
@@ -100,7 +89,7 @@ def test_an_instance_that_fails_mid_run_leaves_no_worker_behind(
     import multiprocessing
 
     monkeypatch.setattr(parallel, "CHUNK", 3)
-    started = _pools(monkeypatch)
+    started = count_pools(monkeypatch)
     real = verifier._Chain.scan
 
     def scan(self: verifier._Chain, rows: object) -> None:

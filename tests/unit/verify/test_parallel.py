@@ -18,6 +18,7 @@ from histaudit.ledger.records import StoredEntry
 from histaudit.verify import parallel
 from histaudit.verify.parallel import EntryPool
 from histaudit.verify.verifier import verify_chain
+from support.pools import count_pools
 
 from .chains import INSTANCE, SIGNER, STRANGER, TRUST, chain, head_of, reference, stored
 
@@ -139,14 +140,7 @@ def test_a_queue_that_fits_one_chunk_starts_no_pool(monkeypatch: pytest.MonkeyPa
     """verify --all --full started a pool of processes per instance, for a chunk one
     process checks before the pool is up (200 instances of 10 entries: 12-15 s, now 2 s);
     a second chunk starts the pool, and both give the same outcomes."""
-    started: list[int] = []
-
-    class Counted(parallel.ProcessPoolExecutor):
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            started.append(1)
-            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(parallel, "ProcessPoolExecutor", Counted)
+    started = count_pools(monkeypatch)
     items = [(i, i, SIGNER.kid if i % 2 else None, b"x", b"bad") for i in range(14)]
     outcomes = []
     for chunk in (20, 7):
