@@ -113,16 +113,16 @@ class SignatureCheck:
         if trusted or place >= 0:
             self._pool.add(place, seq, kid if trusted else None, row.body, row.sig)
 
-    def seal(self) -> None:
-        """The chain's rows have ended: nothing more is queued for it."""
+    def seal(self) -> int:
+        """The chain's rows have ended: nothing more is queued for it. Returns the number
+        its items end before in the pool's queue."""
         if self._end is None:
             self._end = self._pool.queued
+        return self._end
 
     def ready(self) -> bool:
-        """Whether every item of this chain has its outcome (after :meth:`seal`)."""
-        self.seal()
-        assert self._end is not None
-        return self._pool.done >= self._end
+        """Whether every item of this chain has its outcome (it is sealed if not yet)."""
+        return self._pool.done >= self.seal()
 
     def drain(self) -> None:
         """Wait for this chain's outcomes; hand canonical-form findings to the integrity
@@ -130,9 +130,7 @@ class SignatureCheck:
         if self._drained:
             return
         self._drained = True
-        self.seal()
-        end = self._end
-        assert end is not None
+        end = self.seal()
         if self._own:
             self._pool.wait(end)
             self._pool.close()
