@@ -83,7 +83,7 @@ class _Chain:
             self.checks.append(PayloadCheck(payload_lookup, payloads_lookup))
         self.signatures = None
         if full:
-            self.signatures = SignatureCheck(instance, trust, workers or os.cpu_count() or 1,
+            self.signatures = SignatureCheck(instance, trust, _processes(workers),
                                              canonical=self.integrity, pool=pool)
             self.checks.append(self.signatures)
         head_check = HeadCheck(instance, head, self.integrity, trust)
@@ -169,6 +169,11 @@ def _chain_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool,
                   engine_history=engine_history, engine_lookup=snap.payload, pool=pool)
 
 
+def _processes(workers: int | None) -> int:
+    """Signature-checking processes: ``workers``, by default one per core."""
+    return workers or os.cpu_count() or 1
+
+
 WAITING = 4096
 """Chains ``verify --all --full`` keeps scanned ahead of the signature pool at most."""
 
@@ -185,7 +190,7 @@ def verify_all(ledger: Ledger, *, trust: TrustStore, full: bool = False,
     reports when it is not.
     """
     with ledger.snapshot() as snap:
-        pool = EntryPool(trust, workers or os.cpu_count() or 1) if full else None
+        pool = EntryPool(trust, _processes(workers)) if full else None
         waiting: deque[_Chain] = deque()
         try:
             for instance in snap.instance_ids():
