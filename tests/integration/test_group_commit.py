@@ -189,3 +189,57 @@ def test_non_durable_appends_survive_the_process_being_killed(db_url: str,
     assert proc.returncode == -9, proc.stderr[-2000:]
     entries = read_entries(db_url, "wf")
     assert [e.data["task_id"] for e in entries] == list(range(20))
+
+
+def _round_trips(trace: str) -> list[list[str]]:
+    """The statements the client ran, grouped by where it waited for the server: a libpq
+    trace's frontend messages, each Bind named by the statement it binds (a Parse of the
+    same name, psycopg's prepared ones included), split after each Sync or Flush."""
+    parsed: dict[str, str] = {}
+    trips: list[list[str]] = [[]]
+    for line in trace.splitlines():
+        fields = line.split("\t")
+        if len(fields) < 4 or fields[1] != "F":
+            continue
+        quoted = fields[4].split('"') if len(fields) > 4 else []
+        if fields[3] == "Parse":  # Parse  "name" "statement" …
+            parsed[quoted[1]] = quoted[3]
+        elif fields[3] == "Bind":  # Bind  "portal" "statement" …
+            trips[-1].append(parsed[quoted[3]])
+        elif fields[3] in ("Sync", "Flush") and trips[-1]:
+            trips.append([])
+    return [t for t in trips if t]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("durable", [True, False])
+def test_pg_append_holds_the_lock_for_one_round_trip(pg_url: str, tmp_path: Path,
+                                                     durable: bool) -> None:
+    """Under the append lock a PostgreSQL append waits on the server once: the lock, the
+    top leaf and the tips go together, then the entry, the head, the payload and COMMIT
+    together (libpq's own trace of the protocol messages is the witness)."""
+    import sqlalchemy as sa
+
+    signer = Signer.generate()
+    ref, rows = committed(b'"input"')
+    trace_file = tmp_path / "libpq.trace"
+    with Ledger.open(pg_url, create=True) as ledger, trace_file.open("w") as out:
+        ledger.db.dispose()  # new connections, traced from their first message
+
+        @sa.event.listens_for(ledger.db, "connect")
+        def traced(dbapi: Any, _record: Any) -> None:
+            dbapi.pgconn.trace(out.fileno())
+
+        for _ in range(6):  # psycopg prepares a statement on its fifth run
+            chain.append(ledger, "a", "workflow.started", {}, signer=signer)
+        chain.append(ledger, "a", "activity.started", {"input": ref}, signer=signer,
+                     payloads=rows, durable=durable)
+        out.flush()
+    assert read_entries(pg_url, "a")[-1].seq == 7
+    trips = _round_trips(trace_file.read_text())
+    locked = max(i for i, t in enumerate(trips) if any("pg_advisory_xact_lock" in s for s in t))
+    assert any("max(leaf)" in s for s in trips[locked])
+    assert any("unnest" in s for s in trips[locked])  # the tips of the batch's instances
+    after = trips[locked + 1]
+    assert [s.split()[0] for s in after] == ["INSERT", "UPDATE", "INSERT", "COMMIT"], trips
+    assert "histaudit_entries" in after[0] and "histaudit_payloads" in after[2]

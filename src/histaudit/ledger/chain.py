@@ -122,17 +122,17 @@ class _Batch:
 
     def store(self) -> None:
         """Store the entries, then each instance's head (the triggers check it names the
-        newest entry), then the payloads: sent together, in that order."""
+        newest entry), then the payloads, in that order (on PostgreSQL they go to the
+        server with the commit: see :class:`~histaudit.ledger.store.WriteTx`)."""
         heads = []
         for instance, (seq, leaf, digest, ts) in self._heads.items():
             head = rec.head_body(instance=instance, seq=seq, leaf=leaf, hash=digest, ts=ts,
                                  kid=self._signer.kid)
             heads.append((rec.StoredHead(instance, seq, head, self._signer.sign(head)),
                           self._tips[instance][2]))
-        with self._tx.queued():
-            self._tx.insert_entries(self._rows)
-            self._tx.put_heads(heads)
-            self._tx.insert_payloads(self._payloads)
+        self._tx.insert_entries(self._rows)
+        self._tx.put_heads(heads)
+        self._tx.insert_payloads(self._payloads)
 
 
 def erase_payload(ledger: Ledger, instance: str, commitment: str, *, signer: Signer,

@@ -378,18 +378,24 @@ class Ledger:
         with self._driver(failed) as raw:
             cur = raw.cursor()
             try:
-                # Without a bound on the wait the lock goes with the first statement (a
-                # batch's first reads: one round trip fewer under the lock, WriteTx.start)
-                lock = None
-                if self.lock_wait is None:
-                    lock = (_APPEND_LOCK, (_PG_APPEND_LOCK,))
-                else:
-                    self._pg_append_lock(cur)
-                if not durable:
-                    cur.execute("SET LOCAL synchronous_commit = off")
-                yield WriteTx(cur, self._sql, pipeline=raw.dbapi_connection.pipeline,
-                              tips=self._tips, lock=lock)
-                raw.commit()
+                # The whole transaction in pipeline mode: the lock and the batch's first
+                # reads go in one round trip, its inserts and COMMIT in the next, so the
+                # append lock is held across one wait on the server (test_group_commit).
+                # Without a bound on the wait the lock goes with the first statement
+                # (WriteTx.start).
+                with raw.dbapi_connection.pipeline():
+                    lock = None
+                    if self.lock_wait is None:
+                        lock = (_APPEND_LOCK, (_PG_APPEND_LOCK,))
+                    else:
+                        self._pg_append_lock(cur)
+                    if not durable:
+                        cur.execute("SET LOCAL synchronous_commit = off")
+                    yield WriteTx(cur, self._sql, pipelined=True, tips=self._tips, lock=lock)
+                    # queued like the inserts and sent, with them, when the pipeline ends
+                    # (psycopg's commit() inside a pipeline can stall on a large batch:
+                    # it waits for the answer before the queued bytes are all sent)
+                    cur.execute("COMMIT")
             finally:
                 cur.close()
 

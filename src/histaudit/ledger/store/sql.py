@@ -77,7 +77,8 @@ _QMARK = Statements(
     insert_head="INSERT INTO histaudit_heads (instance, seq, body, sig) VALUES (?, ?, ?, ?)",
     move_head="UPDATE histaudit_heads SET seq = ?, body = ?, sig = ? WHERE instance = ?",
     insert_payload="INSERT INTO histaudit_payloads (commitment, salt, data) VALUES (?, ?, ?)",
-    delete_payload="DELETE FROM histaudit_payloads WHERE commitment = ?",
+    # RETURNING: a pipelined transaction (PostgreSQL) has no rowcount until it syncs
+    delete_payload="DELETE FROM histaudit_payloads WHERE commitment = ? RETURNING 1",
     checkpoint_at="SELECT note FROM histaudit_checkpoints WHERE size = ?",
     insert_checkpoint="INSERT INTO histaudit_checkpoints (size, root, note) VALUES (?, ?, ?)",
     checkpoints="SELECT size, note FROM histaudit_checkpoints ORDER BY size",

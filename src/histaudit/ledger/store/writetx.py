@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from typing import Any
 
 from histaudit.errors import FormatError, StoreError
@@ -31,16 +29,19 @@ class WriteTx:
     """
 
     def __init__(self, cursor: Any, sql: Statements, *, tips: TipMemo,
-                 pipeline: Callable[[], AbstractContextManager[Any]] | None = None,
+                 pipelined: bool = False,
                  lock: tuple[str, tuple[Any, ...]] | None = None) -> None:
-        """``pipeline``: the driver's pipeline mode (psycopg's ``Connection.pipeline``),
-        when it has one; ``tips``: the ledger's memo of bodies it wrote (see :meth:`tips`);
-        ``lock``: the statement that takes the append lock, when the caller has not taken
-        it: it runs just before this transaction's first statement (with :meth:`start`,
-        in the same round trip)."""
+        """``pipelined``: the whole transaction runs in the driver's pipeline mode
+        (psycopg's ``Connection.pipeline``): a statement goes to the server with the next
+        one whose result is read, so the inserts of a batch and its COMMIT cost one round
+        trip, and an error surfaces, as a database error, at that read or at the commit;
+        ``tips``: the ledger's memo of bodies it wrote (see :meth:`tips`); ``lock``: the
+        statement that takes the append lock, when the caller has not taken it: it runs
+        just before this transaction's first statement (with :meth:`start`, in the same
+        round trip)."""
         self._cursor = cursor
         self._sql = sql
-        self._pipeline = pipeline
+        self._pipelined = pipelined
         self._memo = tips
         self._lock = lock
 
@@ -52,13 +53,6 @@ class WriteTx:
             self._lock = None
             self._cursor.execute(sql, params)
         return self._cursor
-
-    def queued(self) -> AbstractContextManager[Any]:
-        """A block whose statements go to the server together and are answered at its
-        end (PostgreSQL pipeline mode: a batch's entries, heads and payloads cost one
-        round trip, not three; an error surfaces, as a database error, when the block
-        ends). Plain statements where there is no pipeline mode (SQLite)."""
-        return contextlib.nullcontext() if self._pipeline is None else self._pipeline()
 
     def tips(self, instances: Sequence[str]) -> dict[str, tuple[int, str]]:
         """{instance: (seq, hash) of its newest stored entry} for those of ``instances``
@@ -97,16 +91,15 @@ class WriteTx:
         round trip spent under the ledger-wide lock is one that no other appender of any
         process can use (benchmarks/README.md, figure 2a).
         """
-        if self._pipeline is None or not self._sql.tips_of:
+        if not self._pipelined or not self._sql.tips_of:
             return self.next_leaf(), self.tips(instances)
         wanted = _checked_ids(instances)
         conn = self._cursor.connection
         leaf_cur, tips_cur = conn.cursor(), conn.cursor()
         try:
-            with self._pipeline():
-                self._cur  # noqa: B018 - takes the append lock first, in the same round trip
-                leaf_cur.execute(self._sql.top_leaf)
-                tips_cur.execute(self._sql.tips_of, (wanted,))
+            self._cur  # noqa: B018 - takes the append lock first, in the same round trip
+            leaf_cur.execute(self._sql.top_leaf)
+            tips_cur.execute(self._sql.tips_of, (wanted,))
             top = leaf_cur.fetchone()[0]
             rows = [(_text(i), body) for i, body in tips_cur.fetchall()]
         finally:
@@ -159,7 +152,7 @@ class WriteTx:
     def delete_payload(self, commitment: str) -> bool:
         """Delete one payload row; True when there was one."""
         self._cur.execute(self._sql.delete_payload, (commitment,))
-        return bool(self._cur.rowcount)
+        return self._cur.fetchone() is not None
 
     def add_checkpoint(self, size: int, root_hex: str, note: bytes) -> None:
         """Store a signed checkpoint unless one of that size is stored (append-only).
