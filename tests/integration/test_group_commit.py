@@ -217,7 +217,10 @@ def test_pg_append_holds_the_lock_for_one_round_trip(pg_url: str, tmp_path: Path
                                                      durable: bool) -> None:
     """Under the append lock a PostgreSQL append waits on the server once: the lock, the
     top leaf and the tips go together, then the entry, the head, the payload and COMMIT
-    together (libpq's own trace of the protocol messages is the witness)."""
+    together (libpq's own trace of the protocol messages is the witness). The COMMIT
+    does not wait for the WAL flush, so the lock is not held through it: a durable
+    append waits for the flush after, in the same round trip, by a transaction of its
+    own (ADR 0005)."""
     import sqlalchemy as sa
 
     signer = Signer.generate()
@@ -240,6 +243,9 @@ def test_pg_append_holds_the_lock_for_one_round_trip(pg_url: str, tmp_path: Path
     locked = max(i for i, t in enumerate(trips) if any("pg_advisory_xact_lock" in s for s in t))
     assert any("max(leaf)" in s for s in trips[locked])
     assert any("unnest" in s for s in trips[locked])  # the tips of the batch's instances
+    assert "SET LOCAL synchronous_commit = off" in trips[locked]
     after = trips[locked + 1]
-    assert [s.split()[0] for s in after] == ["INSERT", "UPDATE", "INSERT", "COMMIT"], trips
+    flush = ["SELECT"] if durable else []
+    assert [s.split()[0] for s in after] == ["INSERT", "UPDATE", "INSERT", "COMMIT", *flush]
     assert "histaudit_entries" in after[0] and "histaudit_payloads" in after[2]
+    assert durable == any("pg_logical_emit_message" in s for s in after)

@@ -55,6 +55,12 @@ SCHEMA_VERSION = "1"
 _PG_APPEND_LOCK = 0x6869_7374_6175_6474  # "histaudt"
 
 _APPEND_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+# A statement of its own transaction, after a write's COMMIT, that returns only once the
+# WAL is on disk up to its own commit record, so up to the write's too: it writes a
+# record and takes a transaction id (a commit flushes only then), and changes nothing.
+# PUBLIC may run it; the message is decoded only by a logical-replication reader that
+# asks for the "histaudit" prefix.
+_PG_FLUSH = "SELECT pg_logical_emit_message(true, 'histaudit', 'flush')"
 _TRY_APPEND_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 
 
@@ -356,7 +362,9 @@ class Ledger:
         for records nothing outside the process depends on yet: the commit survives the
         process being killed (the OS holds it) and becomes durable with the next durable
         commit — SQLite WAL ``synchronous=NORMAL``, PostgreSQL ``synchronous_commit=off``,
-        both of which flush every earlier commit with a later synchronous one.
+        both of which flush every earlier commit with a later synchronous one. (On
+        PostgreSQL every write commits that way, releasing the append lock before the
+        flush, and a durable one then waits for the flush: ``_PG_FLUSH``, ADR 0005.)
 
         A database failure is a :class:`StoreError` naming ``what`` was being done; so is
         a write lock held by another process for longer than ``lock_wait``, and a ledger
@@ -389,13 +397,16 @@ class Ledger:
                         lock = (_APPEND_LOCK, (_PG_APPEND_LOCK,))
                     else:
                         self._pg_append_lock(cur)
-                    if not durable:
-                        cur.execute("SET LOCAL synchronous_commit = off")
+                    # The COMMIT does not wait for the WAL flush, so the lock is released
+                    # at once; a durable write waits for it after (_PG_FLUSH).
+                    cur.execute("SET LOCAL synchronous_commit = off")
                     yield WriteTx(cur, self._sql, pipelined=True, tips=self._tips, lock=lock)
                     # queued like the inserts and sent, with them, when the pipeline ends
                     # (psycopg's commit() inside a pipeline can stall on a large batch:
                     # it waits for the answer before the queued bytes are all sent)
                     cur.execute("COMMIT")
+                    if durable:
+                        cur.execute(_PG_FLUSH)
             finally:
                 cur.close()
 
