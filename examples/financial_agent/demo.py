@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 from steps import STEPS, plan  # noqa: E402 - the example's own module
 
 from histaudit.crash import CRASH_EXIT_CODE  # noqa: E402
-from histaudit.crashtest.daprd import DaprdStack  # noqa: E402
+from histaudit.crashtest.daprd import DaprdStack, wait_for_completion  # noqa: E402
 from histaudit.crashtest.engine import EngineProcess  # noqa: E402
 from histaudit.errors import HistauditError  # noqa: E402
 from histaudit.ledger.keys import TrustStore, generate_keypair  # noqa: E402
@@ -156,7 +156,7 @@ def main() -> int:
             problems.append(f"the worker exited {rc}, not at the crash point")
         resumed = time.monotonic()
         second = run.worker("resume")
-        state = client.wait_for_workflow_completion(instance, timeout_in_seconds=int(TIMEOUT_S))
+        state = wait_for_completion(client, instance, TIMEOUT_S)
         status = state.runtime_status.name if state else "UNKNOWN"
         print(f"  worker pid {second.pid} resumed it: {status} "
               f"{time.monotonic() - resumed:.1f}s later", flush=True)

@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.daprd import DaprdStack
+from histaudit.crashtest.daprd import DaprdStack, wait_for_completion
 from histaudit.crashtest.daprd_binaries import find_daprd_bin_dir
 from histaudit.crashtest.engine import EngineProcess
 from histaudit.errors import HistauditError
@@ -258,8 +258,7 @@ class Demo:
             started = time.monotonic()
             second, _ = self.worker(f"case{case.number}-resume", data, **extra)
             try:
-                state = client.wait_for_workflow_completion(
-                    instance, timeout_in_seconds=WORKFLOW_TIMEOUT_S)
+                state = wait_for_completion(client, instance, WORKFLOW_TIMEOUT_S)
                 outcome.status = state.runtime_status.name if state is not None else "UNKNOWN"
             except TimeoutError:
                 outcome.status = f"not done after {WORKFLOW_TIMEOUT_S}s"

@@ -12,6 +12,7 @@ costs a test (its bring-up time) and checks that teardown leaves no process behi
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import socket
 import statistics
@@ -26,7 +27,7 @@ import pytest
 from examples.financial_agent.steps import plan
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.daprd import DaprdStack
+from histaudit.crashtest.daprd import DaprdStack, wait_for_completion
 from histaudit.errors import EngineError
 from histaudit.ledger.keys import TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
@@ -273,6 +274,27 @@ def test_app_sigkill_and_restart_while_daprd_keeps_running(agent: Agent,
     assert len(agent.lines("reports_sent.txt")) == 1
     assert agent.verify(instance, "--engine", stack.address) == 0
     assert agent.codes(instance) <= {"activity-reexecuted"}
+
+
+def test_a_wait_begun_before_the_next_worker_connects_sees_the_agent_finish(
+        agent: Agent, stack: DaprdStack) -> None:
+    """The wait of the test above, begun in the gap between a SIGKILLed worker and the
+    next: it must return the finished state. In that gap placement can still name this
+    daprd as the workflow actor's host after daprd dropped the types, and daprd answers
+    the wait at once, without its own retries, with "actor type ... not registered" (a CI
+    run failed on it); ``wait_for_completion`` asks again."""
+    first = agent.worker("first")
+    instance = agent.start_agent(12)
+    wait_until(lambda: len(agent.executions()) >= 4, TIMEOUT_S, "step 4", details=first.tail)
+    first.kill()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(wait_for_completion, agent.client, instance, TIMEOUT_S)
+        time.sleep(1.0)
+        assert not waiting.done()  # no worker: nothing can finish the agent
+        resume = agent.worker("resume")
+        state = waiting.result(TIMEOUT_S)
+    assert state.runtime_status.name == "COMPLETED", resume.tail()
+    assert sorted(agent.executions()) == list(range(1, 13))
 
 
 @pytest.mark.postgres

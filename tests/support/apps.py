@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from histaudit.crashtest.daprd import wait_for_completion
 from histaudit.crashtest.engine import EngineProcess
 
 __all__ = ["AppError", "AppProcess", "AppRig", "wait_until"]
@@ -171,8 +172,7 @@ class AppRig:
 
     def wait(self, instance: str, timeout: float = 60.0) -> Any:
         """Wait for ``instance`` to finish; its state (there must be one)."""
-        state = self.client.wait_for_workflow_completion(instance,
-                                                         timeout_in_seconds=int(timeout))
+        state = wait_for_completion(self.client, instance, timeout)
         tails = "\n".join(app.tail() for app in self.apps)
         assert state is not None, f"no state for {instance}:\n{tails}"
         return state
