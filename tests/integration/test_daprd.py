@@ -27,7 +27,8 @@ import pytest
 from examples.financial_agent.steps import plan
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.daprd import DaprdStack, wait_for_completion
+from histaudit.crashtest.daprd import DaprdStack
+from histaudit.crashtest.daprd_wait import wait_for_completion
 from histaudit.errors import EngineError
 from histaudit.ledger.keys import TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from histaudit.crashtest.daprd import wait_for_completion
+from histaudit.crashtest.daprd_wait import wait_for_completion
 from histaudit.crashtest.engine import EngineProcess
 
 __all__ = ["AppError", "AppProcess", "AppRig", "wait_until"]

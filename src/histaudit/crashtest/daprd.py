@@ -34,7 +34,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 from histaudit.errors import EngineError
 
@@ -44,7 +44,7 @@ from .engine import _LIVE
 if TYPE_CHECKING:
     from .daprd_replica import DaprdReplica
 
-__all__ = ["TRUST_DOMAIN", "DaprdStack", "wait_for_completion"]
+__all__ = ["TRUST_DOMAIN", "DaprdStack"]
 
 _LOOPBACK = "127.0.0.1"
 
@@ -569,38 +569,6 @@ class DaprdStack(_Endpoint):
                     f"{name} not healthy at {health} after {self._start_timeout:.0f}s; "
                     f"log {log_path}:\n{_read_from(log_path, offset)[-2000:]}")
             time.sleep(0.05)
-
-
-# daprd's answer to a workflow call that reaches it after it dropped the workflow actor
-# types (the app's last worker connection closed) but before placement has taken the
-# table without them (docs/adr/0008-daprd.md).
-_NO_WORKER = "not registered"
-_NO_WORKER_RETRY_S = 0.2
-
-
-def wait_for_completion(client: Any, instance: str, timeout: float) -> Any:
-    """``client.wait_for_workflow_completion(instance)`` that outlasts a worker's restart.
-
-    Right after an app's worker dies, placement can still name its daprd as the workflow
-    actor's host while daprd's own actor table no longer has the type: daprd then answers
-    at once, as a permanent error its router does not retry, ``failed to create actor:
-    actor type ... not registered``. That answer is asked again until ``timeout`` (seconds,
-    in all) is spent; any other error is raised. Returns the workflow's state, as the
-    client does (None if there is none).
-    """
-    import grpc
-
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            return client.wait_for_workflow_completion(
-                instance, timeout_in_seconds=max(1, int(left)))
-        except grpc.RpcError as exc:
-            details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-            if _NO_WORKER not in (details or "") or left <= _NO_WORKER_RETRY_S:
-                raise
-        time.sleep(_NO_WORKER_RETRY_S)
 
 
 # Health checks go straight to loopback, never through an HTTP(S)_PROXY from the environment.
