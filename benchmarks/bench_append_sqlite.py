@@ -8,6 +8,9 @@ Each round measures, back to back in one process and one directory:
 * ``t_txn``    (diagnostic) the append's exact write set in raw ``sqlite3`` on a real
   ledger schema: the two lookups, the entry INSERT, the head INSERT/UPDATE and the
   payload INSERT, with precomputed bodies and dummy signatures — storage cost only;
+* ``t_txn_unguarded``, ``t_txn_entry`` (diagnostic, figure 1i) the same on a ledger whose
+  append-only triggers are dropped, and the entry row alone (no head, no payloads, no
+  triggers): where the write set's cost beyond a one-row commit lies;
 * ``t_build``  (diagnostic) building the entry and head canonical bytes + SHA-256;
 * ``t_append`` ``chain.append`` (``histaudit.ledger.chain``) of the workload mix, one
   at a time, durable, round-robin over 8 instances;
@@ -156,6 +159,63 @@ def _raw_conn(path: Path) -> sqlite3.Connection:
     return db
 
 
+def _raw_ledger(path: Path, *, guards: bool) -> sqlite3.Connection:
+    """A raw connection to a new ledger (the real schema), its triggers dropped unless
+    ``guards``."""
+    Ledger.open(f"sqlite:///{path}", create=True).close()
+    db = _raw_conn(path)
+    if not guards:
+        for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                                  ).fetchall():
+            db.execute(f'DROP TRIGGER "{name}"')
+    return db
+
+
+def raw_write_set(db: sqlite3.Connection, bodies: list[bytes], work: list[Any], kid: str, *,
+                  entry_only: bool = False) -> Callable[[int], int]:
+    """A block function: ``n`` raw transactions storing what an append stores — the two
+    lookups, the entry, the head (insert or update) and the payloads — with precomputed
+    bodies and dummy signatures; ``entry_only``: the lookups and the entry row alone."""
+    state = {"leaf": 0}
+    dummy_sig = os.urandom(64)
+
+    def do_txn(n: int) -> int:
+        for _ in range(n):
+            leaf = state["leaf"]
+            inst = f"wf-{leaf % INSTANCES}"
+            payloads = work[leaf % len(work)][2]
+            db.execute("BEGIN IMMEDIATE")
+            last = db.execute("SELECT seq, hash FROM histaudit_entries WHERE instance = ? "
+                              "ORDER BY seq DESC LIMIT 1", (inst,)).fetchone()
+            db.execute("SELECT max(leaf) FROM histaudit_entries").fetchone()
+            seq = 1 if last is None else last[0] + 1
+            db.execute("INSERT INTO histaudit_entries (leaf, instance, seq, hash, body, sig) "
+                       "VALUES (?,?,?,?,?,?)",
+                       (leaf, inst, seq, fmt.GENESIS_PREV, bodies[leaf & 63], dummy_sig))
+            if not entry_only:
+                # the schema's head triggers check the head body against the newest
+                # entry, so the head is a real one (its µs of canonical bytes count too)
+                head = fmt.head_body(instance=inst, seq=seq, leaf=leaf, hash=fmt.GENESIS_PREV,
+                                     ts="2026-11-29T12:00:00.000000Z", kid=kid)
+                if last is None:
+                    db.execute("INSERT INTO histaudit_heads (instance, seq, body, sig) "
+                               "VALUES (?,?,?,?)", (inst, seq, head, dummy_sig))
+                else:
+                    db.execute("UPDATE histaudit_heads SET seq = ?, body = ?, sig = ? "
+                               "WHERE instance = ?", (seq, head, dummy_sig, inst))
+                for salt, (c, p) in payloads.items():
+                    # fresh commitment per row: the payload table's key must stay unique
+                    db.execute("INSERT INTO histaudit_payloads (commitment, salt, data) "
+                               "VALUES (?,?,?)",
+                               (fmt.sha256_hex(c.encode() + bytes(8) + leaf.to_bytes(8, "big")),
+                                salt, p))
+            db.execute("COMMIT")
+            state["leaf"] = leaf + 1
+        return n
+
+    return do_txn
+
+
 def _warm(block: Any, wal: Path, *, max_blocks: int = 300) -> int:
     """Run ``block`` (10 operations) until the WAL file has stopped growing."""
     sizes: list[int] = []
@@ -175,12 +235,15 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
     body_len = int(statistics.median(len(b) for b in bodies))
     do_sign, do_commit, raw = baselines(workdir, signer, bodies)
 
-    # raw append-shaped transaction on a real ledger schema
-    Ledger.open(f"sqlite:///{workdir / 'raw-txn.db'}", create=True).close()
-    txn_db = _raw_conn(workdir / "raw-txn.db")
-    txn_state = {"leaf": 0}
-    dummy_sig = os.urandom(64)
+    # raw append-shaped transactions on a real ledger schema: the whole write set, and
+    # (figure 1i) the same without the append-only triggers and the entry row alone
     txn_work = list(itertools.islice(workload(10_000_000, seed=11), 5_000))
+    txn_dbs = {name: _raw_ledger(workdir / f"raw-{name}.db", guards=name == "txn")
+               for name in ("txn", "txn_unguarded", "txn_entry")}
+    do_txn = raw_write_set(txn_dbs["txn"], bodies, txn_work, signer.kid)
+    do_txn_unguarded = raw_write_set(txn_dbs["txn_unguarded"], bodies, txn_work, signer.kid)
+    do_txn_entry = raw_write_set(txn_dbs["txn_entry"], bodies, txn_work, signer.kid,
+                                 entry_only=True)
 
     # the real thing
     ledger = Ledger.open(f"sqlite:///{workdir / 'append.db'}", create=True)
@@ -189,41 +252,6 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
     # GroupWriter from 8 threads, on a ledger of its own
     group_ledger = Ledger.open(f"sqlite:///{workdir / 'group.db'}", create=True)
     writer, do_group = group_appender(group_ledger, signer)
-
-    def do_txn(n: int) -> int:
-        for _ in range(n):
-            leaf = txn_state["leaf"]
-            inst = f"wf-{leaf % INSTANCES}"
-            payloads = txn_work[leaf % len(txn_work)][2]
-            body = bodies[leaf & 63]
-            txn_db.execute("BEGIN IMMEDIATE")
-            last = txn_db.execute(
-                "SELECT seq, hash FROM histaudit_entries WHERE instance = ? "
-                "ORDER BY seq DESC LIMIT 1", (inst,)).fetchone()
-            txn_db.execute("SELECT max(leaf) FROM histaudit_entries").fetchone()
-            seq = 1 if last is None else last[0] + 1
-            txn_db.execute("INSERT INTO histaudit_entries (leaf, instance, seq, hash, body, sig)"
-                           " VALUES (?,?,?,?,?,?)",
-                           (leaf, inst, seq, fmt.GENESIS_PREV, body, dummy_sig))
-            # the schema's head triggers check the head body against the newest entry,
-            # so the head is a real one (its few µs of canonical bytes count here too)
-            head = fmt.head_body(instance=inst, seq=seq, leaf=leaf, hash=fmt.GENESIS_PREV,
-                                 ts="2026-11-29T12:00:00.000000Z", kid=signer.kid)
-            if last is None:
-                txn_db.execute("INSERT INTO histaudit_heads (instance, seq, body, sig) "
-                               "VALUES (?,?,?,?)", (inst, seq, head, dummy_sig))
-            else:
-                txn_db.execute("UPDATE histaudit_heads SET seq = ?, body = ?, sig = ? "
-                               "WHERE instance = ?", (seq, head, dummy_sig, inst))
-            for salt, (c, p) in payloads.items():
-                # fresh commitment per row: the payload table's key must stay unique
-                txn_db.execute("INSERT INTO histaudit_payloads (commitment, salt, data) "
-                               "VALUES (?,?,?)", (fmt.sha256_hex(c.encode() + bytes(8) +
-                                                                 leaf.to_bytes(8, "big")),
-                                                  salt, p))
-            txn_db.execute("COMMIT")
-            txn_state["leaf"] = leaf + 1
-        return n
 
     def do_build(n: int) -> int:
         for i in range(n):
@@ -253,12 +281,18 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
     warm = {"append": _warm(lambda: do_append(10), workdir / "append.db-wal"),
             "commit": _warm(lambda: do_commit(10), workdir / "raw-commit.db-wal"),
             "txn": _warm(lambda: do_txn(10), workdir / "raw-txn.db-wal"),
+            "txn_unguarded": _warm(lambda: do_txn_unguarded(10),
+                                   workdir / "raw-txn_unguarded.db-wal"),
+            "txn_entry": _warm(lambda: do_txn_entry(10), workdir / "raw-txn_entry.db-wal"),
             "group": _warm(lambda: do_group(10 * THREADS), workdir / "group.db-wal")}
     log(f"sqlite warm-up (operations until the WAL stopped growing): {warm}")
 
     series = {k: Series() for k in ("ratio_combined", "ratio_single", "append_per_s",
                                     "combined_limit_per_s", "single_limit_per_s",
                                     "t_sign_us", "t_commit_us", "t_txn_us", "t_build_us",
+                                    "t_txn_unguarded_us", "t_txn_entry_us",
+                                    "commit_over_txn", "commit_over_txn_unguarded",
+                                    "commit_over_txn_entry",
                                     "t_append_us", "append_client_cpu_us",
                                     "ratio_cpu_floor_over_append_cpu",
                                     "write_set_limit_per_s", "ratio_write_set",
@@ -275,6 +309,8 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
         # makes baseline and subject sample the same drift.
         plan: Plan = [("sign", do_sign, n_sign), ("commit", do_commit, n_commit),
                       ("append", do_append, n_append), ("txn", do_txn, n_commit),
+                      ("txn_unguarded", do_txn_unguarded, n_commit),
+                      ("txn_entry", do_txn_entry, n_commit),
                       ("build", do_build, n_sign), ("group", do_group, n_group)]
         batches0 = writer.batches
         acc = sliced_round(plan)
@@ -293,6 +329,14 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
         series["t_commit_us"].add(tc * 1e6)
         series["t_txn_us"].add(txn_t.per_op * 1e6)
         series["t_build_us"].add(build_t.per_op * 1e6)
+        # Figure 1i, where 1h's gap lies: the one-row commit ÷ the raw write set, whole,
+        # without the append-only triggers, and of the entry row alone (its two indexes)
+        unguarded_t, entry_t = acc["txn_unguarded"], acc["txn_entry"]
+        series["t_txn_unguarded_us"].add(unguarded_t.per_op * 1e6)
+        series["t_txn_entry_us"].add(entry_t.per_op * 1e6)
+        series["commit_over_txn"].add(tc / txn_t.per_op)
+        series["commit_over_txn_unguarded"].add(tc / unguarded_t.per_op)
+        series["commit_over_txn_entry"].add(tc / entry_t.per_op)
         series["t_append_us"].add(ta * 1e6)
         series["append_client_cpu_us"].add(append_t.cpu / append_t.ops * 1e6)
         # CPU-time view, robust to other tenants' load: the CPU an append cannot avoid
@@ -316,6 +360,8 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
         series["group_client_cpu_us"].add(group_t.cpu / group_t.ops * 1e6)
         round_rows.append({"sign": sign_t.to_json(), "commit": commit_t.to_json(),
                            "append": append_t.to_json(), "txn": txn_t.to_json(),
+                           "txn_unguarded": unguarded_t.to_json(),
+                           "txn_entry": entry_t.to_json(),
                            "build": build_t.to_json(), "group": group_t.to_json(),
                            "group_batches": batches})
         log(f"sqlite append round {r + 1}/{rounds}: {append_t.rate:,.0f} appends/s, "
@@ -324,13 +370,18 @@ def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
     ledger.close()
     group_ledger.close()
     raw.close()
-    txn_db.close()
+    for db in txn_dbs.values():
+        db.close()
 
     med = {k: s.median for k, s in series.items()}
     decomposition = {
         "two_signatures_us": 2 * med["t_sign_us"],
         "raw_commit_us": med["t_commit_us"],
         "extra_storage_of_real_write_set_us": med["t_txn_us"] - med["t_commit_us"],
+        "of_which_append_only_triggers_us": med["t_txn_us"] - med["t_txn_unguarded_us"],
+        "of_which_head_and_payload_rows_us": (med["t_txn_unguarded_us"]
+                                              - med["t_txn_entry_us"]),
+        "of_which_entry_row_and_indexes_us": med["t_txn_entry_us"] - med["t_commit_us"],
         "canonical_bytes_and_sha256_us": med["t_build_us"],
         "remaining_python_sqlalchemy_overhead_us": (med["t_append_us"] - 2 * med["t_sign_us"]
                                                     - med["t_txn_us"] - med["t_build_us"]),

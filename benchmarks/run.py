@@ -278,6 +278,18 @@ def _rows_sqlite(f: dict[str, Any], rows: list[list[str]]) -> None:
                      fmt_num(_med(s, "write_set_limit_per_s"), "/s"),
                      fmt_num(_med(s, "combined_limit_per_s"), "/s"),
                      _cell(s, "ceiling_write_set_over_combined"), "(info)", ""])
+    if "commit_over_txn_entry" in s:
+        us = f.get("decomposition_us_median", {})
+        rows.append(["1i", "  one-row commit ÷ raw write set: whole / no triggers / entry row "
+                     "alone", fmt_num(_med(s, "t_commit_us"), " µs"),
+                     f"{fmt_num(_med(s, 't_txn_us'))} / {fmt_num(_med(s, 't_txn_unguarded_us'))}"
+                     f" / {fmt_num(_med(s, 't_txn_entry_us'))} µs",
+                     " / ".join(fmt_num(_med(s, k)) for k in (
+                         "commit_over_txn", "commit_over_txn_unguarded",
+                         "commit_over_txn_entry")), "(info)",
+                     f"triggers {fmt_num(us.get('of_which_append_only_triggers_us'))}, head + "
+                     f"payloads {fmt_num(us.get('of_which_head_and_payload_rows_us'))}, entry "
+                     f"+ indexes {fmt_num(us.get('of_which_entry_row_and_indexes_us'))} µs"])
     if "ratio_group_combined" in s:
         threads = f["params"].get("group_threads", 8)
         rows.append(["1d", f"SQLite GroupWriter, {threads} threads ÷ 1/(2·sign + commit)",
