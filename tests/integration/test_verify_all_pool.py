@@ -92,10 +92,10 @@ def test_an_instance_that_fails_mid_run_leaves_no_worker_behind(
     started = count_pools(monkeypatch)
     real = verifier._Chain.scan
 
-    def scan(self: verifier._Chain, rows: object) -> None:
+    def scan(self: verifier._Chain, chunks: object, as_entry: object = None) -> None:
         if self.instance == order[20]:
             raise OSError("disk I/O error")
-        real(self, rows)  # type: ignore[arg-type]
+        real(self, chunks, as_entry)  # type: ignore[arg-type]
 
     monkeypatch.setattr(verifier._Chain, "scan", scan)
     with Ledger.open(ledger_url) as ledger:

@@ -31,8 +31,8 @@ Memory stays bounded however long the instance: each tracked entry becomes one s
 event tuple (:mod:`histaudit.verify.behaviour_events`). Up to ``spill_at`` events per list
 are analysed in memory at :meth:`BehaviourCheck.finish`, by the original analyzer's dicts;
 past that the events go, in batches, to a temporary directory
-(:mod:`histaudit.verify.behaviour_spill`) from which ``finish`` reads back only the tasks
-and effects that can have findings, into the same views. One set of functions below
+(:mod:`histaudit.verify.behaviour_spill`) from which ``finish`` reads back only the tasks,
+effects and decisions that can have findings, into the same views. One set of functions below
 words the findings of both paths; tests/unit/verify/test_behaviour.py holds both to the
 original analyzer.
 """

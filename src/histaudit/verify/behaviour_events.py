@@ -7,10 +7,11 @@ decides the order of the findings) and keeps them in three lists; once a list re
 
 Task keys are compared as the original analyzer's dict compared them: by Python
 equality, where ``1 == 1.0 == True``. :func:`task_key` maps such values to one
-representative (an ``int``) and keeps how the first one was written (``"True"``), so a
-dict and SQLite agree on which events belong to one task. A key that cannot be hashed
-(a JSON object or array as ``task_id``) raises :class:`TypeError` where the original
-raised it: at once for a start or completion, at ``finish`` for an open intent.
+representative (an ``int``) and keeps how the first one was written (``"True"``), so the
+in-memory dicts and the spill's hashes agree on which events belong to one task. A key
+that cannot be hashed (a JSON object or array as ``task_id``) raises :class:`TypeError`
+where the original raised it: at once for a start or completion, at ``finish`` for an
+open intent.
 """
 
 from __future__ import annotations

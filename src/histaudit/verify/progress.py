@@ -37,6 +37,15 @@ class Tally:
             if self.done - self._told >= _EVERY:
                 self.tell()
 
+    def count_chunks(self, chunks: Iterable[list[T]]) -> Iterable[list[T]]:
+        """``chunks``, a unit per item of each (told once a chunk has been handed out)."""
+        return chunks if self.progress is None else self._counted_chunks(chunks)
+
+    def _counted_chunks(self, chunks: Iterable[list[T]]) -> Iterator[list[T]]:
+        for chunk in chunks:
+            yield chunk
+            self.add(len(chunk))
+
     def add(self, n: int) -> None:
         self.done += n
         self.tell()

@@ -28,7 +28,8 @@ both loops on tables of malformed bodies and on random chains.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -55,16 +56,16 @@ back CPython's cached 1, rows merely take the slow path."""
 
 class _Timestamps:
     """``ts`` checked against the entry format with a regex once per second of entries:
-    the same ``YYYY-MM-DDTHH:MM:SS.`` as the last one that passed, six decimal digits
-    (``str.isdecimal`` is the regex's ``\\d``: Unicode category Nd) and ``Z`` is a match."""
+    the scan's inline test passes a ``str`` of 27 characters with the same
+    ``YYYY-MM-DDTHH:MM:SS.`` as the last one that passed, six decimal digits
+    (``str.isdecimal`` is the regex's ``\\d``: Unicode category Nd) and ``Z``; any other
+    comes to :meth:`learn`."""
 
     def __init__(self) -> None:
         self.prefix = "\x00" * 28  # longer than any match: nothing starts with it
 
-    def ok(self, ts: Any) -> bool:
-        if (ts.__class__ is str and len(ts) == 27 and ts.startswith(self.prefix)
-                and ts[20:26].isdecimal() and ts[26] == "Z"):
-            return True
+    def learn(self, ts: Any) -> bool:
+        """Whether ``ts`` matches the format; if it does, its second is the new prefix."""
         if records._TS.fullmatch(ts) is None:  # TypeError for a non-str: the slow path
             return False
         self.prefix = ts[:20]
@@ -122,8 +123,15 @@ class ChainScan:
         for check in self.checks:
             check.observe(row, parsed)
 
-    def run(self, rows: Iterable[StoredEntry]) -> int:
-        """Feed every row; return how many there were."""
+    def run(self, chunks: Iterable[Iterable[Sequence[Any]]],
+            as_entry: Callable[[Any], StoredEntry] | None = None) -> int:
+        """Feed every row of every chunk; return how many there were.
+
+        A row is a :class:`StoredEntry`, or — with ``as_entry``, which makes one of such a
+        row — a tuple in its column order as a driver returns it, its types unchecked
+        (``Snapshot.entry_chunks``). The fast path tests the types it relies on; a row
+        that fails them goes to the checks as ``as_entry`` makes it, like every row a
+        check is handed."""
         integrity, behaviour, events = self.integrity, self.behaviour, self.behaviour.events
         instance: Any = self.instance
         if instance.__class__ is not str or not instance:
@@ -133,23 +141,30 @@ class ChainScan:
         before = tuple(c.observe_valid for c in self._before)
         after = tuple(c.observe_valid for c in self._after)
         key_valid, routes, kids = self.keys.observe_valid, self._routes, self._kids
-        sha, loads, ts_ok, one = hashlib.sha256, orjson.loads, _Timestamps().ok, _ONE
+        sha, loads, one, stamps = hashlib.sha256, orjson.loads, _ONE, _Timestamps()
         tip_seq, tip_hash = integrity.tip_seq, integrity.tip_hash
         tip_leaf, last_leaf = integrity.tip_leaf, integrity.last_leaf
         count = slow = 0
-        for count, row in enumerate(rows, 1):  # noqa: B007 - the count is the result
-            body = row.body
-            digest = sha(body).hexdigest()
+        entry: Any = None
+        row: Any  # a StoredEntry, or a driver's tuple when as_entry is given
+        for row in itertools.chain.from_iterable(chunks):
+            count += 1
+            leaf_c, _instance_c, seq_c, hash_c, body, _sig = row
             route = checked = None
             try:
+                digest = sha(body).hexdigest()
                 doc = loads(body)
                 seq, leaf, data, v = doc["seq"], doc["leaf"], doc["data"], doc["v"]
                 kind, kid, ts = doc["kind"], doc["kid"], doc["ts"]
-                ok = (digest == row.hash and seq == tip_seq + 1 and seq.__class__ is int
-                      and seq == row.seq and doc["prev"] == tip_hash
-                      and leaf.__class__ is int and leaf == row.leaf and leaf > last_leaf
+                ok = (digest == hash_c and body.__class__ is bytes and seq == tip_seq + 1
+                      and seq.__class__ is int and seq == seq_c and seq_c.__class__ is int
+                      and doc["prev"] == tip_hash and leaf.__class__ is int and leaf == leaf_c
+                      and leaf_c.__class__ is int and leaf > last_leaf
                       and doc["instance"] == instance and len(doc) == 10 and v is one
-                      and doc["type"] == "entry" and data.__class__ is dict and ts_ok(ts))
+                      and doc["type"] == "entry" and data.__class__ is dict
+                      and ((ts.__class__ is str and len(ts) == 27
+                            and ts.startswith(stamps.prefix) and ts[20:26].isdecimal()
+                            and ts[26] == "Z") or stamps.learn(ts)))
                 if ok:
                     route, checked = routes.get(kind), kids.get(kid)
             except (orjson.JSONDecodeError, KeyError, TypeError):
@@ -160,17 +175,19 @@ class ChainScan:
             if not ok:
                 integrity.tip_seq, integrity.tip_hash = tip_seq, tip_hash
                 integrity.tip_leaf, integrity.last_leaf = tip_leaf, last_leaf
-                self._slow(row)
+                self._slow(row if as_entry is None else as_entry(row))
                 slow += 1
                 tip_seq, tip_hash = integrity.tip_seq, integrity.tip_hash
                 tip_leaf, last_leaf = integrity.tip_leaf, integrity.last_leaf
                 continue
             if inline_canonical and not is_canonical(body, doc):
                 integrity.not_canonical(len(integrity.findings), seq)
-            if checked:
-                key_valid(row, instance, seq, kind, kid, ts, data)
-            for observe in before:
-                observe(row, instance, seq, kind, kid, ts, data)
+            if checked or before or after:
+                entry = row if as_entry is None else as_entry(row)
+                if checked:
+                    key_valid(entry, instance, seq, kind, kid, ts, data)
+                for observe in before:
+                    observe(entry, instance, seq, kind, kid, ts, data)
             if route:
                 if route == ev.STARTED:
                     events.started(seq, data)
@@ -184,8 +201,9 @@ class ChainScan:
                     events.decision(seq, kind, data)
                 else:
                     behaviour.mismatch(seq, data)
-            for observe in after:
-                observe(row, instance, seq, kind, kid, ts, data)
+            if after:
+                for observe in after:
+                    observe(entry, instance, seq, kind, kid, ts, data)
             tip_seq, tip_hash, tip_leaf, last_leaf = seq, digest, leaf, leaf
         integrity.tip_seq, integrity.tip_hash = tip_seq, tip_hash
         integrity.tip_leaf, integrity.last_leaf = tip_leaf, last_leaf

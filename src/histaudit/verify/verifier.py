@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from histaudit.ledger.keys import TrustStore
@@ -58,7 +58,7 @@ def verify_chain(instance: str, rows: Iterable[StoredEntry], head: StoredHead | 
                    payload_lookup=payload_lookup, payloads_lookup=payloads_lookup,
                    engine_history=engine_history, engine_lookup=engine_lookup)
     try:
-        chain.scan(rows)
+        chain.scan((rows,))
         return chain.report()
     finally:
         chain.close()
@@ -98,9 +98,12 @@ class _Chain:
                                head=head_check, behaviour=self.behaviour, checks=self.checks)
         self._found: list[Iterable[Finding] | None] = []
 
-    def scan(self, rows: Iterable[StoredEntry]) -> None:
-        """Feed the rows; finish every check that does not wait for the signature pool."""
-        self.count = self._scan.run(rows)
+    def scan(self, chunks: Iterable[Iterable[Any]],
+             as_entry: Callable[[Any], StoredEntry] | None = None) -> None:
+        """Feed the rows, in chunks (StoredEntry values, or a snapshot's raw
+        ``entry_chunks`` with its ``as_entry``: see :meth:`ChainScan.run`); finish every
+        check that does not wait for the signature pool."""
+        self.count = self._scan.run(chunks, as_entry)
         waits = {id(self.integrity), id(self.signatures)} if self.signatures else set()
         self._found = [None if id(c) in waits else list(c.finish()) for c in self.checks]
         self.behaviour.close()
@@ -151,8 +154,8 @@ def verify_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool = 
     chain = _chain_in(snap, instance, trust=trust, full=full, workers=workers,
                       engine_history=engine_history)
     try:
-        rows = snap.entries(instance)
-        chain.scan(rows if tally is None else tally.count(rows))
+        chunks = snap.entry_chunks(instance)
+        chain.scan(chunks if tally is None else tally.count_chunks(chunks), snap.as_entry)
         if tally is not None:
             tally.tell()  # the last few rows
         return chain.report()
@@ -197,7 +200,7 @@ def verify_all(ledger: Ledger, *, trust: TrustStore, full: bool = False,
                 chain = _chain_in(snap, instance, trust=trust, full=full, workers=workers,
                                   pool=pool)
                 waiting.append(chain)
-                chain.scan(snap.entries(instance))
+                chain.scan(snap.entry_chunks(instance), snap.as_entry)
                 if pool is not None:
                     pool.poll()
                     if len(waiting) > WAITING:

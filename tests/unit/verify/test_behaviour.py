@@ -10,7 +10,8 @@ three must raise the same error.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,23 @@ def assert_all_agree(chain_entries: list[Entry]) -> Any:
         spilled = BehaviourCheck(INSTANCE, spill_at=spill_at)
         assert outcome(spilled, chain_entries) == expected, spill_at
         spilled.close()
+    with on_disk_at_once():
+        spilled = BehaviourCheck(INSTANCE, spill_at=1)
+        assert outcome(spilled, chain_entries) == expected, "every batch on disk"
+        spilled.close()
     return expected
+
+
+@contextlib.contextmanager
+def on_disk_at_once() -> Iterator[None]:
+    """The spill's hash arrays and intent partitions written to their files after every
+    batch, as past their in-memory sizes on a long instance."""
+    sizes = behaviour_spill._HASHES_IN_MEMORY, behaviour_spill._PAIRS_IN_MEMORY
+    behaviour_spill._HASHES_IN_MEMORY = behaviour_spill._PAIRS_IN_MEMORY = 1
+    try:
+        yield
+    finally:
+        behaviour_spill._HASHES_IN_MEMORY, behaviour_spill._PAIRS_IN_MEMORY = sizes
 
 
 def started(task: Any, eid: Any = "e", activity: Any = "charge") -> tuple[str, dict[str, Any]]:

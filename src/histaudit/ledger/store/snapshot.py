@@ -12,6 +12,10 @@ from .columns import _blob, _int, _text, _top_leaf
 from .sql import entry_row, instance_rows, statements
 
 _cursor_names = itertools.count(1)
+_SQLITE_FETCH = 256
+"""Rows per fetch of :meth:`Snapshot.entry_chunks` from SQLite: a fetch of ~0.5 KB rows
+that stays in a core's L2 cache while the scan reads it (5,000 rows did not: 5 % slower
+per row at 1M entries); PostgreSQL fetches the snapshot's ``chunk`` a round trip."""
 
 
 class Snapshot:
@@ -62,6 +66,29 @@ class Snapshot:
         else:
             rows = self._stream(self._sql.entries_of, (instance,))
         return instance_rows(instance, rows)
+
+    def entry_chunks(self, instance: str) -> Iterator[list[tuple[Any, ...]]]:
+        """``instance``'s rows in leaf order as the driver returns them, a fetch at a time:
+        tuples in :class:`StoredEntry`'s column order, their types unchecked. For a loop
+        that checks the types it relies on itself (the verifier's scan) and hands any
+        other row to :meth:`as_entry`; :meth:`entries` is the same rows, each made a
+        StoredEntry. A list per fetch spares the loop a generator step per row."""
+        fetch = self._chunk if self._pg else _SQLITE_FETCH
+        if self._pg:
+            cur = self._raw.cursor(name=f"histaudit_stream_{next(_cursor_names)}")
+        else:
+            cur = self._raw.cursor()
+        try:
+            cur.execute(self._sql.entry_rows_of, (instance,))
+            while rows := cur.fetchmany(fetch):
+                yield rows
+        finally:
+            cur.close()
+
+    @staticmethod
+    def as_entry(row: Any) -> StoredEntry:
+        """A row of :meth:`entry_chunks` as a StoredEntry, whatever its columns hold."""
+        return entry_row(row)
 
     def all_entries(self) -> Iterator[StoredEntry]:
         """Every row in leaf order — negative, duplicate or non-integer leaves included."""

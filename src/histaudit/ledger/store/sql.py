@@ -28,6 +28,7 @@ class Statements:
 
     entries_of: str
     entries_of_after: str
+    entry_rows_of: str
     all_entries: str
     leaves: str
     leaves_below: str
@@ -62,6 +63,9 @@ _QMARK = Statements(
                "ORDER BY leaf",
     entries_of_after="SELECT leaf, seq, hash, body, sig FROM histaudit_entries "
                      "WHERE instance = ? AND seq > ? ORDER BY leaf",
+    # the verifier's raw rows, StoredEntry's columns (its scan checks their types)
+    entry_rows_of=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries WHERE instance = ? "
+                  "ORDER BY leaf",
     all_entries=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries ORDER BY leaf",
     leaves="SELECT leaf, body FROM histaudit_entries ORDER BY leaf",
     leaves_below="SELECT leaf, body FROM histaudit_entries WHERE leaf < ? ORDER BY leaf",
