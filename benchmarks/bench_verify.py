@@ -15,6 +15,13 @@ and payload-commitment checks. Baseline: the raw single-thread Ed25519 verify ra
 diagnostic baseline runs the raw verify loop in one process per core at the same time,
 which shows what the cores really deliver on this shared machine.
 
+Figure 3h (info) is the *bound*: the least loop a CPython verifier that reports these
+findings must run per row, measured like the floor and divided by it: the six columns the
+verifier reads, SHA-256 and ``orjson.loads`` of each body, the chain's comparisons (hash,
+seq, prev, leaf, instance) and, for each tracked entry, one hash of its task or effect key
+kept (what spotting a repeat takes). It reports nothing; it is the ceiling 3a can reach in
+CPython, and 3a ÷ 3h is how far the verifier's code is from it.
+
 Every figure is measured on each instance of the verify ledger (e.g. 10k, 100k and 1M
 entries), so the JSON shows how it grows with size (``by_size``); the headline figures
 are the largest instance's.
@@ -54,6 +61,44 @@ def floor_pass(path: Path, instance: str, *, parse: bool = True, hash_: bool = T
                 if parse:
                     loads(body)
             n += len(rows)
+    finally:
+        db.close()
+
+
+_KEYED = {"workflow.scheduled_activity": ("task_id", "execution_id"),
+          "activity.started": ("task_id", "execution_id"),
+          "activity.completed": ("task_id", "execution_id"),
+          "effect.intent": ("name", "key"), "effect.done": ("name", "key")}
+
+
+def bound_pass(path: Path, instance: str) -> int:
+    """Figure 3h's loop (module doc); raises if a row of the bench ledger fails a check,
+    so the comparisons are real ones."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        cur = db.execute("SELECT leaf, instance, seq, hash, body, sig FROM histaudit_entries "
+                         "WHERE instance = ? ORDER BY leaf", (instance,))
+        sha, loads, keyed = hashlib.sha256, orjson.loads, _KEYED
+        tip_seq, tip_hash, last_leaf, n, bad = 0, "0" * 64, -1, 0, 0
+        keys: list[int] = []
+        while rows := cur.fetchmany(256):
+            for leaf_c, _instance, seq_c, hash_c, body, _sig in rows:
+                digest = sha(body).hexdigest()
+                doc = loads(body)
+                seq, leaf = doc["seq"], doc["leaf"]
+                if not (digest == hash_c and seq == tip_seq + 1 and seq == seq_c
+                        and doc["prev"] == tip_hash and leaf == leaf_c and leaf > last_leaf
+                        and doc["instance"] == instance):
+                    bad += 1
+                fields = keyed.get(doc["kind"])
+                if fields is not None:
+                    data = doc["data"]
+                    keys.append(hash((data[fields[0]], data[fields[1]])))
+                tip_seq, tip_hash, last_leaf = seq, digest, leaf
+            n += len(rows)
+        if bad:
+            raise RuntimeError(f"bound pass: {bad} rows of {instance} failed a chain check")
+        return n
     finally:
         db.close()
 
@@ -166,7 +211,8 @@ class _SizeState:
         self.series = {k: Series() for k in (
             "default_per_s", "default_per_cpu_s", "floor_per_s", "floor_per_cpu_s",
             "ratio_default_over_floor", "ratio_default_over_floor_wall",
-            "read_only_per_s", "read_hash_per_s", "per_core_over_250k", "peak_rss_mib")}
+            "read_only_per_s", "read_hash_per_s", "per_core_over_250k", "peak_rss_mib",
+            "bound_per_cpu_s", "ratio_bound_over_floor", "ratio_default_over_bound")}
         self.fseries = {k: Series() for k in (
             "full_per_s", "raw_verify_1core_per_s", "raw_verify_x_cores_per_s",
             "ratio_full_over_raw_x_cores", "raw_verify_parallel_per_s",
@@ -190,6 +236,7 @@ class _SizeState:
         ver_t = Timing(self.entries, child["wall_s"], child["cpu_s"])
         read_t = measure(lambda: floor_pass(path, instance, parse=False, hash_=False))
         rh_t = measure(lambda: floor_pass(path, instance, parse=False))
+        bound_t = measure(lambda: bound_pass(path, instance))
         series["default_per_s"].add(ver_t.rate)
         series["default_per_cpu_s"].add(ver_t.cpu_rate)
         series["floor_per_s"].add(floor_t.rate)
@@ -202,8 +249,12 @@ class _SizeState:
         series["read_hash_per_s"].add(rh_t.rate)
         series["per_core_over_250k"].add(ver_t.cpu_rate / 250_000)
         series["peak_rss_mib"].add(child["vmhwm_kb"] / 1024)
+        series["bound_per_cpu_s"].add(bound_t.cpu_rate)
+        series["ratio_bound_over_floor"].add(bound_t.cpu_rate / floor_t.cpu_rate)
+        series["ratio_default_over_bound"].add(ver_t.cpu_rate / bound_t.cpu_rate)
         self.rounds.append({"default": ver_t.to_json(), "floor": floor_t.to_json(),
                             "read_only": read_t.to_json(), "read_hash": rh_t.to_json(),
+                            "bound": bound_t.to_json(),
                             "default_vmhwm_kb": child["vmhwm_kb"]})
         log(f"verify default {self.entries:,} entries, round {r + 1}/{rounds}: "
             f"{ver_t.rate:,.0f} entries/s ({ver_t.cpu_rate:,.0f}/CPU-s), floor "

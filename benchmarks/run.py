@@ -355,6 +355,15 @@ def _rows_verify(v: dict[str, Any], rows: list[list[str]]) -> None:
     rows.append(["3a'", "  same, wall-clock", fmt_num(_med(d, "default_per_s"), "/s"),
                  fmt_num(_med(d, "floor_per_s"), "/s"),
                  _cell(d, "ratio_default_over_floor_wall"), "(info)", ""])
+    if d.get("ratio_bound_over_floor", {}).get("rounds"):
+        rows.append(["3h", "  the least CPython loop that reports these findings ÷ floor",
+                     fmt_num(_med(d, "bound_per_cpu_s"), "/CPU-s"),
+                     fmt_num(_med(d, "floor_per_cpu_s"), "/CPU-s"),
+                     _cell(d, "ratio_bound_over_floor"), "(info: 3a's ceiling)", ""])
+        rows.append(["3h'", "  verify default ÷ that loop",
+                     fmt_num(_med(d, "default_per_cpu_s"), "/CPU-s"),
+                     fmt_num(_med(d, "bound_per_cpu_s"), "/CPU-s"),
+                     _cell(d, "ratio_default_over_bound"), "(info)", ""])
     if fu.get("full_per_s", {}).get("rounds"):
         cores = v["params"]["cores"]
         rows.append(["3b", f"verify --full wall ÷ raw Ed25519 verify × {cores} cores",
