@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -38,7 +39,10 @@ class Snapshot:
         self._pg = dialect == "postgresql"
         self._sql = statements(dialect)
 
-    def _stream(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
+    @contextlib.contextmanager
+    def _streaming(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
+        """A cursor that has run ``sql``, its rows not yet read: on PostgreSQL a named
+        (server-side) one that fetches ``chunk`` rows a round trip."""
         if self._pg:
             cur = self._raw.cursor(name=f"histaudit_stream_{next(_cursor_names)}")
             cur.itersize = self._chunk
@@ -46,9 +50,13 @@ class Snapshot:
             cur = self._raw.cursor()
         try:
             cur.execute(sql, params)
-            yield from cur
+            yield cur
         finally:
             cur.close()
+
+    def _stream(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
+        with self._streaming(sql, params) as cur:
+            yield from cur
 
     def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
         cur = self._raw.cursor()
@@ -74,16 +82,9 @@ class Snapshot:
         other row to :meth:`as_entry`; :meth:`entries` is the same rows, each made a
         StoredEntry. A list per fetch spares the loop a generator step per row."""
         fetch = self._chunk if self._pg else _SQLITE_FETCH
-        if self._pg:
-            cur = self._raw.cursor(name=f"histaudit_stream_{next(_cursor_names)}")
-        else:
-            cur = self._raw.cursor()
-        try:
-            cur.execute(self._sql.entry_rows_of, (instance,))
+        with self._streaming(self._sql.entry_rows_of, (instance,)) as cur:
             while rows := cur.fetchmany(fetch):
                 yield rows
-        finally:
-            cur.close()
 
     @staticmethod
     def as_entry(row: Any) -> StoredEntry:
