@@ -28,6 +28,12 @@ Figures (medians over rounds, with the spread):
   of the signed completions, payload commitments, ledger appends (``chain.append`` /
   ``append_in`` where still called; the recorder's ``GroupWriter.append`` — a caller's
   whole wait — and each batch's ``append_many`` transaction), and Ed25519 signatures.
+* cold operations (figure 5d, :func:`cold_ops`): in the app, each decision and each
+  start is appended right after the worker sat waiting for the engine. The CPU of one
+  non-durable ``GroupWriter.append`` and of one raw stdlib ``sqlite3`` one-row commit (no
+  histaudit code), each measured back to back and each after a sleep as long as the plain
+  run's median step, in the same process after the workflow rounds: cold ÷ warm. The raw
+  commit's ratio is what this machine charges any operation for following an idle wait.
 
 Results go to ``benchmarks/results/interceptor-latest.json`` (``--out``). ``run.py``
 runs this script as a child process (figure 5: audited ÷ plain, target ≥ 0.85) with
@@ -44,6 +50,7 @@ import json
 import os
 import platform
 import shutil
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -69,6 +76,8 @@ from histaudit.interceptor.workflow import AuditedWorkflowContext
 from histaudit.ledger import chain as hchain
 from histaudit.ledger import writer as hwriter
 from histaudit.ledger.keys import Signer, generate_keypair
+from histaudit.ledger.kinds import Kind
+from histaudit.ledger.store import Ledger
 from histaudit.replay import History
 
 OUT = BENCH_DIR / "results" / "interceptor-latest.json"
@@ -230,6 +239,75 @@ def timeline(engine: EngineProcess, instance: str) -> tuple[float, list[float]]:
     return ended - started, [b - a for a, b in itertools.pairwise(stamps)]
 
 
+# --- cold operations (figure 5d) -------------------------------------------------------
+
+COLD_OPS = 100
+"""Operations per block of :func:`cold_ops`."""
+
+
+def cold_ops(work: Path, gap_s: float, rounds: int) -> dict[str, Any]:
+    """CPU (thread time) of one ledger operation back to back and after an idle gap.
+
+    Two operations: ``append``, a non-durable :class:`~histaudit.ledger.writer.GroupWriter`
+    append of an ``activity.started`` with no input (what an activity's start appends, a
+    lone caller committing on its own thread), and ``commit``, a raw stdlib ``sqlite3``
+    ``BEGIN IMMEDIATE; INSERT one 530-byte row; COMMIT`` (WAL, ``synchronous=NORMAL``, as
+    a non-durable append commits). Each runs in blocks of :data:`COLD_OPS` operations,
+    either back to back ("warm") or each after ``time.sleep(gap_s)`` ("cold"), the four
+    blocks in rotating order each round. Per round and operation: the median of its
+    blocks' operations, and cold ÷ warm.
+    """
+    ledger = Ledger.open(f"sqlite:///{work / 'cold.db'}", create=True)
+    writer = hwriter.GroupWriter(ledger, Signer.generate())
+    raw = sqlite3.connect(work / "cold-raw.db", isolation_level=None, timeout=60)
+    raw.execute("PRAGMA journal_mode = WAL")
+    raw.execute("PRAGMA synchronous = NORMAL")
+    raw.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, instance TEXT NOT NULL, "
+                "seq INTEGER NOT NULL, body BLOB NOT NULL, UNIQUE (instance, seq))")
+    body, counter = b"x" * 530, itertools.count(1)
+
+    def append() -> None:
+        writer.append("cold-ops", Kind.ACTIVITY_STARTED, {
+            "activity": "bump", "task_id": next(counter), "execution_id": uuid.uuid4().hex,
+            "attempt": 1, "worker": "bench", "input": None, "input_digest": None},
+            durable=False)
+
+    def commit() -> None:
+        raw.execute("BEGIN IMMEDIATE")
+        raw.execute("INSERT INTO t (instance, seq, body) VALUES (?, ?, ?)",
+                    ("cold-ops", next(counter), body))
+        raw.execute("COMMIT")
+
+    blocks = [(name, fn, cold) for name, fn in (("append", append), ("commit", commit))
+              for cold in (False, True)]
+    per_round: dict[str, list[dict[str, float]]] = defaultdict(list)
+    try:
+        for rnd in range(rounds):
+            medians: dict[tuple[str, bool], float] = {}
+            for name, fn, cold in blocks[rnd % 4:] + blocks[:rnd % 4]:
+                fn()  # the block's first operation follows another block's: not timed
+                cpu = []
+                for _ in range(COLD_OPS):
+                    if cold:
+                        time.sleep(gap_s)
+                    c0 = time.thread_time()
+                    fn()
+                    cpu.append(time.thread_time() - c0)
+                medians[name, cold] = statistics.median(cpu)
+            for name in ("append", "commit"):
+                warm, cold_ = medians[name, False], medians[name, True]
+                per_round[name].append({"warm_us": us(warm), "cold_us": us(cold_),
+                                        "ratio": cold_ / warm})
+    finally:
+        raw.close()
+        ledger.close()
+    return {"gap_ms": round(gap_s * 1e3, 2), "ops_per_block": COLD_OPS, "rounds": rounds,
+            **{name: {"warm_us": statistics.median(r["warm_us"] for r in rs),
+                      "cold_us": statistics.median(r["cold_us"] for r in rs),
+                      "ratio": summary([r["ratio"] for r in rs]), "per_round": rs}
+               for name, rs in per_round.items()}}
+
+
 # --- statistics -------------------------------------------------------------------------
 
 def pct(values: list[float], q: float) -> float:
@@ -308,6 +386,11 @@ def main(argv: list[str] | None = None) -> int:
         engine.stop()
 
     doc = analyse(runs, args, variants)
+    plain_step = statistics.median(s for r in runs if r["variant"] == "plain"
+                                   for s in r["step_s"])
+    print(f"cold operations: {COLD_OPS} per block, after {us(plain_step):.0f} us sleeps",
+          flush=True)
+    doc["cold_ops"] = cold_ops(work, plain_step, args.rounds)
     doc["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(),
                       "loadavg": os.getloadavg(), "platform": platform.platform()}
     doc["code"] = code_version()
@@ -400,6 +483,11 @@ def print_table(doc: dict[str, Any]) -> None:
                      f" {'ok' if e['meets_target'] else 'BELOW'} {doc['target_ratio']}"
                      f"  added/activity p50 {a['p50']:.0f} us p99 {a['p99']:.0f} us")
         print(line)
+    c = doc.get("cold_ops")
+    if c:
+        print(f"  one operation after a {c['gap_ms']:.1f} ms sleep ÷ back to back (CPU): " +
+              ", ".join(f"{name} {c[name]['cold_us']:.0f} / {c[name]['warm_us']:.0f} us = "
+                        f"{c[name]['ratio']['median']:.2f}" for name in ("append", "commit")))
     for variant, e in doc["variants"].items():
         if "breakdown" not in e:
             continue

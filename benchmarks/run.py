@@ -443,6 +443,14 @@ def _rows_interceptor(doc: dict[str, Any], rows: list[list[str]]) -> None:
         rows.append(["5c", "  interceptor time on an activity's critical path (p50 / p99)",
                      f"{fmt_num(lat['p50'], ' µs')} / {fmt_num(lat['p99'], ' µs')}", "", "-",
                      "(info)", ""])
+    c = doc.get("cold_ops")
+    if c:
+        for name, what in (("append", "a non-durable GroupWriter append"),
+                           ("commit", "a raw sqlite3 one-row commit")):
+            rows.append([f"5d{'' if name == 'append' else chr(39)}",
+                         f"  {what} after a {c['gap_ms']:.0f} ms sleep ÷ back to back (CPU)",
+                         fmt_num(c[name]["cold_us"], " µs"), fmt_num(c[name]["warm_us"], " µs"),
+                         _ratio_cell(c[name]["ratio"]), "(info)", ""])
 
 
 def _rows_crashtest(doc: dict[str, Any], rows: list[list[str]]) -> None:
