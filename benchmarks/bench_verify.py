@@ -21,6 +21,9 @@ verifier reads, SHA-256 and ``orjson.loads`` of each body, the chain's compariso
 seq, prev, leaf, instance) and, for each tracked entry, one hash of its task or effect key
 kept (what spotting a repeat takes). It reports nothing; it is the ceiling 3a can reach in
 CPython, and 3a ÷ 3h is how far the verifier's code is from it.
+Figure 3i (info) adds to that loop every other test the verifier's fast path makes of
+each row (:func:`checked_pass`): the ceiling of a CPython verifier with those tests and no
+behaviour bookkeeping beyond the one hash.
 
 Every figure is measured on each instance of the verify ledger (e.g. 10k, 100k and 1M
 entries), so the JSON shows how it grows with size (``by_size``); the headline figures
@@ -41,6 +44,7 @@ import orjson
 from bench_common import Series, Timing, log, measure
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from histaudit.ledger import records
 from histaudit.ledger.keys import TrustStore
 
 
@@ -98,6 +102,52 @@ def bound_pass(path: Path, instance: str) -> int:
             n += len(rows)
         if bad:
             raise RuntimeError(f"bound pass: {bad} rows of {instance} failed a chain check")
+        return n
+    finally:
+        db.close()
+
+
+def checked_pass(path: Path, instance: str) -> int:
+    """Figure 3i's loop: :func:`bound_pass` with every other per-row test of the
+    verifier's fast path (``ChainScan.run``) added — the types of the columns and fields
+    it compares, ten names, ``v`` 1, ``type`` "entry", ``data`` an object, the inline
+    ``ts`` test, a dict lookup of the kind and of the key id. Still no report and no
+    behaviour state beyond one hash per tracked entry; raises if a row fails."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        cur = db.execute("SELECT leaf, instance, seq, hash, body, sig FROM histaudit_entries "
+                         "WHERE instance = ? ORDER BY leaf", (instance,))
+        sha, loads, keyed = hashlib.sha256, orjson.loads, _KEYED
+        tip_seq, tip_hash, last_leaf, n, bad = 0, "0" * 64, -1, 0, 0
+        keys: list[int] = []
+        kids: dict[str, bool] = {}
+        prefix, stamp = "\x00" * 28, records._TS  # the verifier's regex, as it uses it
+        while rows := cur.fetchmany(256):
+            for leaf_c, _instance, seq_c, hash_c, body, _sig in rows:
+                digest = sha(body).hexdigest()
+                doc = loads(body)
+                seq, leaf, data, v = doc["seq"], doc["leaf"], doc["data"], doc["v"]
+                kind, kid, ts = doc["kind"], doc["kid"], doc["ts"]
+                if not (digest == hash_c and body.__class__ is bytes and seq == tip_seq + 1
+                        and seq.__class__ is int and seq == seq_c and seq_c.__class__ is int
+                        and doc["prev"] == tip_hash and leaf.__class__ is int
+                        and leaf == leaf_c and leaf_c.__class__ is int and leaf > last_leaf
+                        and doc["instance"] == instance and len(doc) == 10 and v == 1
+                        and doc["type"] == "entry" and data.__class__ is dict
+                        and ((ts.__class__ is str and len(ts) == 27
+                              and ts.startswith(prefix) and ts[20:26].isdecimal()
+                              and ts[26] == "Z") or stamp.fullmatch(ts))):
+                    bad += 1
+                prefix = ts[:20]
+                fields = keyed.get(kind)
+                if kids.get(kid) is None:
+                    kids[kid] = True
+                if fields is not None:
+                    keys.append(hash((data[fields[0]], data[fields[1]])))
+                tip_seq, tip_hash, last_leaf = seq, digest, leaf
+            n += len(rows)
+        if bad:
+            raise RuntimeError(f"checked pass: {bad} rows of {instance} failed a check")
         return n
     finally:
         db.close()
@@ -212,7 +262,8 @@ class _SizeState:
             "default_per_s", "default_per_cpu_s", "floor_per_s", "floor_per_cpu_s",
             "ratio_default_over_floor", "ratio_default_over_floor_wall",
             "read_only_per_s", "read_hash_per_s", "per_core_over_250k", "peak_rss_mib",
-            "bound_per_cpu_s", "ratio_bound_over_floor", "ratio_default_over_bound")}
+            "bound_per_cpu_s", "ratio_bound_over_floor", "ratio_default_over_bound",
+            "checked_per_cpu_s", "ratio_checked_over_floor")}
         self.fseries = {k: Series() for k in (
             "full_per_s", "raw_verify_1core_per_s", "raw_verify_x_cores_per_s",
             "ratio_full_over_raw_x_cores", "raw_verify_parallel_per_s",
@@ -237,6 +288,7 @@ class _SizeState:
         read_t = measure(lambda: floor_pass(path, instance, parse=False, hash_=False))
         rh_t = measure(lambda: floor_pass(path, instance, parse=False))
         bound_t = measure(lambda: bound_pass(path, instance))
+        checked_t = measure(lambda: checked_pass(path, instance))
         series["default_per_s"].add(ver_t.rate)
         series["default_per_cpu_s"].add(ver_t.cpu_rate)
         series["floor_per_s"].add(floor_t.rate)
@@ -252,9 +304,11 @@ class _SizeState:
         series["bound_per_cpu_s"].add(bound_t.cpu_rate)
         series["ratio_bound_over_floor"].add(bound_t.cpu_rate / floor_t.cpu_rate)
         series["ratio_default_over_bound"].add(ver_t.cpu_rate / bound_t.cpu_rate)
+        series["checked_per_cpu_s"].add(checked_t.cpu_rate)
+        series["ratio_checked_over_floor"].add(checked_t.cpu_rate / floor_t.cpu_rate)
         self.rounds.append({"default": ver_t.to_json(), "floor": floor_t.to_json(),
                             "read_only": read_t.to_json(), "read_hash": rh_t.to_json(),
-                            "bound": bound_t.to_json(),
+                            "bound": bound_t.to_json(), "checked": checked_t.to_json(),
                             "default_vmhwm_kb": child["vmhwm_kb"]})
         log(f"verify default {self.entries:,} entries, round {r + 1}/{rounds}: "
             f"{ver_t.rate:,.0f} entries/s ({ver_t.cpu_rate:,.0f}/CPU-s), floor "

@@ -364,6 +364,11 @@ def _rows_verify(v: dict[str, Any], rows: list[list[str]]) -> None:
                      fmt_num(_med(d, "default_per_cpu_s"), "/CPU-s"),
                      fmt_num(_med(d, "bound_per_cpu_s"), "/CPU-s"),
                      _cell(d, "ratio_default_over_bound"), "(info)", ""])
+    if d.get("ratio_checked_over_floor", {}).get("rounds"):
+        rows.append(["3i", "  that loop with every per-row test of the fast path ÷ floor",
+                     fmt_num(_med(d, "checked_per_cpu_s"), "/CPU-s"),
+                     fmt_num(_med(d, "floor_per_cpu_s"), "/CPU-s"),
+                     _cell(d, "ratio_checked_over_floor"), "(info)", ""])
     if fu.get("full_per_s", {}).get("rounds"):
         cores = v["params"]["cores"]
         rows.append(["3b", f"verify --full wall ÷ raw Ed25519 verify × {cores} cores",
