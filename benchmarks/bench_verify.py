@@ -32,11 +32,13 @@ are the largest instance's.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing as mp
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,17 +77,27 @@ _KEYED = {"workflow.scheduled_activity": ("task_id", "execution_id"),
           "effect.intent": ("name", "key"), "effect.done": ("name", "key")}
 
 
-def bound_pass(path: Path, instance: str) -> int:
-    """Figure 3h's loop (module doc); raises if a row of the bench ledger fails a check,
-    so the comparisons are real ones."""
+@contextlib.contextmanager
+def _chunks(path: Path, instance: str) -> Iterator[Iterator[list[Any]]]:
+    """The six columns the verifier reads of ``instance``, in leaf order, 256 rows a
+    fetch (as ``Snapshot.entry_chunks`` reads them), on a read-only connection."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         cur = db.execute("SELECT leaf, instance, seq, hash, body, sig FROM histaudit_entries "
                          "WHERE instance = ? ORDER BY leaf", (instance,))
+        yield iter(lambda: cur.fetchmany(256), [])
+    finally:
+        db.close()
+
+
+def bound_pass(path: Path, instance: str) -> int:
+    """Figure 3h's loop (module doc); raises if a row of the bench ledger fails a check,
+    so the comparisons are real ones."""
+    with _chunks(path, instance) as chunks:
         sha, loads, keyed = hashlib.sha256, orjson.loads, _KEYED
         tip_seq, tip_hash, last_leaf, n, bad = 0, "0" * 64, -1, 0, 0
         keys: list[int] = []
-        while rows := cur.fetchmany(256):
+        for rows in chunks:
             for leaf_c, _instance, seq_c, hash_c, body, _sig in rows:
                 digest = sha(body).hexdigest()
                 doc = loads(body)
@@ -103,8 +115,6 @@ def bound_pass(path: Path, instance: str) -> int:
         if bad:
             raise RuntimeError(f"bound pass: {bad} rows of {instance} failed a chain check")
         return n
-    finally:
-        db.close()
 
 
 def checked_pass(path: Path, instance: str) -> int:
@@ -113,16 +123,13 @@ def checked_pass(path: Path, instance: str) -> int:
     it compares, ten names, ``v`` 1, ``type`` "entry", ``data`` an object, the inline
     ``ts`` test, a dict lookup of the kind and of the key id. Still no report and no
     behaviour state beyond one hash per tracked entry; raises if a row fails."""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        cur = db.execute("SELECT leaf, instance, seq, hash, body, sig FROM histaudit_entries "
-                         "WHERE instance = ? ORDER BY leaf", (instance,))
+    with _chunks(path, instance) as chunks:
         sha, loads, keyed = hashlib.sha256, orjson.loads, _KEYED
         tip_seq, tip_hash, last_leaf, n, bad = 0, "0" * 64, -1, 0, 0
         keys: list[int] = []
         kids: dict[str, bool] = {}
         prefix, stamp = "\x00" * 28, records._TS  # the verifier's regex, as it uses it
-        while rows := cur.fetchmany(256):
+        for rows in chunks:
             for leaf_c, _instance, seq_c, hash_c, body, _sig in rows:
                 digest = sha(body).hexdigest()
                 doc = loads(body)
@@ -149,8 +156,6 @@ def checked_pass(path: Path, instance: str) -> int:
         if bad:
             raise RuntimeError(f"checked pass: {bad} rows of {instance} failed a check")
         return n
-    finally:
-        db.close()
 
 
 def sample_sigs(path: Path, instance: str, n: int) -> list[tuple[bytes, bytes]]:
