@@ -39,7 +39,7 @@ original analyzer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from histaudit.ledger.records import Entry, StoredEntry
@@ -47,6 +47,8 @@ from histaudit.ledger.records import Entry, StoredEntry
 from . import behaviour_events as ev
 from .check import Parsed
 from .findings import EffectRef, Finding
+
+_Handler = Callable[[int, str, str, Any], None]
 
 SPILL_AT = 2048
 """Events held in memory per list before the check moves them to a temporary file."""
@@ -58,8 +60,16 @@ class BehaviourCheck:
     def __init__(self, instance: str, *, spill_at: int | None = None) -> None:
         """``spill_at``: events per list kept in memory (default :data:`SPILL_AT`)."""
         self.instance = instance
-        self.events = ev.Events(SPILL_AT if spill_at is None else spill_at)
+        self.events = events = ev.Events(SPILL_AT if spill_at is None else spill_at)
         self._mismatches: list[Finding] = []
+        on: list[Any] = [None] * (max(ev.ROUTES) + 1)
+        on[ev.STARTED], on[ev.COMPLETED], on[ev.MISMATCH] = (
+            events.started, events.completed, self.mismatch)
+        on[ev.EFFECT], on[ev.FAILED], on[ev.DECISION] = (
+            events.effect, events.failed, events.decision)
+        self.on: tuple[_Handler, ...] = tuple(on)
+        """What a tracked entry goes to, by its route (:func:`~.behaviour_events.route_of`):
+        ``on[route](seq, kind, kid, data)``; ``on[0]`` is None (not tracked)."""
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
         if isinstance(parsed, Entry):
@@ -67,20 +77,10 @@ class BehaviourCheck:
 
     def observe_entry(self, entry: Entry) -> None:
         route = ev.route_of(entry.kind)
-        if route == ev.STARTED:
-            self.events.started(entry.seq, entry.data)
-        elif route == ev.COMPLETED:
-            self.events.completed(entry.seq, entry.kid, entry.data)
-        elif route == ev.MISMATCH:
-            self.mismatch(entry.seq, entry.data)
-        elif route == ev.EFFECT:
-            self.events.effect(entry.seq, entry.kind, entry.data)
-        elif route == ev.FAILED:
-            self.events.failed(entry.data)
-        elif route == ev.DECISION:
-            self.events.decision(entry.seq, entry.kind, entry.data)
+        if route:
+            self.on[route](entry.seq, entry.kind, entry.kid, entry.data)
 
-    def mismatch(self, seq: int, data: Any) -> None:
+    def mismatch(self, seq: int, kind: str, kid: str, data: Any) -> None:
         self._mismatches.append(Finding.make(
             "replay-mismatch", self.instance, seq,
             f"activity {data.get('activity', '?')} (task {data.get('task_id')}): on "

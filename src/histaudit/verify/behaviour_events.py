@@ -31,7 +31,7 @@ from .findings import task_ref
 if TYPE_CHECKING:
     from .behaviour_spill import Spill
 
-STARTED, COMPLETED, MISMATCH, EFFECT, FAILED, DECISION = 1, 2, 3, 4, 5, 6
+STARTED, COMPLETED, MISMATCH, EFFECT, FAILED, DECISION = ROUTES = 1, 2, 3, 4, 5, 6
 """Routes: which behaviour event a kind makes (0: none)."""
 INTENT, DONE, SKIPPED, CLOSING = 0, 1, 2, 3
 """Effect event kinds; CLOSING is any other ``effect.*`` (it may close an intent)."""
@@ -183,7 +183,7 @@ class Events:
         self.generation: str | None = None  # the newest workflow.started's started_at
         self.spill: Spill | None = None
 
-    def started(self, seq: int, data: Mapping[str, Any]) -> None:
+    def started(self, seq: int, kind: str, kid: str, data: Mapping[str, Any]) -> None:
         tid, eid, shown = data.get("task_id"), data.get("execution_id"), None
         if tid.__class__ is not int or eid.__class__ is not str:
             tid, eid, shown = task_key(tid, eid)
@@ -192,10 +192,10 @@ class Events:
         if len(self.starts) >= self.spill_at:
             self._move()
 
-    def completed(self, seq: int, kid: str, data: Mapping[str, Any]) -> None:
+    def completed(self, seq: int, kind: str, kid: str, data: Mapping[str, Any]) -> None:
         digest = data.get("output_digest")
         if digest.__class__ is not str:
-            self.failed(data)
+            self.failed(seq, kind, kid, data)
             return
         tid, eid, shown = data.get("task_id"), data.get("execution_id"), None
         if tid.__class__ is not int or eid.__class__ is not str:
@@ -205,7 +205,7 @@ class Events:
         if len(self.results) >= self.spill_at:
             self._move()
 
-    def failed(self, data: Mapping[str, Any]) -> None:
+    def failed(self, seq: int, kind: str, kid: str, data: Mapping[str, Any]) -> None:
         """An ``activity.failed`` (or a completion without a digest): the body ran."""
         tid, eid, _ = task_key(data.get("task_id"), data.get("execution_id"))
         self.o += 1
@@ -213,7 +213,7 @@ class Events:
         if len(self.ran) >= self.spill_at:
             self._move()
 
-    def decision(self, seq: int, kind: str, data: Mapping[str, Any]) -> None:
+    def decision(self, seq: int, kind: str, kid: str, data: Mapping[str, Any]) -> None:
         """A workflow decision, named as the same decision made again would be: a start
         by its ``started_at`` (the engine's, kept across re-runs); a scheduled activity or
         child by its kind and integer ``task_id`` (the workflow's sequence number) within
@@ -241,7 +241,7 @@ class Events:
         if len(self.decisions) >= self.spill_at:
             self._move()
 
-    def effect(self, seq: int, kind: str, data: Mapping[str, Any]) -> None:
+    def effect(self, seq: int, kind: str, kid: str, data: Mapping[str, Any]) -> None:
         name, key = str(data.get("name")), str(data.get("key"))
         self.o += 1
         if kind == Kind.EFFECT_INTENT:

@@ -6,7 +6,8 @@ of :func:`~histaudit.verify.check.run_checks`, with the same findings. For each 
 hashes the body and ``orjson.loads`` it once, then tests in one expression that the row
 is the next link of a well-formed chain of this instance:
 
-* the body hashes to the ``hash`` column, is a ten-name object (names looked up below),
+* the body hashes to the ``hash`` column (as text, or its bytes: SQLite's raw rows carry
+  TEXT as bytes, see ``Statements.entry_rows_of``), is a ten-name object (names below),
   ``v`` is the integer 1 and ``type`` is ``"entry"``, ``data`` an object;
 * ``seq`` is the integer one past the newest entry and equals the ``seq`` column;
   ``prev`` equals that entry's hash — itself 64 lowercase hex digits, so ``prev`` is too;
@@ -132,7 +133,7 @@ class ChainScan:
         (``Snapshot.entry_chunks``). The fast path tests the types it relies on; a row
         that fails them goes to the checks as ``as_entry`` makes it, like every row a
         check is handed."""
-        integrity, behaviour, events = self.integrity, self.behaviour, self.behaviour.events
+        integrity, on = self.integrity, self.behaviour.on
         instance: Any = self.instance
         if instance.__class__ is not str or not instance:
             instance = _NO_INSTANCE
@@ -156,7 +157,9 @@ class ChainScan:
                 doc = loads(body)
                 seq, leaf, data, v = doc["seq"], doc["leaf"], doc["data"], doc["v"]
                 kind, kid, ts = doc["kind"], doc["kid"], doc["ts"]
-                ok = (digest == hash_c and body.__class__ is bytes and seq == tip_seq + 1
+                ok = ((hash_c == digest.encode() if hash_c.__class__ is bytes
+                       else digest == hash_c)
+                      and body.__class__ is bytes and seq == tip_seq + 1
                       and seq.__class__ is int and seq == seq_c and seq_c.__class__ is int
                       and doc["prev"] == tip_hash and leaf.__class__ is int and leaf == leaf_c
                       and leaf_c.__class__ is int and leaf > last_leaf
@@ -189,18 +192,7 @@ class ChainScan:
                 for observe in before:
                     observe(entry, instance, seq, kind, kid, ts, data)
             if route:
-                if route == ev.STARTED:
-                    events.started(seq, data)
-                elif route == ev.COMPLETED:
-                    events.completed(seq, kid, data)
-                elif route == ev.EFFECT:
-                    events.effect(seq, kind, data)
-                elif route == ev.FAILED:
-                    events.failed(data)
-                elif route == ev.DECISION:
-                    events.decision(seq, kind, data)
-                else:
-                    behaviour.mismatch(seq, data)
+                on[route](seq, kind, kid, data)
             if after:
                 for observe in after:
                     observe(entry, instance, seq, kind, kid, ts, data)

@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 
 from histaudit.ledger import records
 from histaudit.ledger.records import StoredEntry
+from histaudit.ledger.store.sql import entry_row
 from histaudit.verify import scan as scan_mod
+from histaudit.verify import verifier
 from histaudit.verify.verifier import verify_chain
 
 from .chains import (
@@ -263,3 +265,45 @@ def test_random_damaged_chains_report_what_run_checks_reports(
     count, expected = reference(rows, head, full=full)
     report = verify_chain(INSTANCE, rows, head, trust=TRUST, full=full, workers=1)
     assert (report.entries, list(report.findings)) == (count, expected)
+
+
+# --- SQLite's raw rows: TEXT columns as their bytes ---------------------------------------
+
+def _as_sqlite_reads(rows: list[StoredEntry]) -> list[tuple[Any, ...]]:
+    """The rows as ``Snapshot.entry_chunks`` reads them from SQLite: instance and hash as
+    the bytes of their text (``CAST(... AS BLOB)``)."""
+    return [(r.leaf, r.instance.encode(), r.seq,
+             r.hash.encode() if isinstance(r.hash, str) else r.hash, r.body, r.sig)
+            for r in rows]
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
+@pytest.mark.parametrize("case", ["clean", *sorted(MALFORMED)])
+def test_rows_with_text_as_bytes_report_what_stored_entries_report(case: str, full: bool
+                                                                   ) -> None:
+    rows = chain(STEPS) if case == "clean" else MALFORMED[case]
+    head = head_of(chain(STEPS))
+    expected = verify_chain(INSTANCE, rows, head, trust=TRUST, full=full, workers=1)
+    scan = verifier._Chain(INSTANCE, head, trust=TRUST, full=full, workers=1,
+                           payload_lookup=None, payloads_lookup=None, engine_history=None,
+                           engine_lookup=None)
+    try:
+        scan.scan([_as_sqlite_reads(rows)], entry_row)
+        report = scan.report()
+    finally:
+        scan.close()
+    assert (report.entries, report.findings) == (expected.entries, expected.findings)
+
+
+def test_a_clean_chain_read_as_bytes_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    slow: list[Any] = []
+    monkeypatch.setattr(scan_mod.ChainScan, "_slow", lambda self, row: slow.append(row))
+    rows = chain(STEPS)
+    scan = verifier._Chain(INSTANCE, head_of(rows), trust=TRUST, full=False, workers=1,
+                           payload_lookup=None, payloads_lookup=None, engine_history=None,
+                           engine_lookup=None)
+    scan.scan([_as_sqlite_reads(rows)], entry_row)
+    assert slow == []
+    assert [f.code for f in scan.report().findings] == ["activity-reexecuted",
+                                                        "activity-nondeterministic"]

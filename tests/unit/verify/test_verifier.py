@@ -27,6 +27,7 @@ from histaudit.ledger.records import StoredEntry
 from histaudit.ledger.store import Ledger
 from histaudit.verify.findings import Severity
 from histaudit.verify.report import Report
+from histaudit.verify.verifier import verify_chain, verify_instance
 from support.ledgers import LedgerDb, committed, verify_url
 
 SIGNER = Signer.generate()
@@ -165,3 +166,43 @@ def test_one_corrupted_signature_byte_never_verifies_in_full_mode(
         assert {(f.code, f.seq) for f in full.findings} == {("signature-invalid", row.seq)}
         # Default mode reads no signatures: the same ledger passes there.
         assert verify_path(path, row.instance, full=False).findings == ()
+
+
+# --- what a SQLite hash column holds, as the scan reads it --------------------------------
+
+_FORGED_HASHES = {
+    "non-UTF-8 text": "CAST(x'ff61' || hash AS TEXT)",
+    "text with a NUL": "CAST(x'00' AS TEXT) || hash",
+    "upper case": "upper(hash)",
+    "a blob of the same bytes": "CAST(hash AS BLOB)",
+    "a blob of other bytes": "x'ff00'",
+    "a real (TEXT affinity stores it as text)": "1.5e300",
+    "an integer (likewise)": "42",
+}
+
+
+def test_forged_sqlite_hash_columns_read_as_the_entry_reader_reads_them(
+        tmp_path: Path) -> None:
+    """``Snapshot.entry_chunks`` reads TEXT as its bytes (no text_factory call per value);
+    for every storage class a forged hash column can hold, ``verify_instance`` (which reads
+    that way) reports what :func:`verify_chain` reports over the same rows read as
+    StoredEntry values by ``Snapshot.entries`` (text through the text_factory)."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger.open(url, create=True) as ledger:
+        for i in range(len(_FORGED_HASHES) + 1):
+            chain.append(ledger, "wf", "note", {"i": i}, signer=SIGNER)
+    with LedgerDb(url) as db:
+        db.lift_guards()
+        for seq, (_label, value) in enumerate(_FORGED_HASHES.items(), start=1):
+            db.run(f"UPDATE histaudit_entries SET hash = {value} WHERE seq = :s", s=seq)
+        kinds = [r[0] for r in db.run("SELECT typeof(hash) FROM histaudit_entries "
+                                      "ORDER BY seq")]
+    assert kinds == ["text"] * 3 + ["blob"] * 2 + ["text"] * 3
+    with Ledger.open(url) as ledger:
+        report = verify_instance(ledger, "wf", trust=TRUST)
+        with ledger.snapshot() as snap:
+            rows, head = list(snap.entries("wf")), snap.head("wf")
+    expected = verify_chain("wf", rows, head, trust=TRUST)
+    assert (report.entries, report.findings) == (expected.entries, expected.findings)
+    changed = sorted(f.seq for f in report.findings if f.code == "body-changed")
+    assert changed == [1, 2, 3, 5, 6, 7], report.findings  # 4: the same bytes, as a blob
