@@ -50,6 +50,10 @@ from .findings import EffectRef, Finding
 
 _Handler = Callable[[int, str, str, Any], None]
 
+
+def _untracked(seq: int, kind: str, kid: str, data: Any) -> None:
+    """Route 0: a kind the behaviour check does not track."""
+
 SPILL_AT = 2048
 """Events held in memory per list before the check moves them to a temporary file."""
 
@@ -62,14 +66,13 @@ class BehaviourCheck:
         self.instance = instance
         self.events = events = ev.Events(SPILL_AT if spill_at is None else spill_at)
         self._mismatches: list[Finding] = []
-        on: list[Any] = [None] * (max(ev.ROUTES) + 1)
-        on[ev.STARTED], on[ev.COMPLETED], on[ev.MISMATCH] = (
-            events.started, events.completed, self.mismatch)
-        on[ev.EFFECT], on[ev.FAILED], on[ev.DECISION] = (
-            events.effect, events.failed, events.decision)
-        self.on: tuple[_Handler, ...] = tuple(on)
-        """What a tracked entry goes to, by its route (:func:`~.behaviour_events.route_of`):
-        ``on[route](seq, kind, kid, data)``; ``on[0]`` is None (not tracked)."""
+        handlers: dict[int, _Handler] = {
+            ev.STARTED: events.started, ev.COMPLETED: events.completed,
+            ev.MISMATCH: self.mismatch, ev.EFFECT: events.effect, ev.FAILED: events.failed,
+            ev.DECISION: events.decision}
+        self.on = tuple(handlers.get(route, _untracked) for route in range(max(handlers) + 1))
+        """What an entry goes to, by its route (:func:`~.behaviour_events.route_of`):
+        ``on[route](seq, kind, kid, data)``; ``on[0]``, route 0, does nothing."""
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
         if isinstance(parsed, Entry):
