@@ -19,6 +19,10 @@ __all__ = ["wait_for_completion"]
 # table without them (docs/adr/0008-daprd.md).
 _NO_WORKER = "not registered"
 _NO_WORKER_RETRY_S = 0.2
+_SLICE_S = 10
+"""Longest single wait: daprd answers a wait from a stream of the workflow actor's status,
+and a wait begun while the worker restarted once went unanswered after the workflow had
+finished (a CI run, 300 s), so a wait that times out is asked again, while time is left."""
 
 
 def wait_for_completion(client: Any, instance: str, timeout: float) -> Any:
@@ -28,15 +32,21 @@ def wait_for_completion(client: Any, instance: str, timeout: float) -> Any:
     actor's host while daprd's own actor table no longer has the type: daprd then answers
     at once, as a permanent error its router does not retry, ``failed to create actor:
     actor type ... not registered``. That answer is asked again until ``timeout`` (seconds,
-    in all) is spent; any other error is raised. Returns the workflow's state, as the
-    client does (None if there is none).
+    in all) is spent; any other error is raised. Each wait lasts at most :data:`_SLICE_S`
+    seconds and is asked again when it times out, until ``timeout`` is spent (then the
+    client's ``TimeoutError`` is raised). Returns the workflow's state, as the client does
+    (None if there is none).
     """
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
         try:
             return client.wait_for_workflow_completion(
-                instance, timeout_in_seconds=max(1, int(left)))
+                instance, timeout_in_seconds=max(1, int(min(left, _SLICE_S))))
+        except TimeoutError:
+            if deadline - time.monotonic() <= 0:
+                raise
+            continue
         except grpc.RpcError as exc:
             details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
             if (_NO_WORKER not in (details or "")
