@@ -21,8 +21,8 @@ _NO_WORKER = "not registered"
 _NO_WORKER_RETRY_S = 0.2
 _SLICE_S = 10
 """Longest single wait: daprd answers a wait from a stream of the workflow actor's status,
-and a wait begun while the worker restarted once went unanswered after the workflow had
-finished (a CI run, 300 s), so a wait that times out is asked again, while time is left."""
+and a wait begun while the worker restarted once stayed unanswered for 300 s (a CI run),
+so a wait that times out is asked again, while time is left."""
 
 
 def wait_for_completion(client: Any, instance: str, timeout: float) -> Any:

@@ -277,6 +277,19 @@ def _as_sqlite_reads(rows: list[StoredEntry]) -> list[tuple[Any, ...]]:
             for r in rows]
 
 
+def _verify_sqlite_reads(rows: list[StoredEntry], head: Any, *, full: bool = False) -> Any:
+    """The report of ``rows`` fed as SQLite's raw rows, with ``Snapshot.as_entry``'s
+    converter, as ``verify_in`` feeds them."""
+    scan = verifier._Chain(INSTANCE, head, trust=TRUST, full=full, workers=1,
+                           payload_lookup=None, payloads_lookup=None, engine_history=None,
+                           engine_lookup=None)
+    try:
+        scan.scan([_as_sqlite_reads(rows)], entry_row)
+        return scan.report()
+    finally:
+        scan.close()
+
+
 @pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
 @pytest.mark.parametrize("case", ["clean", *sorted(MALFORMED)])
 def test_rows_with_text_as_bytes_report_what_stored_entries_report(case: str, full: bool
@@ -284,14 +297,7 @@ def test_rows_with_text_as_bytes_report_what_stored_entries_report(case: str, fu
     rows = chain(STEPS) if case == "clean" else MALFORMED[case]
     head = head_of(chain(STEPS))
     expected = verify_chain(INSTANCE, rows, head, trust=TRUST, full=full, workers=1)
-    scan = verifier._Chain(INSTANCE, head, trust=TRUST, full=full, workers=1,
-                           payload_lookup=None, payloads_lookup=None, engine_history=None,
-                           engine_lookup=None)
-    try:
-        scan.scan([_as_sqlite_reads(rows)], entry_row)
-        report = scan.report()
-    finally:
-        scan.close()
+    report = _verify_sqlite_reads(rows, head, full=full)
     assert (report.entries, report.findings) == (expected.entries, expected.findings)
 
 
@@ -300,10 +306,7 @@ def test_a_clean_chain_read_as_bytes_takes_the_fast_path(monkeypatch: pytest.Mon
     slow: list[Any] = []
     monkeypatch.setattr(scan_mod.ChainScan, "_slow", lambda self, row: slow.append(row))
     rows = chain(STEPS)
-    scan = verifier._Chain(INSTANCE, head_of(rows), trust=TRUST, full=False, workers=1,
-                           payload_lookup=None, payloads_lookup=None, engine_history=None,
-                           engine_lookup=None)
-    scan.scan([_as_sqlite_reads(rows)], entry_row)
+    report = _verify_sqlite_reads(rows, head_of(rows))
     assert slow == []
-    assert [f.code for f in scan.report().findings] == ["activity-reexecuted",
-                                                        "activity-nondeterministic"]
+    assert [f.code for f in report.findings] == ["activity-reexecuted",
+                                                 "activity-nondeterministic"]

@@ -66,7 +66,7 @@ _QMARK = Statements(
     # The verifier's raw rows, StoredEntry's columns (its scan checks their types). TEXT
     # comes as its exact bytes: read as TEXT, each value would go through the
     # connection's text_factory, a Python call (it must not refuse forged non-UTF-8) that
-    # cost ~1 µs a row of the verifier's ~5. as_entry decodes the bytes as text_factory
+    # cost ~1 µs a row of the verifier's ~15 (s16's machine). as_entry decodes as text_factory
     # and _text did; a hash column holding another storage class (forged) comes as it is.
     # The instance column is TEXT: ``=`` compared it with the text asked for.
     entry_rows_of="SELECT leaf, CAST(instance AS BLOB), seq, CASE typeof(hash) WHEN 'text' "
