@@ -16,11 +16,12 @@ diagnostic baseline runs the raw verify loop in one process per core at the same
 which shows what the cores really deliver on this shared machine.
 
 Figure 3h (info) is the *bound*: the least loop a CPython verifier that reports these
-findings must run per row, measured like the floor and divided by it: the six columns the
-verifier reads, SHA-256 and ``orjson.loads`` of each body, the chain's comparisons (hash,
-seq, prev, leaf, instance) and, for each tracked entry, one hash of its task or effect key
-kept (what spotting a repeat takes). It reports nothing; it is the ceiling 3a can reach in
-CPython, and 3a ÷ 3h is how far the verifier's code is from it.
+findings must run per row, measured like the floor and divided by it: the columns the
+verifier reads (as it does, the instance's slot NULL), SHA-256 and ``orjson.loads`` of
+each body, the chain's comparisons (hash, seq, prev, leaf, instance) and, for each tracked
+entry, one hash of its task or effect key kept (what spotting a repeat takes). It reports
+nothing; it is the ceiling 3a can reach in CPython, and 3a ÷ 3h is how far the verifier's
+code is from it.
 Figure 3i (info) adds to that loop every other test the verifier's fast path makes of
 each row (:func:`checked_pass`): the ceiling of a CPython verifier with those tests and no
 behaviour bookkeeping beyond the one hash.
@@ -79,11 +80,12 @@ _KEYED = {"workflow.scheduled_activity": ("task_id", "execution_id"),
 
 @contextlib.contextmanager
 def _chunks(path: Path, instance: str) -> Iterator[Iterator[list[Any]]]:
-    """The six columns the verifier reads of ``instance``, in leaf order, 256 rows a
-    fetch (as ``Snapshot.entry_chunks`` reads them), on a read-only connection."""
+    """The columns the verifier reads of ``instance`` (the instance's slot NULL), in leaf
+    order, 256 rows a fetch (as ``Snapshot.entry_chunks`` reads them), on a read-only
+    connection."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        cur = db.execute("SELECT leaf, instance, seq, hash, body, sig FROM histaudit_entries "
+        cur = db.execute("SELECT leaf, NULL, seq, hash, body, sig FROM histaudit_entries "
                          "WHERE instance = ? ORDER BY leaf", (instance,))
         yield iter(lambda: cur.fetchmany(256), [])
     finally:

@@ -130,9 +130,10 @@ class ChainScan:
 
         A row is a :class:`StoredEntry`, or — with ``as_entry``, which makes one of such a
         row — a tuple in its column order as a driver returns it, its types unchecked
-        (``Snapshot.entry_chunks``). The fast path tests the types it relies on; a row
-        that fails them goes to the checks as ``as_entry`` makes it, like every row a
-        check is handed."""
+        (``Snapshot.entry_chunks``). The fast path tests the types it relies on and
+        never reads the row's instance (the body's is compared with the instance
+        verified); a row that fails them goes to the checks as ``as_entry`` makes it,
+        like every row a check is handed."""
         integrity, on = self.integrity, self.behaviour.on
         instance: Any = self.instance
         if instance.__class__ is not str or not instance:
@@ -150,7 +151,7 @@ class ChainScan:
         row: Any  # a StoredEntry, or a driver's tuple when as_entry is given
         for row in itertools.chain.from_iterable(chunks):
             count += 1
-            leaf_c, _instance_c, seq_c, hash_c, body, _sig = row
+            leaf_c, _, seq_c, hash_c, body, _sig = row
             route = checked = None
             try:
                 digest = sha(body).hexdigest()

@@ -154,8 +154,8 @@ def verify_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool = 
     chain = _chain_in(snap, instance, trust=trust, full=full, workers=workers,
                       engine_history=engine_history)
     try:
-        chunks = snap.entry_chunks(instance)
-        chain.scan(chunks if tally is None else tally.count_chunks(chunks), snap.as_entry)
+        chunks, as_entry = snap.entry_chunks(instance)
+        chain.scan(chunks if tally is None else tally.count_chunks(chunks), as_entry)
         if tally is not None:
             tally.tell()  # the last few rows
         return chain.report()
@@ -200,7 +200,7 @@ def verify_all(ledger: Ledger, *, trust: TrustStore, full: bool = False,
                 chain = _chain_in(snap, instance, trust=trust, full=full, workers=workers,
                                   pool=pool)
                 waiting.append(chain)
-                chain.scan(snap.entry_chunks(instance), snap.as_entry)
+                chain.scan(*snap.entry_chunks(instance))
                 if pool is not None:
                     pool.poll()
                     if len(waiting) > WAITING:

@@ -8,6 +8,7 @@ message for message — in default and full mode. Random chains with random dama
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from histaudit.ledger import records
 from histaudit.ledger.records import StoredEntry
-from histaudit.ledger.store.sql import entry_row
+from histaudit.ledger.store.sql import instance_entry
 from histaudit.verify import scan as scan_mod
 from histaudit.verify import verifier
 from histaudit.verify.verifier import verify_chain
@@ -270,9 +271,9 @@ def test_random_damaged_chains_report_what_run_checks_reports(
 # --- SQLite's raw rows: TEXT columns as their bytes ---------------------------------------
 
 def _as_sqlite_reads(rows: list[StoredEntry]) -> list[tuple[Any, ...]]:
-    """The rows as ``Snapshot.entry_chunks`` reads them from SQLite: instance and hash as
-    the bytes of their text (``CAST(... AS BLOB)``)."""
-    return [(r.leaf, r.instance.encode(), r.seq,
+    """The rows as ``Snapshot.entry_chunks`` reads them from SQLite: the instance's slot
+    None, the hash as the bytes of its text (``CAST(... AS BLOB)``)."""
+    return [(r.leaf, None, r.seq,
              r.hash.encode() if isinstance(r.hash, str) else r.hash, r.body, r.sig)
             for r in rows]
 
@@ -284,7 +285,7 @@ def _verify_sqlite_reads(rows: list[StoredEntry], head: Any, *, full: bool = Fal
                            payload_lookup=None, payloads_lookup=None, engine_history=None,
                            engine_lookup=None)
     try:
-        scan.scan([_as_sqlite_reads(rows)], entry_row)
+        scan.scan([_as_sqlite_reads(rows)], functools.partial(instance_entry, INSTANCE))
         return scan.report()
     finally:
         scan.close()

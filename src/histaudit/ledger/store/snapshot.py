@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 
 from .columns import _blob, _int, _text, _top_leaf
-from .sql import entry_row, instance_rows, statements
+from .sql import entry_row, instance_entry, instance_rows, statements
 
 _cursor_names = itertools.count(1)
 _SQLITE_FETCH = 256
@@ -75,21 +76,23 @@ class Snapshot:
             rows = self._stream(self._sql.entries_of, (instance,))
         return instance_rows(instance, rows)
 
-    def entry_chunks(self, instance: str) -> Iterator[list[tuple[Any, ...]]]:
-        """``instance``'s rows in leaf order as the driver returns them, a fetch at a time:
-        tuples in :class:`StoredEntry`'s column order, their types unchecked. For a loop
+    def entry_chunks(self, instance: str) -> tuple[Iterator[list[tuple[Any, ...]]],
+                                                   Callable[[Any], StoredEntry]]:
+        """``instance``'s rows in leaf order as the driver returns them, a fetch at a time,
+        and the function that makes one of them the StoredEntry :meth:`entries` gives.
+
+        The rows are tuples in :class:`StoredEntry`'s column order, the instance's slot
+        ``None`` (the rows are those of ``instance``), their types unchecked. For a loop
         that checks the types it relies on itself (the verifier's scan) and hands any
-        other row to :meth:`as_entry`; :meth:`entries` is the same rows, each made a
-        StoredEntry. A list per fetch spares the loop a generator step per row."""
+        other row to the function. A list per fetch spares the loop a generator step per
+        row."""
+        return self._chunks(instance), functools.partial(instance_entry, instance)
+
+    def _chunks(self, instance: str) -> Iterator[list[tuple[Any, ...]]]:
         fetch = self._chunk if self._pg else _SQLITE_FETCH
         with self._streaming(self._sql.entry_rows_of, (instance,)) as cur:
             while rows := cur.fetchmany(fetch):
                 yield rows
-
-    @staticmethod
-    def as_entry(row: Any) -> StoredEntry:
-        """A row of :meth:`entry_chunks` as a StoredEntry, whatever its columns hold."""
-        return entry_row(row)
 
     def all_entries(self) -> Iterator[StoredEntry]:
         """Every row in leaf order — negative, duplicate or non-integer leaves included."""

@@ -63,13 +63,14 @@ _QMARK = Statements(
                "ORDER BY leaf",
     entries_of_after="SELECT leaf, seq, hash, body, sig FROM histaudit_entries "
                      "WHERE instance = ? AND seq > ? ORDER BY leaf",
-    # The verifier's raw rows, StoredEntry's columns (its scan checks their types). TEXT
-    # comes as its exact bytes: read as TEXT, each value would go through the
-    # connection's text_factory, a Python call (it must not refuse forged non-UTF-8) that
-    # cost ~1 µs a row of the verifier's ~15 (s16's machine). as_entry decodes as text_factory
-    # and _text did; a hash column holding another storage class (forged) comes as it is.
-    # The instance column is TEXT: ``=`` compared it with the text asked for.
-    entry_rows_of="SELECT leaf, CAST(instance AS BLOB), seq, CASE typeof(hash) WHEN 'text' "
+    # The verifier's raw rows, StoredEntry's columns (its scan checks their types), the
+    # instance's slot NULL: it is the one asked for, and reading it back cost a value a
+    # row (Snapshot.entry_chunks fills it in for a row made a StoredEntry). TEXT comes as
+    # its exact bytes: read as TEXT, each value would go through the connection's
+    # text_factory, a Python call (it must not refuse forged non-UTF-8) that cost ~1 µs a
+    # row of the verifier's ~15 (s16's machine). as_entry decodes as text_factory and
+    # _text did; a hash column holding another storage class (forged) comes as it is.
+    entry_rows_of="SELECT leaf, NULL, seq, CASE typeof(hash) WHEN 'text' "
                   "THEN CAST(hash AS BLOB) ELSE hash END, body, sig FROM histaudit_entries "
                   "WHERE instance = ? ORDER BY leaf",
     all_entries=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries ORDER BY leaf",
@@ -106,8 +107,8 @@ _FORMAT = dataclasses.replace(
     Statements(**{name: getattr(_QMARK, name).replace("?", "%s")
                   for name in _QMARK.__dataclass_fields__}),
     # PostgreSQL text is UTF-8 and psycopg decodes it in C: read as it is
-    entry_rows_of=f"SELECT {_ENTRY_COLUMNS} FROM histaudit_entries WHERE instance = %s "
-                  "ORDER BY leaf",
+    entry_rows_of="SELECT leaf, NULL, seq, hash, body, sig FROM histaudit_entries "
+                  "WHERE instance = %s ORDER BY leaf",
     # one round trip for a whole batch's instances; each is last_of_instance's index probe
     tips_of="SELECT i.instance, e.body FROM unnest(%s::text[]) AS i(instance) "
             "CROSS JOIN LATERAL (SELECT body FROM histaudit_entries "
@@ -129,6 +130,12 @@ def instance_rows(instance: str, rows: Iterable[Any]) -> Iterator[StoredEntry]:
             yield _as_entry(StoredEntry, (leaf, instance, seq, digest, body, sig))
         else:
             yield entry_row((leaf, instance, seq, digest, body, sig))
+
+
+def instance_entry(instance: str, r: Any) -> StoredEntry:
+    """A row of ``entry_rows_of``, its instance slot not read, as the StoredEntry of
+    ``instance`` (the instance its statement asked for)."""
+    return entry_row((r[0], instance, *r[2:]))
 
 
 def entry_row(r: Any) -> StoredEntry:
