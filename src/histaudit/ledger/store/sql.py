@@ -68,8 +68,8 @@ _QMARK = Statements(
     # row (Snapshot.entry_chunks fills it in for a row made a StoredEntry). TEXT comes as
     # its exact bytes: read as TEXT, each value would go through the connection's
     # text_factory, a Python call (it must not refuse forged non-UTF-8) that cost ~1 µs a
-    # row of the verifier's ~15 (s16's machine). as_entry decodes as text_factory and
-    # _text did; a hash column holding another storage class (forged) comes as it is.
+    # row of the verifier's ~15 (s16's machine). instance_entry decodes as text_factory
+    # and _text did; a hash column holding another storage class (forged) comes as it is.
     entry_rows_of="SELECT leaf, NULL, seq, CASE typeof(hash) WHEN 'text' "
                   "THEN CAST(hash AS BLOB) ELSE hash END, body, sig FROM histaudit_entries "
                   "WHERE instance = ? ORDER BY leaf",
