@@ -279,8 +279,9 @@ def _as_sqlite_reads(rows: list[StoredEntry]) -> list[tuple[Any, ...]]:
 
 
 def _verify_sqlite_reads(rows: list[StoredEntry], head: Any, *, full: bool = False) -> Any:
-    """The report of ``rows`` fed as SQLite's raw rows, with ``Snapshot.as_entry``'s
-    converter, as ``verify_in`` feeds them."""
+    """The report of ``rows`` fed as SQLite's raw rows, with the converter
+    ``Snapshot.entry_chunks`` returns beside them (``instance_entry``), as ``verify_in``
+    feeds them."""
     scan = verifier._Chain(INSTANCE, head, trust=TRUST, full=full, workers=1,
                            payload_lookup=None, payloads_lookup=None, engine_history=None,
                            engine_lookup=None)
