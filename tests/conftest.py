@@ -18,6 +18,8 @@ from histaudit.errors import EngineError
 from support.daprd import DAPRD, DURABLETASK, Sidecar, start_engine, teardown
 from support.postgres import PostgresError, PostgresServer
 
+pytest_plugins = ["support.timings"]
+
 
 def _attempt(action: Callable[[], object], errors: tuple[type[Exception], ...]) -> str:
     """Run ``action``; return its error message ('' on success).

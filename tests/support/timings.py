@@ -1,0 +1,160 @@
+"""Where the suite's time goes, and a budget per test file so it cannot quietly grow back.
+
+A pytest plugin (loaded by ``tests/conftest.py``). On each worker it measures every test's
+CPU — the worker's own and that of the child processes it reaped (engines, apps, CLI runs)
+— and sends it to the controller on the teardown report. The controller sums wall and CPU
+per test file, prints the ten slowest tests and the slowest files after the run, writes
+every figure to ``--timings-json`` when given, and **fails the run** when one file passes
+its budget: ``--file-budget`` CPU seconds (default 120), or five times that in wall time.
+
+Why CPU: the suite is CPU-bound (on 2 cores the run's wall is ≈ its CPU ÷ 2), and a
+file's summed wall under xdist is about twice its CPU even on an idle machine, and more
+under load — a wall budget would either fail a loaded CI or let a file double unseen. CPU
+hardly moves with load. The wall limit catches a file that sleeps or waits its time away.
+Wall is the sum of the file's tests' setup + call + teardown, as pytest's ``--durations``
+counts them. CPU is the worker's own, its reaped children's (engines, apps, CLI runs) and
+the forked commands' (:func:`support.cli.forked_cpu_s`); a server the run shares
+(PostgreSQL) is in nobody's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.cli import forked_cpu_s
+
+DEFAULT_FILE_BUDGET_S = 120.0
+WALL_PER_CPU_BUDGET = 5.0
+_CPU_KEY = pytest.StashKey[float]()
+
+
+def _cpu_now() -> float:
+    """This process's CPU plus that of the children it has reaped and of the commands
+    forked for it (:mod:`support.cli`), in seconds."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+            + forked_cpu_s())
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("histaudit timings")
+    group.addoption("--file-budget", type=float, default=None, metavar="SECONDS",
+                    help="fail the run when one test file's summed CPU time passes this, or "
+                         f"its wall time {WALL_PER_CPU_BUDGET:.0f} times this (default "
+                         f"{DEFAULT_FILE_BUDGET_S:.0f}; env HISTAUDIT_FILE_BUDGET; 0: no check)")
+    group.addoption("--timings-json", default=None, metavar="PATH",
+                    help="write every test's wall and CPU seconds, and each file's sums, here")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CPU_KEY] = _cpu_now()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "teardown" and _CPU_KEY in item.stash:
+        report.user_properties.append(("cpu_s", _cpu_now() - item.stash[_CPU_KEY]))
+
+
+class _Totals:
+    """What the controller collects from the reports (workers send theirs to it)."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
+        self.started = time.monotonic()
+
+    def add(self, report: pytest.TestReport) -> None:
+        self.wall[report.nodeid] += report.duration
+        for key, value in report.user_properties:
+            if key == "cpu_s":
+                self.cpu[report.nodeid] += float(value)
+
+    def per_file(self) -> dict[str, tuple[float, float, int]]:
+        files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        for nodeid, wall in self.wall.items():
+            row = files[nodeid.split("::", 1)[0]]
+            row[0] += wall
+            row[1] += self.cpu.get(nodeid, 0.0)
+            row[2] += 1
+        return {f: (w, c, int(n)) for f, (w, c, n) in files.items()}
+
+
+def _budget(config: pytest.Config) -> float:
+    given = config.getoption("--file-budget")
+    if given is None:
+        given = float(os.environ.get("HISTAUDIT_FILE_BUDGET", DEFAULT_FILE_BUDGET_S))
+    return float(given)
+
+
+_CURRENT = _Totals()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # On the controller this sees every worker's reports; on a worker, its own (unused).
+    _CURRENT.add(report)
+
+
+def _over_budget(config: pytest.Config) -> list[str]:
+    """One line for each file over its budget."""
+    budget = _budget(config)
+    if budget <= 0:
+        return []
+    over = []
+    for name, (wall, cpu, _) in sorted(_CURRENT.per_file().items()):
+        if cpu > budget:
+            over.append(f"{name} took {cpu:.0f} s of CPU, over the {budget:.0f} s a file "
+                        "may take")
+        elif wall > budget * WALL_PER_CPU_BUDGET:
+            over.append(f"{name} took {wall:.0f} s of wall time, over the "
+                        f"{budget * WALL_PER_CPU_BUDGET:.0f} s a file may take")
+    return over
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or not _CURRENT.wall:
+        return
+    write = terminalreporter.write_line
+    elapsed = time.monotonic() - _CURRENT.started
+    files = _CURRENT.per_file()
+    write("")
+    write(f"histaudit timings: {len(_CURRENT.wall)} tests, {elapsed:.0f} s wall for the run; "
+          f"summed over tests {sum(_CURRENT.wall.values()):.0f} s wall, "
+          f"{sum(_CURRENT.cpu.values()):.0f} s CPU")
+    write("slowest tests (wall s, CPU s):")
+    for nodeid, wall in sorted(_CURRENT.wall.items(), key=lambda kv: -kv[1])[:10]:
+        write(f"  {wall:7.1f} {_CURRENT.cpu.get(nodeid, 0.0):7.1f}  {nodeid}")
+    write(f"slowest files (wall s, CPU s, tests; budget {_budget(config):.0f} s of CPU):")
+    for name, (wall, cpu, count) in sorted(files.items(), key=lambda kv: -kv[1][0])[:15]:
+        write(f"  {wall:7.1f} {cpu:7.1f} {count:5d}  {name}")
+    path = config.getoption("--timings-json")
+    if path:
+        Path(path).write_text(json.dumps({
+            "elapsed_s": elapsed,
+            "tests": {n: {"wall_s": w, "cpu_s": _CURRENT.cpu.get(n, 0.0)}
+                      for n, w in sorted(_CURRENT.wall.items())},
+            "files": {f: {"wall_s": w, "cpu_s": c, "tests": n}
+                      for f, (w, c, n) in sorted(files.items())},
+        }, indent=1))
+    for line in _over_budget(config):
+        write(f"FAILED budget: {line} (tests/support/timings.py; split it, or move its "
+              "largest sizes to make test-long)", red=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):
+        return
+    if _over_budget(session.config) and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
