@@ -7,7 +7,7 @@ DAPRD  := .tools/daprd/bin/daprd
 
 WITNESS := .tools/bin/.litewitness-v0.9.0
 
-.PHONY: test demo demo-daprd demo-87 demo-87-daprd bench engine daprd witness postgres chromium venv lint clean
+.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd bench engine daprd witness postgres chromium venv lint clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -38,13 +38,26 @@ postgres:
 chromium:
 	scripts/ensure-chromium.sh
 
-# Most tests wait (fsync, engine round trips, app restarts) rather than compute, so four
-# xdist workers on two cores roughly halve the wall time; each worker starts its own
-# PostgreSQL server and engines on free ports.
+# Four xdist workers on two cores: many tests wait (engine round trips, app restarts,
+# fsync) while others compute; each worker starts its own PostgreSQL server and engines on
+# free ports. Tests are dealt out one by one, longest kinds first (tests/conftest.py), and
+# a file whose module fixtures are costly stays on one worker (pytest.mark.xdist_group).
+# The run prints its slowest tests and files and fails when a file passes its budget
+# (tests/support/timings.py).
 PYTEST_WORKERS ?= 4
+PYTEST_ENV = HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) \
+    HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD)))
+PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: venv engine daprd witness postgres chromium
-	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) \
-	    $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+# The exhaustive sizes of the tests a smaller case already proves in `make test` (each says
+# what in its docstring; tests/support/sizes.py): every file that imports sized, run with
+# HISTAUDIT_TEST_SIZE=long. .ci/run adds it when its time budget allows.
+LONG_TESTS = $(shell grep -rl --include='test_*.py' 'from support.sizes import' tests)
+test-long: venv engine daprd witness postgres chromium
+	HISTAUDIT_TEST_SIZE=long $(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST) \
+	    --file-budget 0 $(LONG_TESTS)
 
 demo: venv engine
 	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) examples/triage/demo.py

@@ -117,3 +117,25 @@ def any_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sidec
         yield started[0]
     finally:
         teardown(started[0])
+
+
+def _cost_class(item: pytest.Item) -> int:
+    """0: crashes and daprd stacks, 1: other integration tests, 2: the rest."""
+    if item.get_closest_marker("crash") or item.get_closest_marker("daprd"):
+        return 0
+    return 1 if "integration" in item.path.parts else 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest work first, so that under xdist (``--dist loadgroup --no-loadscope-reorder``)
+    no worker picks up a crash matrix while the others sit idle at the end.
+
+    Files are ordered as wholes, by their costliest test's class, and keep their own order
+    inside, so a module-scoped fixture is still built once on a worker. Files whose
+    module fixtures are costly keep all their tests on one worker with
+    ``pytest.mark.xdist_group``; every other test is dealt out on its own.
+    """
+    by_file: dict[Path, int] = {}
+    for item in items:
+        by_file[item.path] = min(by_file.get(item.path, 2), _cost_class(item))
+    items.sort(key=lambda item: by_file[item.path])

@@ -37,6 +37,9 @@ from histaudit.errors import InputError, SignatureError
 from support.bundles import Built, build_bundle, manifest_of, resign_manifest
 from support.cli import cli, exits, one_error_line
 
+# one xdist worker builds the module fixtures (built, originals, scratch) once (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("bundle_hostile")
+
 FILES = ("manifest.dsse.json", "checkpoint.note", "entries.jsonl", "heads.jsonl",
          "keys.json", "payloads.jsonl")
 LISTED = FILES[1:]

@@ -152,6 +152,7 @@ def test_cli_idempotent_post_is_deduplicated_and_identical(tmp_path: Path) -> No
     assert table_row(run.stdout, "after_post")[2] == "identical"
 
 
+@pytest.mark.xdist_group("triage_clean")  # one worker makes the clean run once
 @pytest.mark.timeout(600)
 def test_engine_crash_points_on_triage(triage_clean: ct.CleanRun) -> None:
     """The engine SIGKILLed while the app is inside a step; restarted; the step re-run."""
@@ -172,12 +173,14 @@ def test_engine_crash_points_on_triage(triage_clean: ct.CleanRun) -> None:
     ct.assert_recovered(summarize)
 
 
+@pytest.mark.xdist_group("triage_clean")  # one worker makes the clean run once
 def test_a_point_never_reached_is_failed(triage_clean: ct.CleanRun) -> None:
     result = ct.run_point(TRIAGE_SPEC, "after_post#2", clean=triage_clean)
     assert result.outcome == "failed" and "never reached" in result.detail
     assert result.failing
 
 
+@pytest.mark.xdist_group("triage_clean")  # one worker makes the clean run once
 def test_clean_run_round_trips_through_json(triage_clean: ct.CleanRun) -> None:
     """The pytest plugin shares a clean run across xdist workers as asdict() JSON."""
     text = json.dumps(dataclasses.asdict(triage_clean))

@@ -39,7 +39,8 @@ from support.dapr_audit import (
 )
 from support.repo import SCHEMAS
 
-pytestmark = [pytest.mark.engine, pytest.mark.daprd]
+# one xdist worker builds the module fixtures (run, bundle) once (tests/conftest.py)
+pytestmark = [pytest.mark.engine, pytest.mark.daprd, pytest.mark.xdist_group("dapr_crosscheck")]
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,8 @@ from support.daprd import teardown
 from support.postgres import PostgresServer
 from support.repo import SCHEMAS
 
-pytestmark = [pytest.mark.engine, pytest.mark.daprd]
+# one xdist worker builds the module fixtures (signed, pg_signed) once (tests/conftest.py)
+pytestmark = [pytest.mark.engine, pytest.mark.daprd, pytest.mark.xdist_group("dapr_signing")]
 
 APP_SCRIPT = Path(__file__).resolve().parent / "apps" / "smoke_app.py"
 APP_ID = "histaudit"

@@ -48,6 +48,9 @@ from support.cli import cli, exits, one_error_line, verification_failed
 from support.ledgers import LedgerDb, committed
 from support.repo import SCHEMAS
 
+# one xdist worker builds the module fixtures (its module ledger) once (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("export")
+
 SCHEMA = SCHEMAS / "bundle-manifest.schema.json"
 EXPORTED = ("order-1", "order-2")
 NOT_EXPORTED = "order-3"

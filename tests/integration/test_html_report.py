@@ -40,7 +40,8 @@ from histaudit.verify.report import Report
 from support.apps import AppProcess, AppRig
 from support.cli import cli, exits
 
-pytestmark = [pytest.mark.engine, pytest.mark.crash]
+# one xdist worker builds the module fixtures (reports) once (tests/conftest.py)
+pytestmark = [pytest.mark.engine, pytest.mark.crash, pytest.mark.xdist_group("html_report")]
 
 APP = Path(__file__).resolve().parents[2] / "examples" / "triage" / "app.py"
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"

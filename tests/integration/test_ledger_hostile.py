@@ -41,6 +41,9 @@ from histaudit.ledger.keys import Signer, generate_keypair
 from histaudit.ledger.store import Ledger
 from support.ledgers import committed
 
+# one xdist worker builds the module fixtures (its module ledger) once (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("ledger_hostile")
+
 COLUMNS = {"histaudit_entries": ("leaf", "instance", "seq", "hash", "body", "sig"),
            "histaudit_heads": ("instance", "seq", "body", "sig"),
            "histaudit_payloads": ("commitment", "salt", "data")}

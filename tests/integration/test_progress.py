@@ -24,6 +24,9 @@ from histaudit.ledger.store import Ledger
 from support.cli import HISTAUDIT, TIMEOUT, cli, exits
 
 INSTANCES, STEPS = 40, 500
+# one xdist worker builds the module fixtures (big) once (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("progress")
+
 ENTRIES = INSTANCES * STEPS
 
 

@@ -1,10 +1,13 @@
 """The sweep (``histaudit crashtest``'s default mode) on the real engine.
 
 What a user relies on: one instance crashed at every point finds what a run per point
-finds (checked point by point against ``--mode isolated`` on the 10-step financial
-agent); a divergence no finding explains is bisected down to the one point that causes
-it; a worker that dies on its own stops the sweep without losing the points after it;
-engine crashes sweep too; and the CLI says what it does and writes it into the JSON.
+finds (checked point by point against ``--mode isolated`` on the financial agent: 4 steps
+and 10 points in ``make test``, which hold every kind of point the agent has — before and
+after a step, the report's activity and both sides of its side effect; 10 steps and 22
+points in ``make test-long``); a divergence no finding explains is bisected down to the
+one point that causes it; a worker that dies on its own stops the sweep without losing
+the points after it; and the CLI says what it does and writes it into the JSON. Engine
+crashes in a sweep: ``test_sweep_engine.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 
 from histaudit import crashtest as ct
 from histaudit.verify.findings import Severity
+from support.sizes import sized
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
 
@@ -37,10 +41,13 @@ def outcomes(result: ct.MatrixResult) -> dict[str, tuple[str, tuple[str, ...]]]:
             for p in result.points}
 
 
+AGENT_STEPS = sized(4, 10)
+
+
 @pytest.fixture(scope="module")
 def agent_clean(engine_binary: Path) -> tuple[ct.CrashSpec, ct.CleanRun]:
     spec = ct.CrashSpec(target=f"{AGENT}:financial_agent",
-                        input={"ticker": "ACME", "steps": 10}, timeout=60)
+                        input={"ticker": "ACME", "steps": AGENT_STEPS}, timeout=60)
     return spec, ct.run_clean(spec)
 
 
@@ -51,7 +58,8 @@ def test_a_sweep_finds_what_a_run_per_point_finds(
     swept = ct.run_matrix(spec, clean=clean, engine_points=False,
                           on_crash=lambda point, kind, done, total: crashes.append(point))
     isolated = ct.run_matrix(spec, clean=clean, engine_points=False, mode="isolated", jobs=2)
-    assert len(clean.points) == 22  # 10 steps, before/after each, and the report's effect
+    # before/after each step (the last is the report's), and the report's effect
+    assert len(clean.points) == 2 * AGENT_STEPS + 2
     assert crashes == list(clean.points)  # one instance, every point, in order
     assert outcomes(swept) == outcomes(isolated)
     assert outcomes(swept)["before-effect:send-report"] == ("findings", ("effect-uncertain",))
@@ -63,13 +71,13 @@ def test_a_sweep_finds_what_a_run_per_point_finds(
     confirmed = [p.point for p in swept.points if "in isolation" in p.detail]
     assert set(confirmed) >= {"before-effect:send-report", "after-effect:send-report"}
     assert swept.runs["isolated"] == len(confirmed) <= 4
-    assert swept.runs["sweeps"] == 1 and swept.runs["sweep_crashes"] == 22
+    assert swept.runs["sweeps"] == 1 and swept.runs["sweep_crashes"] == len(clean.points)
     vouched = [p for p in swept.points if p.point not in confirmed]
     assert all(p.outcome == "identical" and p.output_matches and p.status == "COMPLETED"
                and p.effects == clean.effects for p in vouched)
     for p in vouched:
         ct.assert_recovered(p)
-    assert isolated.runs == {"sweeps": 0, "sweep_crashes": 0, "isolated": 22}
+    assert isolated.runs == {"sweeps": 0, "sweep_crashes": 0, "isolated": len(clean.points)}
     assert swept.mode == "sweep" and swept.to_json()["mode"] == "sweep"
 
 
@@ -112,42 +120,4 @@ def test_a_worker_dying_on_its_own_stops_the_sweep_and_the_rest_is_swept_again(
     assert by_point["after:stamp"].outcome == "diverged"
     assert {p for p, r in by_point.items() if r.outcome == "identical"} == \
         set(by_point) - {"after:fragile", "after:stamp"}
-    assert result.runs["sweeps"] >= 2
-
-
-def test_engine_crashes_sweep_too(engine_binary: Path) -> None:
-    """The engine killed while a step runs: the step is dispatched again once its lock
-    expires. ``add`` does not mind; ``stamp`` runs twice and the output differs."""
-    spec = ct.CrashSpec(target=f"{APP}:steps", input=0, timeout=30)
-    crashes: list[tuple[str, ct.CrashKind]] = []
-    result = ct.run_matrix(spec, app_points=False,
-                           points=["before:step:1-2", "after:step:1-2", "before:step:4"],
-                           on_crash=lambda point, kind, done, total:
-                           crashes.append((point, kind)))
-    swept = ["before:add", "after:add", "before:add#2", "after:add#2", "before:stamp"]
-    assert crashes[:5] == [(p, ct.KIND_ENGINE) for p in swept]
-    assert [(p.point, p.kind, p.outcome.value) for p in result.points] == [
-        *[(p, ct.KIND_ENGINE, "identical") for p in swept[:4]],
-        ("before:stamp", ct.KIND_ENGINE, "diverged")]
-    stamp = result.points[-1]
-    assert "in isolation: output $.stamp.runs: 1 -> 2" in stamp.detail
-    assert "--point before:stamp --engine-crash" in stamp.rerun
-    assert result.runs["isolated"] >= 1
-
-
-def test_an_engine_sweep_does_not_hide_a_duplicate_behind_a_later_crash() -> None:
-    """A kill at ``before:post_comment`` or ``after_post`` duplicates the triage post (the
-    worker posts, its result dies with the old engine, the step is handed out again), but
-    in a sweep that second post lands next to the later ``after:post_comment`` crash. The
-    sweep must not vouch for the earlier points because that later one reproduces it."""
-    spec = ct.CrashSpec(target=f"{TRIAGE}:triage", input={"id": "T-1", "title": "500s"})
-    points = ["before:summarize", "before:post_comment", "after_post", "after:post_comment"]
-    result = ct.run_matrix(spec, app_points=False, points=points)
-    got = {p.point: p for p in result.points}
-    assert list(got) == points
-    assert got["before:summarize"].outcome == "identical", got["before:summarize"].detail
-    for point in points[1:]:
-        p = got[point]
-        assert p.outcome == "findings" and "effect-duplicate" in p.codes, (point, p.detail)
-        assert "in isolation" in p.detail and p.effects == {"post-comment": 2}
     assert result.runs["sweeps"] >= 2

@@ -45,7 +45,8 @@ from support.witness import Witness, start_witness, write_policy
 
 __all__ = ["start_witness"]  # the fixture, imported so pytest finds it here
 
-pytestmark = pytest.mark.witness
+# one xdist worker builds the module fixtures (cosigcheck) once (tests/conftest.py)
+pytestmark = [pytest.mark.witness, pytest.mark.xdist_group("witness")]
 StartWitness = Callable[[str], Witness]
 
 
