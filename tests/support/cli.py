@@ -10,7 +10,8 @@ Each command is its own process with its own stdio, directory, environment and e
 status. By default it is forked from a server that has already imported histaudit
 (:mod:`support.cli_zygote`, one per test process), which saves the ≈ 0.22 s of CPU an
 interpreter spends starting and importing — most of the CPU of the suite's ~3,000
-commands. ``HISTAUDIT_TEST_CLI=exec`` starts a new interpreter for every command instead.
+commands. A command whose PYTHON* variables (PYTHONPATH …) differ from the server's
+starts its own interpreter, as do all with ``HISTAUDIT_TEST_CLI=exec``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def cli(*args: str | os.PathLike[str], cwd: Path,
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
     full_env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
     full_env.update(env or {})
-    if os.environ.get("HISTAUDIT_TEST_CLI", "fork") != "exec" and _SCRIPT.exists():
+    if os.environ.get("HISTAUDIT_TEST_CLI", "fork") != "exec" and _SCRIPT.exists() \
+            and _interpreter_settings(full_env) == _interpreter_settings(_server_env()):
         return _Zygote.get().run([str(a) for a in args], cwd=cwd, env=full_env,
                                  file_size_limit=file_size_limit, timeout=timeout)
 
@@ -109,6 +111,19 @@ def _one_line(result: subprocess.CompletedProcess[str], code: int, prefix: str,
     return line
 
 
+def _server_env() -> dict[str, str]:
+    """The environment the fork server starts with: the clean one of :func:`cli`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
+    env["PYTHONUTF8"] = "1"
+    return env
+
+
+def _interpreter_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The PYTHON* variables: read when an interpreter starts (PYTHONPATH builds sys.path),
+    so a command that sets them differently from the server's must start its own."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON")}
+
+
 class _Zygote:
     """This process's fork server for the command (:mod:`support.cli_zygote`)."""
 
@@ -128,11 +143,9 @@ class _Zygote:
         self.pid = os.getpid()
         self.dir = tempfile.mkdtemp(prefix="histaudit-cli-")
         self.path = os.path.join(self.dir, "s")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-        env["PYTHONUTF8"] = "1"
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("cli_zygote.py")), self.path],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_server_env())
         assert self.proc.stdout is not None
         ready = self.proc.stdout.readline()
         if ready != b"ready\n":

@@ -115,7 +115,7 @@ def _over_budget(config: pytest.Config) -> list[str]:
     over = []
     for name, (wall, cpu, _) in sorted(_CURRENT.per_file().items()):
         if cpu > budget:
-            over.append(f"{name} took {cpu:.0f} s of CPU, over the {budget:.0f} s a file "
+            over.append(f"{name} took {cpu:.0f} s of CPU, over the {budget:g} s a file "
                         "may take")
         elif wall > budget * WALL_PER_CPU_BUDGET:
             over.append(f"{name} took {wall:.0f} s of wall time, over the "

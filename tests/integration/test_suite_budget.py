@@ -1,0 +1,48 @@
+"""The suite's own guard (``tests/support/timings.py``): a test file that passes its CPU
+budget fails the run, naming the file; one inside it passes, and the slowest tests are
+listed either way. Runs pytest in a subprocess on a generated file. Cost: ≈ 4 s of CPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+BURN = """
+import time
+
+def test_burns_cpu():
+    end = time.process_time() + 1.0
+    while time.process_time() < end:
+        pass
+"""
+
+
+def _run(pytester: pytest.Pytester, budget: str) -> pytest.RunResult:
+    pytester.makepyfile(test_burn=BURN)
+    tests = Path(__file__).resolve().parents[1]
+    pytester.makeconftest(f"import sys\nsys.path.insert(0, {str(tests)!r})\n"
+                          "pytest_plugins = ['support.timings']\n")
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--file-budget", budget,
+                                         "--timings-json", "t.json")
+
+
+def test_a_file_over_its_cpu_budget_fails_the_run(pytester: pytest.Pytester) -> None:
+    result = _run(pytester, "0.5")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*slowest tests*", "*test_burn.py::test_burns_cpu*",
+                                 "FAILED budget: test_burn.py took * s of CPU, over the 0 s*"])
+    assert result.parseoutcomes()["passed"] == 1
+    doc = json.loads((pytester.path / "t.json").read_text())
+    assert doc["files"]["test_burn.py"]["cpu_s"] >= 1.0
+
+
+def test_a_file_inside_its_budget_passes(pytester: pytest.Pytester) -> None:
+    result = _run(pytester, "30")
+    assert result.ret == pytest.ExitCode.OK
+    assert "FAILED budget" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*slowest files*", "*test_burn.py"])
