@@ -3,8 +3,10 @@
 A workflow's output may hold fields the user knows differ from run to run (a timestamp,
 a generated id); :func:`without_paths` removes the nodes such paths select, from the
 clean run's output and a crashed run's alike, before the two are compared. Paths are
-parsed by python-jsonpath in its strict (RFC 9535) mode, imported only when there is a
-path to parse, so a matrix without ``--ignore`` does not load it.
+parsed by jsonpath-rfc9535, which implements RFC 9535 and nothing else, imported only when
+there is a path to parse, so a matrix without ``--ignore`` does not load it. Its import
+name is its own: python-jsonpath, used before, shared the top-level ``jsonpath`` with
+jsonpath-python, which dapr-agents brings in (through mistralai) and which overwrote it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from histaudit.errors import UsageError
 
 if TYPE_CHECKING:
-    from jsonpath import CompoundJSONPath, JSONPath, JSONPathEnvironment
+    from jsonpath_rfc9535 import JSONPathEnvironment, JSONPathQuery
 
 __all__ = ["check_paths", "without_paths"]
 
@@ -25,14 +27,14 @@ _Location = tuple[str | int, ...]
 
 @functools.cache
 def _environment() -> JSONPathEnvironment:
-    from jsonpath import JSONPathEnvironment
+    from jsonpath_rfc9535 import JSONPathEnvironment
 
-    return JSONPathEnvironment(strict=True)
+    return JSONPathEnvironment()
 
 
 @functools.lru_cache(maxsize=256)
-def _compile(path: str) -> JSONPath | CompoundJSONPath:
-    from jsonpath import JSONPathError
+def _compile(path: str) -> JSONPathQuery:
+    from jsonpath_rfc9535 import JSONPathError
 
     try:
         return _environment().compile(path)
@@ -57,7 +59,7 @@ def without_paths(value: Any, paths: Iterable[str]) -> Any:
     a path selects the root (``$``). UsageError for a path that is not JSONPath."""
     drop: set[_Location] = set()
     for path in paths:
-        drop.update(tuple(m.parts) for m in _compile(path).finditer(value))
+        drop.update(node.location for node in _compile(path).finditer(value))
     if not drop:
         return value
     if () in drop:
