@@ -11,14 +11,12 @@ from typing import Any
 
 import pytest
 
-from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer
-from histaudit.ledger.store import Ledger
 from support.bad_input import (
     DB_COMMANDS,
     HUGE,
     Ctx,
+    append_kept_payload,
     insert_entry_row,
     last_body,
     raw_sql,
@@ -188,13 +186,7 @@ def test_huge_entry_body(case: str, ledger_ctx: Ctx) -> None:
 def test_huge_committed_payload_verifies_and_redacts(ledger_ctx: Ctx) -> None:
     """A 50 MB payload written through the library is no problem at all."""
     ctx = ledger_ctx
-    payload = b"z" * HUGE
-    salt = fmt.new_salt()
-    c = fmt.commit(payload, salt)
-    with Ledger.open(ctx.url) as ledger:
-        chain.append(ledger, "order-1", "activity.completed",
-                      {"task_id": 1, "output": {"c": c, "n": len(payload)}},
-                      signer=Signer.load(ctx.key), payloads={salt: (c, payload)})
+    append_kept_payload(ctx, 1, b"z" * HUGE)
     r = run([*DB_COMMANDS["verify"](ctx), "--full", "--json"], cwd=ctx.tmp)
     exits(r, 0)
     assert json.loads(r.stdout)["reports"][0]["findings"] == []

@@ -17,10 +17,8 @@ import pytest
 
 from histaudit.errors import FormatError
 from histaudit.ledger import chain
-from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer
 from histaudit.ledger.store import Ledger
-from support.bad_input import DB_COMMANDS, Ctx, keys_for, run
+from support.bad_input import DB_COMMANDS, Ctx, append_kept_payload, keys_for, run
 from support.cli import cli, exits, one_error_line
 from support.ledgers import LedgerDb, append_order, write_lock_held
 
@@ -264,13 +262,7 @@ def test_export_onto_a_full_disk_leaves_the_ledger_unchanged(ledger_ctx: Ctx) ->
     in the middle of the bundle: payloads.jsonl (a 400 kB payload) passes the limit,
     the smaller files before it were written already."""
     ctx = ledger_ctx
-    payload = b"p" * 400_000
-    salt = fmt.new_salt()
-    c = fmt.commit(payload, salt)
-    with Ledger.open(ctx.url) as ledger:
-        chain.append(ledger, "order-1", "activity.completed",
-                     {"task_id": 2, "output": {"c": c, "n": len(payload)}},
-                     signer=Signer.load(ctx.key), payloads={salt: (c, payload)})
+    append_kept_payload(ctx, 2, b"p" * 400_000)
     args = [*_export_to(lambda t: t / "b")(ctx), "--with-payloads"]
     before = ctx.state()
     r = cli(*args, cwd=ctx.tmp, file_size_limit=256 << 10)

@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from histaudit.ledger import chain
+from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, generate_keypair
+from histaudit.ledger.store import Ledger
 from support.cli import cli
 from support.ledgers import LedgerDb
 
@@ -101,6 +104,17 @@ class Ctx:
 
 def keys_for(tmp: Path) -> tuple[Path, Path, Signer]:
     return generate_keypair(tmp / "keys", name="ops")
+
+
+def append_kept_payload(ctx: Ctx, task_id: int, payload: bytes) -> None:
+    """Append an ``activity.completed`` of ``order-1`` whose output is ``payload``, kept
+    (its salted commitment in the entry, the bytes in the payloads table)."""
+    salt = fmt.new_salt()
+    c = fmt.commit(payload, salt)
+    with Ledger.open(ctx.url) as ledger:
+        chain.append(ledger, "order-1", "activity.completed",
+                     {"task_id": task_id, "output": {"c": c, "n": len(payload)}},
+                     signer=Signer.load(ctx.key), payloads={salt: (c, payload)})
 
 
 def raw_sql(url: str, *statements: str) -> None:
