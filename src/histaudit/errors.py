@@ -38,6 +38,11 @@ class EngineError(HistauditError):
     """The Dapr workflow engine could not be found, started or reached."""
 
 
+class SdkError(HistauditError):
+    """The Dapr workflow SDK is not installed, or installed in a layout histaudit cannot
+    use (``histaudit.sdk`` says which and how to fix it)."""
+
+
 class VerificationError(HistauditError):
     """Raised by the raising variants of verification when the report is not clean."""
 

@@ -7,20 +7,52 @@ private name; this module is the only one that spells them, so an SDK upgrade is
 here and nowhere else. :func:`missing` lists what the installed SDK lacks
 (tests/unit/test_sdk.py asserts it is nothing for the pinned version, ADR 0002).
 
-Pinned: ``dapr[workflow]`` 1.19 (its vendored durabletask client,
-``dapr.ext.workflow._durabletask``).
+Two layouts are supported, both with the SDK's durabletask client at
+``dapr.ext.workflow._durabletask``: ``dapr[workflow]`` ≥ 1.19 (the SDK inside the core
+wheel) and dapr 1.18.x with ``dapr-ext-workflow`` 1.18.x (what dapr-agents 1.0 requires).
+They differ, for histaudit, in one place: 1.19 builds a work item's committed events in
+``TaskHubGrpcWorker._resolve_history`` (stateful history: a cache plus the engine's
+delta), 1.18 hands ``req.pastEvents`` straight to ``_execute_orchestrator``; the replay
+check hooks whichever the installed SDK has (:func:`hook_resolve_history`).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 from collections.abc import Callable
 from typing import Any
 
-from dapr.ext.workflow import DaprWorkflowContext, WorkflowRuntime
-from dapr.ext.workflow._durabletask import task, worker
-from dapr.ext.workflow._durabletask.internal import helpers, protos, shared
-from dapr.ext.workflow._durabletask.internal import orchestrator_service_pb2_grpc as stubs
+from histaudit.errors import SdkError
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+DAPR_VERSION = _version("dapr")
+EXT_WORKFLOW_VERSION = _version("dapr-ext-workflow")
+
+try:
+    from dapr.ext.workflow import DaprWorkflowContext, WorkflowRuntime
+    from dapr.ext.workflow._durabletask import task, worker
+    from dapr.ext.workflow._durabletask.internal import helpers, protos, shared
+    from dapr.ext.workflow._durabletask.internal import (
+        orchestrator_service_pb2_grpc as stubs,
+    )
+except ImportError as exc:  # one line for the CLI and the app, not a traceback
+    if DAPR_VERSION is None:
+        fix = "install dapr>=1.19 (pip install 'dapr[workflow]')"
+    elif DAPR_VERSION.startswith("1.18"):
+        fix = (f"dapr {DAPR_VERSION} keeps it in a package of its own: "
+               "pip install 'dapr-ext-workflow>=1.18.3,<1.19'")
+    else:
+        fix = f"dapr {DAPR_VERSION} does not provide it as histaudit expects ({exc})"
+    raise SdkError(f"the Dapr workflow SDK (dapr.ext.workflow) is not importable: {fix}"
+                   ) from None
 
 __all__ = [
     "NonDeterminismError", "OrchestrationExecutor", "Registry", "WorkflowRuntime",
@@ -32,7 +64,18 @@ __all__ = [
     "unwrap_decorated", "wire_input",
 ]
 
-PINNED_SDK = "dapr[workflow] 1.19"
+
+def layout() -> str:
+    """Which SDK layout is installed, in words for ``--version``, reports and errors:
+    ``dapr 1.19.0`` (the SDK inside ``dapr``), ``dapr 1.18.3 + dapr-ext-workflow 1.18.3``,
+    or a mixed install named as one (the legacy package over the core's files)."""
+    if EXT_WORKFLOW_VERSION is None:
+        return f"dapr {DAPR_VERSION}"
+    text = f"dapr {DAPR_VERSION} + dapr-ext-workflow {EXT_WORKFLOW_VERSION}"
+    if DAPR_VERSION and not DAPR_VERSION.startswith("1.18"):
+        text += (" (mixed: the legacy dapr-ext-workflow overwrote the SDK inside dapr "
+                 f"{DAPR_VERSION}; uninstall it, or pin dapr<1.19)")
+    return text
 
 OrchestrationExecutor: type = worker._OrchestrationExecutor
 """The SDK's workflow executor: ``(registry, logger).execute(instance, old, new)``."""
@@ -73,8 +116,8 @@ def missing() -> list[str]:
                                                             "get_grpc_channel")
              if not hasattr(shared, n)]
     grpc_worker = getattr(worker, "TaskHubGrpcWorker", object)
-    gone += [f"TaskHubGrpcWorker.{n}" for n in ("_resolve_history",)
-             if not hasattr(grpc_worker, n)]
+    if _history_method(grpc_worker) is None:
+        gone.append("TaskHubGrpcWorker._resolve_history (1.19) or _execute_orchestrator (1.18)")
     activity_executor = getattr(worker, "_ActivityExecutor", object)
     gone += [f"_ActivityExecutor.{n}" for n in ("_resolve",)
              if not hasattr(activity_executor, n)]
@@ -141,23 +184,40 @@ def hook_activity_resolve(runtime: WorkflowRuntime, after: Callable[[Any, str | 
     return True
 
 
+def _history_method(worker_or_class: Any) -> str | None:
+    """The worker method a work item's committed events pass through on this SDK."""
+    for name in ("_resolve_history", "_execute_orchestrator"):
+        if hasattr(worker_or_class, name):
+            return name
+    return None
+
+
 def hook_resolve_history(runtime: WorkflowRuntime,
                          after: Callable[[Any, list[Any]], None]) -> bool:
     """Call ``after(request, events)`` with the committed events of every workflow work
-    item the worker replays (``TaskHubGrpcWorker._resolve_history``: whether the engine
-    sent them in full or the worker rebuilt them from its cache plus a delta). The
-    events go on unchanged. True if hooked."""
+    item the worker replays, before the workflow runs. On 1.19 that is what
+    ``TaskHubGrpcWorker._resolve_history`` returns (the engine's full history, or the
+    worker's cache plus a delta); on 1.18, which has no such cache, the request's
+    ``pastEvents`` as ``_execute_orchestrator`` receives them. The events go on unchanged.
+    True if hooked."""
     sdk_worker = _worker_of(runtime)
-    original = getattr(sdk_worker, "_resolve_history", None)
-    if original is None:
+    method = _history_method(sdk_worker)
+    if method is None:
         return False
+    original = getattr(sdk_worker, method)
+    if method == "_resolve_history":
+        def resolve_history(req: Any) -> Any:
+            events = original(req)
+            after(req, events)
+            return events
 
-    def resolve_history(req: Any) -> Any:
-        events = original(req)
-        after(req, events)
-        return events
+        sdk_worker._resolve_history = resolve_history
+    else:
+        def execute_orchestrator(req: Any, *args: Any, **kwargs: Any) -> Any:
+            after(req, list(req.pastEvents))
+            return original(req, *args, **kwargs)
 
-    sdk_worker._resolve_history = resolve_history
+        sdk_worker._execute_orchestrator = execute_orchestrator
     return True
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from histaudit import __version__, sdk
 from histaudit.ledger import chain
 from histaudit.ledger.keys import Signer, generate_keypair, key_id
 from histaudit.ledger.store import Ledger
@@ -392,7 +393,7 @@ def test_redact_then_verify_full_is_still_clean(world: World) -> None:
 def test_version_and_help(tmp_path: Path) -> None:
     r = cli("--version", cwd=tmp_path)
     exits(r)
-    assert r.stdout.startswith("histaudit, version ")
+    assert r.stdout == f"histaudit {__version__}, Dapr workflow SDK: {sdk.layout()}\n"
     r = cli("--help", cwd=tmp_path)
     exits(r)
     for command in ("keys", "list", "redact", "show", "verify"):
@@ -403,7 +404,7 @@ def test_python_dash_m_runs_the_same_cli(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "histaudit.cli", "--version"],
                        capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
     exits(r)
-    assert r.stdout.startswith("histaudit, version ")
+    assert r.stdout.startswith(f"histaudit {__version__}, Dapr workflow SDK: dapr ")
 
 
 def test_default_ledger_is_histaudit_db_in_the_working_directory(tmp_path: Path) -> None:

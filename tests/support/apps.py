@@ -149,14 +149,11 @@ class AppRig:
         return wf.DaprWorkflowClient(host=host, port=port)
 
     def history(self, instance: str) -> list[Any]:
-        """The engine's own history events of ``instance`` (protobuf)."""
-        from dapr.ext.workflow._durabletask.client import TaskHubGrpcClient
+        """The engine's own history events of ``instance`` (protobuf), fetched the way
+        ``histaudit verify --engine`` does (the SDK's client has no such call before 1.19)."""
+        from histaudit.replay.history import History
 
-        client = TaskHubGrpcClient(host_address=self.engine.address)
-        try:
-            return list(client.get_instance_history(instance))
-        finally:
-            client.close()
+        return list(History.fetch(self.engine.address, instance).events)
 
     def schedule(self, workflow: Any, payload: Any = None, *, queue: bool = False) -> str:
         """Start ``workflow`` (a name or a function) as instance ``<name>-<8 hex>``.

@@ -31,8 +31,23 @@ from .verify import verify
 __all__ = ["EXIT_BAD_INPUT", "EXIT_CLEAN", "EXIT_FINDINGS", "cli", "main"]
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: histaudit's version and the Dapr workflow SDK it runs on."""
+    if not value or ctx.resilient_parsing:
+        return
+    try:
+        from histaudit import sdk  # loads the SDK: only when asked
+
+        layout = sdk.layout()
+    except HistauditError as exc:
+        layout = f"not usable: {exc}"
+    click.echo(f"histaudit {__version__}, Dapr workflow SDK: {layout}")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="histaudit")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Show the version and the Dapr SDK layout.")
 def cli() -> None:
     """Signed, hash-chained audit ledger for Dapr Workflow, and its verifier."""
 
