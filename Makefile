@@ -70,12 +70,13 @@ test: venv $(VENV118)/.installed engine daprd witness postgres chromium
 	$(PYTEST_ENV) $(VENV118)/bin/python -m pytest -q $(PYTEST_XDIST) $(SDK_TESTS)
 
 # The exhaustive sizes of the tests a smaller case already proves in `make test` (each says
-# what in its docstring; tests/support/sizes.py): every file that imports sized, run with
-# HISTAUDIT_TEST_SIZE=long. .ci/run adds it when its time budget allows.
+# what in its docstring; tests/support/sizes.py): the tests marked `sized`, in the files
+# that import sized(), run with HISTAUDIT_TEST_SIZE=long. .ci/run adds it when its time
+# budget allows.
 LONG_TESTS = $(shell grep -rl --include='test_*.py' 'from support.sizes import' tests)
 test-long: venv engine daprd witness postgres chromium
 	HISTAUDIT_TEST_SIZE=long $(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST) \
-	    --file-budget 0 $(LONG_TESTS)
+	    --file-budget 0 -m sized $(LONG_TESTS)
 
 demo: venv engine
 	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) examples/triage/demo.py

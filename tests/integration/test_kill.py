@@ -37,7 +37,7 @@ from histaudit.ledger.store import Ledger
 from support.cli import cli, exits
 from support.sizes import sized
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.sized]
 
 KILLS_PER_STORE = sized(50, 200)  # on each store
 BATCH = 5              # writers started together, then killed one by one

@@ -51,6 +51,7 @@ def agent_clean(engine_binary: Path) -> tuple[ct.CrashSpec, ct.CleanRun]:
     return spec, ct.run_clean(spec)
 
 
+@pytest.mark.sized
 def test_a_sweep_finds_what_a_run_per_point_finds(
         agent_clean: tuple[ct.CrashSpec, ct.CleanRun]) -> None:
     spec, clean = agent_clean

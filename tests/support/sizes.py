@@ -2,7 +2,8 @@
 one, ``make test-long`` (``HISTAUDIT_TEST_SIZE=long``) the exhaustive one.
 
 A test that takes its size from :func:`sized` says in its docstring what the short size
-still proves; the Makefile's test-long target runs every file that calls it.
+still proves and carries ``pytest.mark.sized``; the Makefile's test-long target runs the
+tests so marked.
 """
 
 from __future__ import annotations
