@@ -2,6 +2,7 @@
 write is refused naming why), a write lock held by another process, hostile instance ids,
 outputs that cannot be written or fill the disk — one error line, the ledger unchanged.
 Shared helpers: ``support/bad_input.py``.
+Cost: ≈ 35 s of CPU (75 tests).
 """
 from __future__ import annotations
 
