@@ -48,9 +48,7 @@ def cli(*args: str | os.PathLike[str], cwd: Path,
     environment: the parent's minus every HISTAUDIT_* variable, plus wide, plain output.
     ``file_size_limit`` sets RLIMIT_FSIZE in the child: a write past that many bytes of any
     file fails with EFBIG, as a full disk would (Python ignores SIGXFSZ)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
-    full_env.update({"COLUMNS": "200", "NO_COLOR": "1", "PYTHONUTF8": "1"})
-    full_env.update(env or {})
+    full_env = {**_server_env(), "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
     if os.environ.get("HISTAUDIT_TEST_CLI", "fork") != "exec" and _SCRIPT.exists() \
             and _interpreter_settings(full_env) == _interpreter_settings(_server_env()):
         return _Zygote.get().run([str(a) for a in args], cwd=cwd, env=full_env,
@@ -112,7 +110,8 @@ def _one_line(result: subprocess.CompletedProcess[str], code: int, prefix: str,
 
 
 def _server_env() -> dict[str, str]:
-    """The environment the fork server starts with: the clean one of :func:`cli`."""
+    """The clean environment: the parent's minus every HISTAUDIT_* variable, in UTF-8
+    mode. The fork server starts with it; :func:`cli` adds wide, plain output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")}
     env["PYTHONUTF8"] = "1"
     return env
