@@ -2,8 +2,9 @@
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# The other SDK layout (src/histaudit/sdk.py): dapr 1.18 + dapr-ext-workflow 1.18, what
-# dapr-agents 1.0 pins; `make test` runs the SDK-dependent tests in it too.
+# The other SDK layout (src/histaudit/sdk.py): dapr 1.18 + dapr-ext-workflow 1.18, with
+# dapr-agents 1.0.9, which pins that layout; `make test` runs the SDK-dependent tests and
+# the agent tests (tests/agents) in it.
 VENV118 := .venv-sdk118
 ENGINE := .tools/bin/durabletask-go
 DAPRD  := .tools/daprd/bin/daprd
@@ -22,7 +23,8 @@ $(VENV)/.installed: pyproject.toml
 $(VENV118)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV118)
 	$(VENV118)/bin/python -m pip install -q --upgrade pip
-	$(VENV118)/bin/python -m pip install -q -e '.[test]' 'dapr==1.18.3' 'dapr-ext-workflow==1.18.3'
+	$(VENV118)/bin/python -m pip install -q -e '.[test]' 'dapr==1.18.3' \
+	    'dapr-ext-workflow==1.18.3' 'dapr-agents==1.0.9'
 	touch $@
 
 engine: $(ENGINE)
@@ -59,14 +61,14 @@ PYTEST_ENV = HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) \
 PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 # What the SDK layout changes: the unit tests (tests/unit/test_sdk.py above all), and the
 # interceptor, live replay check, replay, cross-check, crash cases and the demo's triage
-# app on both engines (~2 min on two cores).
-SDK_TESTS = tests/unit tests/integration/test_interceptor.py tests/integration/test_replay.py \
+# app on both engines; and dapr-agents' DurableAgent on daprd (~2 min on two cores).
+SDK_TESTS = tests/agents tests/unit tests/integration/test_interceptor.py tests/integration/test_replay.py \
     tests/integration/test_engine_smoke.py tests/integration/test_runtime_start.py \
     tests/integration/test_decision_resigned.py tests/integration/test_triage.py \
     tests/integration/test_dapr_crosscheck.py tests/integration/test_durability.py
 test: venv $(VENV118)/.installed engine daprd witness postgres chromium
-	$(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
-	@echo "the same SDK-dependent tests on dapr 1.18 + dapr-ext-workflow 1.18:"
+	$(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST) --ignore=tests/agents $(PYTEST_ARGS)
+	@echo "the SDK-dependent tests again, and the agent tests, on dapr 1.18 + dapr-ext-workflow 1.18:"
 	$(PYTEST_ENV) $(VENV118)/bin/python -m pytest -q $(PYTEST_XDIST) $(SDK_TESTS)
 
 # The exhaustive sizes of the tests a smaller case already proves in `make test` (each says

@@ -206,6 +206,7 @@ class DaprdStack(_Endpoint):
         start_timeout: float = 30.0,
         postgres_actor_store: str | None = None,
         history_signing: bool = False,
+        resources: str | os.PathLike[str] | None = None,
     ) -> None:
         """Configure, but do not start, a stack (``state_dir=None``: a fresh temp dir,
         kept, since the state must outlive restarts).
@@ -218,6 +219,10 @@ class DaprdStack(_Endpoint):
         enables daprd's ``WorkflowHistorySigning`` preview feature, so daprd signs the
         workflow history it stores (docs/dapr-signatures.md); ``trust_anchors_path`` is
         then sentry's root certificate.
+
+        ``resources``, a directory of component files (``*.yaml``), adds them beside the
+        actor state store (an agent's ``agent-workflow`` state store, say); one named
+        ``statestore.yaml`` is refused, as that name is the actor store's.
         """
         self._bin = Path(bin_dir) if bin_dir is not None else find_daprd_bin_dir()
         if not _usable(self._bin):
@@ -230,6 +235,12 @@ class DaprdStack(_Endpoint):
             raise EngineError("postgres_actor_store must not contain a double quote")
         self._postgres = postgres_actor_store
         self._signing = history_signing
+        self._extra = sorted(Path(resources).glob("*.yaml")) if resources is not None else []
+        if resources is not None and not Path(resources).is_dir():
+            raise EngineError(f"resources {resources} is not a directory")
+        if any(f.name == "statestore.yaml" for f in self._extra):
+            raise EngineError(f"resources {resources}: statestore.yaml is the actor state "
+                              "store's file; name yours otherwise")
         if history_signing and not os.access(self._bin / "sentry", os.X_OK):
             raise EngineError(f"{self._bin} lacks sentry, which history_signing needs; {_HINT}")
         self._ports = _Ports.pick()
@@ -510,6 +521,8 @@ class DaprdStack(_Endpoint):
         (resources / "statestore.yaml").write_text(
             _STATESTORE.format(db=self.db_path) if self._postgres is None
             else _PG_STATESTORE.format(conninfo=self._postgres))
+        for extra in self._extra:
+            (resources / extra.name).write_bytes(extra.read_bytes())
         self._kill("daprd")
         self._spawn("daprd", [
             *self._daprd_args(p.grpc, p.http, p.internal_grpc, p.metrics, resources),

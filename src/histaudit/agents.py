@@ -1,0 +1,91 @@
+"""Audit a dapr-agents ``DurableAgent`` in one line: ``wfr = audit_agent(agent)``.
+
+A DurableAgent runs every tool call as the activity ``dapr.agents.<name>.run_tool``, which
+Dapr delivers at least once: after a crash a tool that wrote, sent or paid does it again,
+and the activity record alone cannot tell that from a tool that ran once. So every tool
+of the agent runs as a histaudit side effect named ``tool:<tool name>`` (the name the tool
+was defined with, ``tool:write_note``), keyed by the
+``run_tool`` call's execution id (stable across re-deliveries): a re-delivery that finds
+it done returns the recorded result without calling the tool (``effect-deduplicated``);
+one that finds only its intent (a crash inside the tool) calls it again and the verifier
+says so (``effect-uncertain``). Tools declared ``read_only`` run unguarded. The crash
+points ``before-effect:tool:<name>`` and ``after-effect:tool:<name>`` follow.
+
+The agent's workflows and activities are registered on the returned runtime at once, so
+``histaudit replay`` and ``crashtest`` find them without ``start()``. An agent is
+crash-safe only with its own state store (a Dapr state component named
+``agent-workflow``): without one it restarts its conversation after a crash, and
+``audit_agent`` warns. dapr-agents is
+imported by the caller, not here (it needs dapr 1.18 + dapr-ext-workflow 1.18; ADR 0012).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from histaudit.errors import UsageError
+from histaudit.interceptor.effects import side_effect
+from histaudit.interceptor.runtime import AuditedWorkflowRuntime
+
+__all__ = ["TOOL_EFFECT_PREFIX", "audit_agent"]
+
+TOOL_EFFECT_PREFIX = "tool:"
+"""A tool's side effect is named ``tool:<the tool's name in the agent>``."""
+
+
+def audit_agent(agent: Any, *, read_only: Iterable[str] = (),
+                runtime: AuditedWorkflowRuntime | None = None) -> AuditedWorkflowRuntime:
+    """Register ``agent`` on an audited runtime (``runtime``, or a new one) with every
+    tool but the ``read_only`` ones guarded as a side effect; return the runtime.
+
+    ``read_only`` names tools in any spelling the agent resolves (``lookup``,
+    ``Lookup``); a name the agent does not have is a UsageError.
+    """
+    executor = getattr(agent, "tool_executor", None)
+    register = getattr(agent, "register", None)
+    if executor is None or not callable(register):
+        raise UsageError(f"audit_agent(): {type(agent).__name__} is not a dapr-agents "
+                         "DurableAgent (it has no tool_executor or register())")
+    exempt: set[str] = set()
+    for name in read_only:
+        found = executor.get_tool(name)
+        if found is None:
+            tools = ", ".join(str(t.name) for t in executor.list_tools())
+            raise UsageError(f"audit_agent(): read_only names {name!r}, which the agent has "
+                             f"no tool of (its tools: {tools})")
+        exempt.add(found.name)
+    # The executor is a pydantic model, which refuses attributes that are not fields; the
+    # instance attribute set past it shadows the class's run_tool for this agent only.
+    object.__setattr__(executor, "run_tool", _guarded(executor, exempt))
+    if getattr(getattr(agent, "_infra", None), "state_store", False) is None:
+        warnings.warn(
+            f"audit_agent(): agent {getattr(agent, 'name', '?')!r} has no state store (a "
+            "Dapr state component named 'agent-workflow'): after a crash it restarts its "
+            "conversation, repeating LLM and tool calls under new ids, which no ledger can "
+            "deduplicate", UserWarning, stacklevel=2)
+    runtime = runtime if runtime is not None else AuditedWorkflowRuntime()
+    register(runtime)
+    return runtime
+
+
+def _guarded(executor: Any, exempt: set[str]) -> Callable[..., Any]:
+    """The executor's ``run_tool`` (a coroutine function) with each call of a tool not in
+    ``exempt`` inside the side effect ``tool:<name>`` of the running activity. The name is
+    the tool's own (``write_note``), whichever spelling the LLM asked for (``WriteNote``:
+    dapr-agents matches names without case and underscores)."""
+    run_tool = executor.run_tool
+
+    async def run_guarded(tool_name: str, *args: Any, **kwargs: Any) -> Any:
+        found = executor.get_tool(tool_name)
+        if found is None or found.name in exempt:  # unknown: dapr-agents says so itself
+            return await run_tool(tool_name, *args, **kwargs)
+        with side_effect(None, TOOL_EFFECT_PREFIX + str(found.name)) as effect:
+            if effect.already_done:  # an earlier delivery of this call ran the tool
+                effect.skip()
+                return effect.previous_result
+            effect.result = await run_tool(tool_name, *args, **kwargs)
+        return effect.result
+
+    return run_guarded

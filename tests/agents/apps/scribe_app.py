@@ -1,0 +1,47 @@
+"""A dapr-agents DurableAgent with two tools, audited with one line (``audit_agent``).
+
+``lookup`` only reads (declared read-only); ``write_note`` appends a line to
+``$DATA_DIR/notes.txt`` — the side effect a crash must not repeat. The LLM is the
+OpenAI-compatible stub at ``$STUB_LLM_URL`` (tests/support/stub_llm.py). Run as a process:
+it prints ``ready`` once its worker is connected and serves until killed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from dapr_agents import DurableAgent, tool
+from dapr_agents.llm import OpenAIChatClient
+
+from histaudit.agents import audit_agent
+
+NOTES = Path(os.environ.get("DATA_DIR", ".")) / "notes.txt"
+
+
+@tool
+def lookup(topic: str) -> str:
+    """Look a topic up (reads only)."""
+    return f"{topic}: nothing new"
+
+
+@tool
+def write_note(text: str) -> str:
+    """Append a line to the notes file."""
+    with NOTES.open("a", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+    return "written"
+
+
+agent = DurableAgent(
+    name="scribe", role="scribe", goal="keep notes", instructions=["write what you are told"],
+    llm=OpenAIChatClient(base_url=os.environ.get("STUB_LLM_URL", "http://127.0.0.1:9/v1"),
+                         api_key="stub", model="stub-1"),
+    tools=[lookup, write_note])
+wfr = audit_agent(agent, read_only=["lookup"])
+
+if __name__ == "__main__":
+    wfr.start()
+    print("ready", flush=True)
+    threading.Event().wait()

@@ -1,0 +1,168 @@
+"""dapr-agents' DurableAgent audited with ``audit_agent``, on real daprd, crashed where a
+tool call is most at risk. Cost: ≈ 30 s of CPU (three daprd stacks, five app starts).
+
+The agent (``apps/scribe_app.py``) asks the stub LLM, runs ``lookup`` (declared
+read-only), then ``write_note`` (writes a line), then answers. What a user relies on:
+
+* a clean run signs the write as the side effect ``tool:write_note`` and the lookup not
+  at all; ``verify`` is clean;
+* a crash after the tool's activity body (its effect recorded done, its result not yet
+  back at daprd): the re-delivered call does not run the tool again — one line — and
+  ``verify`` names it ``effect-deduplicated``;
+* a crash inside the effect (after the tool ran, before its done record): the retry
+  cannot know and runs it again — two lines — and ``verify`` says ``effect-uncertain``
+  for ``tool:write_note``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from histaudit.crash import CRASH_EXIT_CODE
+from histaudit.crashtest.daprd import DaprdStack
+from histaudit.ledger.keys import generate_keypair
+from support.apps import AppProcess, AppRig
+from support.cli import cli
+from support.daprd import teardown
+from support.stub_llm import StubLLM
+
+pytestmark = [pytest.mark.daprd, pytest.mark.crash, pytest.mark.engine]
+
+APP = Path(__file__).resolve().parent / "apps" / "scribe_app.py"
+WORKFLOW = "dapr.agents.scribe.workflow"
+RUN_TOOL = "dapr.agents.scribe.run_tool"
+
+
+class Scribe(AppRig):
+    def __init__(self, tmp: Path, engine: Any, llm: StubLLM) -> None:
+        super().__init__(engine)
+        self.tmp = tmp
+        self.url = f"sqlite:///{tmp / 'ledger.db'}"
+        key, self.trust, _ = generate_keypair(tmp / "keys", name="agent")
+        self.notes = tmp / "notes.txt"
+        self.app = self.add_app(AppProcess(
+            engine, [APP], log=tmp / "app.log", ready="ready", ready_timeout=90,
+            env={"HISTAUDIT_DB": self.url, "HISTAUDIT_KEY": str(key), "DATA_DIR": str(tmp),
+                 "STUB_LLM_URL": llm.url, "PYTHONUNBUFFERED": "1"}))
+
+    def lines(self) -> list[str]:
+        return self.notes.read_text().splitlines() if self.notes.exists() else []
+
+    def verify(self, instance: str) -> tuple[int, list[dict[str, Any]]]:
+        r = cli("verify", instance, "--json", "--db", self.url, "--trust", self.trust,
+                cwd=self.tmp)
+        assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+        return r.returncode, json.loads(r.stdout)["reports"][0]["findings"]
+
+    def effects(self, instance: str) -> list[tuple[str, str]]:
+        r = cli("show", instance, "--json", "--db", self.url, cwd=self.tmp)
+        assert r.returncode == 0, r.stderr
+        return [(e["kind"], e["data"]["name"]) for e in json.loads(r.stdout)["entries"]
+                if e["kind"].startswith("effect.")]
+
+
+AGENT_STATE = """\
+apiVersion: dapr.io/v1alpha1
+kind: Component
+metadata:
+  name: agent-workflow
+spec:
+  type: state.sqlite
+  version: v1
+  metadata:
+    - name: connectionString
+      value: "{db}"
+"""
+
+
+@pytest.fixture
+def scribe(tmp_path: Path) -> Iterator[tuple[Scribe, StubLLM]]:
+    """daprd with the agent's own state store (``agent-workflow``): without it a
+    DurableAgent restarts its conversation after a crash (ADR 0012)."""
+    resources = tmp_path / "resources"
+    resources.mkdir()
+    (resources / "agent-workflow.yaml").write_text(
+        AGENT_STATE.format(db=tmp_path / "agent-state.db"))
+    engine = DaprdStack(state_dir=tmp_path / "engine", resources=resources)
+    engine.start()
+    try:
+        with StubLLM() as llm, Scribe(tmp_path, engine, llm) as rig:
+            yield rig, llm
+    finally:
+        teardown(engine)
+
+
+def test_a_clean_run_signs_the_writing_tool_only(scribe: tuple[Scribe, StubLLM]) -> None:
+    rig, llm = scribe
+    rig.app.start()
+    instance = rig.schedule(WORKFLOW, {"task": "note hello"})
+    assert rig.wait(instance, 120).runtime_status.name == "COMPLETED", rig.app.tail()
+    assert rig.lines() == ["hello"] and llm.calls == 4  # three turns, then summarize
+    assert rig.effects(instance) == [("effect.intent", "tool:write_note"),
+                                     ("effect.done", "tool:write_note")]
+    assert rig.verify(instance) == (0, [])
+
+
+@pytest.mark.parametrize(("crash_at", "lines", "code"), [
+    (f"after:{RUN_TOOL}#2", ["hello"], "effect-deduplicated"),
+    ("after-effect:tool:write_note", ["hello", "hello"], "effect-uncertain"),
+])
+def test_a_crash_around_the_tool_is_accounted_for(scribe: tuple[Scribe, StubLLM],
+                                                  crash_at: str, lines: list[str],
+                                                  code: str) -> None:
+    rig, _ = scribe
+    rig.app.start(HISTAUDIT_CRASH_AT=crash_at)
+    instance = rig.schedule(WORKFLOW, {"task": "note hello"})
+    assert rig.app.wait_exit(120) == CRASH_EXIT_CODE, rig.app.tail()
+    rig.app.start()
+    assert rig.wait(instance, 180).runtime_status.name == "COMPLETED", rig.app.tail()
+    assert rig.lines() == lines
+    _, findings = rig.verify(instance)
+    named = [f for f in findings if f["code"] == code]
+    assert named and named[0]["effect"]["name"] == "tool:write_note", findings
+    assert "tool:lookup" not in json.dumps(findings)
+
+
+def test_python_is_the_venv_with_dapr_agents() -> None:
+    import dapr_agents
+
+    assert Path(dapr_agents.__file__).is_relative_to(Path(sys.prefix))
+
+
+def test_audit_agent_refuses_what_is_not_an_agent_and_unknown_read_only_tools() -> None:
+    from dapr_agents import tool
+    from dapr_agents.tool.executor import AgentToolExecutor
+
+    from histaudit.agents import audit_agent
+    from histaudit.errors import UsageError
+
+    @tool
+    def lookup(topic: str) -> str:
+        """Look a topic up."""
+        return topic
+
+    class Agentish:
+        def __init__(self) -> None:
+            self.tool_executor = AgentToolExecutor(tools=[lookup])
+            self.registered: list[Any] = []
+
+        def register(self, runtime: Any) -> None:
+            self.registered.append(runtime)
+
+    with pytest.raises(UsageError, match="is not a dapr-agents DurableAgent"):
+        audit_agent(object())
+    with pytest.raises(UsageError, match=r"read_only names 'lokup'.*its tools: lookup"):
+        audit_agent(Agentish(), read_only=["lokup"])
+    agent = Agentish()
+    runtime = audit_agent(agent, read_only=["Lookup"])  # any spelling the agent resolves
+    assert agent.registered == [runtime]
+    stateless = Agentish()
+    stateless._infra = type("Infra", (), {"state_store": None})()  # type: ignore[attr-defined]
+    with pytest.warns(UserWarning, match="no state store .*'agent-workflow'"):
+        audit_agent(stateless)
