@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Protocol, Self
 from histaudit.errors import EngineError
 
 from .daprd_binaries import _HINT, BINARIES, _usable, find_daprd_bin_dir
+from .daprd_components import PG_STATESTORE, SENTRY_CONFIG, SIGNING_CONFIG, STATESTORE
 from .engine import _LIVE
 
 if TYPE_CHECKING:
@@ -94,58 +95,6 @@ def _free_ports(count: int) -> list[int]:
         for sock in socks:
             sock.close()
 
-
-_STATESTORE = """\
-apiVersion: dapr.io/v1alpha1
-kind: Component
-metadata:
-  name: statestore
-spec:
-  type: state.sqlite
-  version: v1
-  metadata:
-    - name: connectionString
-      value: "{db}"
-    - name: actorStateStore
-      value: "true"
-"""
-
-_PG_STATESTORE = """\
-apiVersion: dapr.io/v1alpha1
-kind: Component
-metadata:
-  name: statestore
-spec:
-  type: state.postgresql
-  version: v1
-  metadata:
-    - name: connectionString
-      value: "{conninfo}"
-    - name: actorStateStore
-      value: "true"
-"""
-
-
-_SENTRY_CONFIG = """\
-apiVersion: dapr.io/v1alpha1
-kind: Configuration
-metadata:
-  name: daprsystem
-spec:
-  mtls:
-    enabled: true
-"""
-
-_SIGNING_CONFIG = """\
-apiVersion: dapr.io/v1alpha1
-kind: Configuration
-metadata:
-  name: histaudit-signing
-spec:
-  features:
-    - name: WorkflowHistorySigning
-      enabled: true
-"""
 
 TRUST_DOMAIN = "localhost"
 """The control plane's trust domain when a stack runs sentry (``history_signing``)."""
@@ -489,7 +438,7 @@ class DaprdStack(_Endpoint):
                    "--trust-anchors-file", str(self.trust_anchors_path),
                    "--trust-domain", TRUST_DOMAIN]
             config = self._dir / "signing.yaml"
-            config.write_text(_SIGNING_CONFIG)
+            config.write_text(SIGNING_CONFIG)
             daprd_tls = ["--enable-mtls", "--sentry-address", sentry_addr,
                          "--control-plane-trust-domain", TRUST_DOMAIN,
                          "--config", str(config)]
@@ -519,8 +468,8 @@ class DaprdStack(_Endpoint):
         resources = self._dir / "resources"
         resources.mkdir(exist_ok=True)
         (resources / "statestore.yaml").write_text(
-            _STATESTORE.format(db=self.db_path) if self._postgres is None
-            else _PG_STATESTORE.format(conninfo=self._postgres))
+            STATESTORE.format(db=self.db_path) if self._postgres is None
+            else PG_STATESTORE.format(conninfo=self._postgres))
         for extra in self._extra:
             (resources / extra.name).write_bytes(extra.read_bytes())
         self._kill("daprd")
@@ -539,7 +488,7 @@ class DaprdStack(_Endpoint):
         creds = self._dir / "sentry"
         creds.mkdir(exist_ok=True)
         config = self._dir / "sentry.yaml"
-        config.write_text(_SENTRY_CONFIG)
+        config.write_text(SENTRY_CONFIG)
         self._spawn("sentry", [
             "--port", str(p.sentry), "--listen-address", loop,
             "--healthz-port", str(p.sentry_health), "--healthz-listen-address", loop,
