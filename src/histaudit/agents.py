@@ -4,19 +4,19 @@ A DurableAgent runs every tool call as the activity ``dapr.agents.<name>.run_too
 Dapr delivers at least once: after a crash a tool that wrote, sent or paid does it again,
 and the activity record alone cannot tell that from a tool that ran once. So every tool
 of the agent runs as a histaudit side effect named ``tool:<tool name>`` (the name the tool
-was defined with, ``tool:write_note``), keyed by the
-``run_tool`` call's execution id (stable across re-deliveries): a re-delivery that finds
-it done returns the recorded result without calling the tool (``effect-deduplicated``);
-one that finds only its intent (a crash inside the tool) calls it again and the verifier
-says so (``effect-uncertain``). Tools declared ``read_only`` run unguarded. The crash
-points ``before-effect:tool:<name>`` and ``after-effect:tool:<name>`` follow.
+was defined with, ``tool:write_note``), keyed by the ``run_tool`` call's execution id
+(stable across re-deliveries): a re-delivery that finds it done returns the recorded
+result without calling the tool (``effect-deduplicated``); one that finds only its intent
+(a crash inside the tool) calls it again and the verifier says so (``effect-uncertain``).
+Tools declared ``read_only`` run unguarded. The crash points ``before-effect:tool:<name>``
+and ``after-effect:tool:<name>`` follow.
 
 The agent's workflows and activities are registered on the returned runtime at once, so
 ``histaudit replay`` and ``crashtest`` find them without ``start()``. An agent is
 crash-safe only with its own state store (a Dapr state component named
 ``agent-workflow``): without one it restarts its conversation after a crash, and
-``audit_agent`` warns. dapr-agents is
-imported by the caller, not here (it needs dapr 1.18 + dapr-ext-workflow 1.18; ADR 0012).
+``audit_agent`` warns. dapr-agents is imported by the caller, not here (it needs dapr
+1.18 + dapr-ext-workflow 1.18; ADR 0012).
 """
 
 from __future__ import annotations

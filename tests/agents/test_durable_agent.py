@@ -26,6 +26,7 @@ import pytest
 
 from histaudit.crash import CRASH_EXIT_CODE
 from histaudit.crashtest.daprd import DaprdStack
+from histaudit.crashtest.daprd_components import state_store
 from histaudit.ledger.keys import generate_keypair
 from support.apps import AppProcess, AppRig
 from support.cli import cli
@@ -67,20 +68,6 @@ class Scribe(AppRig):
                 if e["kind"].startswith("effect.")]
 
 
-AGENT_STATE = """\
-apiVersion: dapr.io/v1alpha1
-kind: Component
-metadata:
-  name: agent-workflow
-spec:
-  type: state.sqlite
-  version: v1
-  metadata:
-    - name: connectionString
-      value: "{db}"
-"""
-
-
 @pytest.fixture
 def scribe(tmp_path: Path) -> Iterator[tuple[Scribe, StubLLM]]:
     """daprd with the agent's own state store (``agent-workflow``): without it a
@@ -88,7 +75,7 @@ def scribe(tmp_path: Path) -> Iterator[tuple[Scribe, StubLLM]]:
     resources = tmp_path / "resources"
     resources.mkdir()
     (resources / "agent-workflow.yaml").write_text(
-        AGENT_STATE.format(db=tmp_path / "agent-state.db"))
+        state_store("agent-workflow", "state.sqlite", str(tmp_path / "agent-state.db")))
     engine = DaprdStack(state_dir=tmp_path / "engine", resources=resources)
     engine.start()
     try:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Protocol, Self
 from histaudit.errors import EngineError
 
 from .daprd_binaries import _HINT, BINARIES, _usable, find_daprd_bin_dir
-from .daprd_components import PG_STATESTORE, SENTRY_CONFIG, SIGNING_CONFIG, STATESTORE
+from .daprd_components import SENTRY_CONFIG, SIGNING_CONFIG, state_store
 from .engine import _LIVE
 
 if TYPE_CHECKING:
@@ -468,8 +468,9 @@ class DaprdStack(_Endpoint):
         resources = self._dir / "resources"
         resources.mkdir(exist_ok=True)
         (resources / "statestore.yaml").write_text(
-            STATESTORE.format(db=self.db_path) if self._postgres is None
-            else PG_STATESTORE.format(conninfo=self._postgres))
+            state_store("statestore", "state.sqlite", str(self.db_path), actor_store=True)
+            if self._postgres is None
+            else state_store("statestore", "state.postgresql", self._postgres, actor_store=True))
         for extra in self._extra:
             (resources / extra.name).write_bytes(extra.read_bytes())
         self._kill("daprd")

@@ -1,41 +1,29 @@
-"""The files the daprd stack writes for daprd and sentry (:mod:`.daprd`): the actor state
-store component (SQLite or PostgreSQL) and the two Configurations of history signing. Kept
-apart from the process code; each is a ``str.format`` template where it has a blank.
+"""The files the daprd stack writes for daprd and sentry (:mod:`.daprd`): state store
+components (the actor store on SQLite or PostgreSQL, and any other a test or an agent
+needs) and the two Configurations of history signing. Kept apart from the process code.
 """
 
 from __future__ import annotations
 
-__all__ = ["PG_STATESTORE", "SENTRY_CONFIG", "SIGNING_CONFIG", "STATESTORE"]
+__all__ = ["SENTRY_CONFIG", "SIGNING_CONFIG", "state_store"]
 
-STATESTORE = """\
+def state_store(name: str, kind: str, connection: str, *, actor_store: bool = False) -> str:
+    """A Dapr state store component named ``name``, of ``kind`` (``state.sqlite``,
+    ``state.postgresql``) on ``connection`` (a file, a libpq string: no double quote);
+    ``actor_store`` makes it the one daprd keeps workflow state in."""
+    actor = '    - name: actorStateStore\n      value: "true"\n' if actor_store else ""
+    return f"""\
 apiVersion: dapr.io/v1alpha1
 kind: Component
 metadata:
-  name: statestore
+  name: {name}
 spec:
-  type: state.sqlite
+  type: {kind}
   version: v1
   metadata:
     - name: connectionString
-      value: "{db}"
-    - name: actorStateStore
-      value: "true"
-"""
-
-PG_STATESTORE = """\
-apiVersion: dapr.io/v1alpha1
-kind: Component
-metadata:
-  name: statestore
-spec:
-  type: state.postgresql
-  version: v1
-  metadata:
-    - name: connectionString
-      value: "{conninfo}"
-    - name: actorStateStore
-      value: "true"
-"""
+      value: "{connection}"
+{actor}"""
 
 
 SENTRY_CONFIG = """\
