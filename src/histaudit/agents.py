@@ -11,6 +11,11 @@ result without calling the tool (``effect-deduplicated``); one that finds only i
 Tools declared ``read_only`` run unguarded. The crash points ``before-effect:tool:<name>``
 and ``after-effect:tool:<name>`` follow.
 
+Every call of the agent's LLM client (``agent.llm.generate``) made inside an activity —
+``call_llm``, ``summarize``, any other — is signed as ``llm.call`` with the model, token
+counts and requested tools (:mod:`histaudit.interceptor.llm`), so ``verify`` reports what
+a crash cost in repeated calls and tokens, and a conversation the agent lost.
+
 The agent's workflows and activities are registered on the returned runtime at once, so
 ``histaudit replay`` and ``crashtest`` find them without ``start()``. An agent is
 crash-safe only with its own state store (a Dapr state component named
@@ -26,7 +31,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from histaudit.errors import UsageError
+from histaudit.interceptor.activity import current_activity
 from histaudit.interceptor.effects import side_effect
+from histaudit.interceptor.llm import LlmCall, record_llm_call
 from histaudit.interceptor.runtime import AuditedWorkflowRuntime
 
 __all__ = ["TOOL_EFFECT_PREFIX", "audit_agent"]
@@ -59,6 +66,9 @@ def audit_agent(agent: Any, *, read_only: Iterable[str] = (),
     # The executor is a pydantic model, which refuses attributes that are not fields; the
     # instance attribute set past it shadows the class's run_tool for this agent only.
     object.__setattr__(executor, "run_tool", _guarded(executor, exempt))
+    llm = getattr(agent, "llm", None)
+    if llm is not None and callable(getattr(llm, "generate", None)):
+        object.__setattr__(llm, "generate", _accounted(llm))
     if getattr(getattr(agent, "_infra", None), "state_store", False) is None:
         warnings.warn(
             f"audit_agent(): agent {getattr(agent, 'name', '?')!r} has no state store (a "
@@ -89,3 +99,56 @@ def _guarded(executor: Any, exempt: set[str]) -> Callable[..., Any]:
         return effect.result
 
     return run_guarded
+
+
+def _accounted(llm: Any) -> Callable[..., Any]:
+    """The client's ``generate`` with each call inside an audited activity signed as
+    ``llm.call`` once it answered or failed. A client shared by several agents is wrapped
+    once (the wrapper records into whichever activity is running)."""
+    generate = llm.generate
+    if getattr(generate, "_histaudit_accounted", False):
+        return generate  # type: ignore[no-any-return]
+
+    def generate_accounted(*args: Any, **kwargs: Any) -> Any:
+        run = current_activity()
+        if run is None:
+            return generate(*args, **kwargs)
+        messages = kwargs.get("messages", args[0] if args else None)
+        sent = len(messages) if isinstance(messages, (list, tuple)) else None
+        model = getattr(llm, "model", None)
+        try:
+            response = generate(*args, **kwargs)
+        except Exception as exc:
+            record_llm_call(LlmCall(model=model, messages=sent,
+                                    error_type=type(exc).__name__), run)
+            raise
+        record_llm_call(_described(response, model, sent), run)
+        return response
+
+    generate_accounted._histaudit_accounted = True  # type: ignore[attr-defined]
+    return generate_accounted
+
+
+def _described(response: Any, model: Any, sent: int | None) -> LlmCall:
+    """An ``LlmCall`` from what dapr-agents' client returned: an ``LLMChatResponse``
+    (usage and model in ``metadata``, as the OpenAI and Dapr conversation clients put
+    them), a structured-output model (no usage reported), or a stream (nothing yet)."""
+    results = getattr(response, "results", None)
+    metadata = getattr(response, "metadata", None)
+    if isinstance(results, list) and isinstance(metadata, dict):
+        reported = metadata.get("usage")
+        usage: dict[str, Any] = reported if isinstance(reported, dict) else {}
+        first = results[0] if results else None
+        message: Any = getattr(first, "message", None)
+        tools = [str(getattr(getattr(c, "function", None), "name", "?"))
+                 for c in (getattr(message, "tool_calls", None) or [])]
+        return LlmCall(
+            model=metadata.get("model") or model, messages=sent,
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            total_tokens=usage.get("total_tokens"), tool_calls=tools,
+            finish_reason=getattr(first, "finish_reason", None),
+            answer=message.model_dump() if hasattr(message, "model_dump") else None)
+    if hasattr(response, "model_dump"):  # structured output: the validated model
+        return LlmCall(model=model, messages=sent, answer=response.model_dump())
+    return LlmCall(model=model, messages=sent)  # a stream: consumed by the caller

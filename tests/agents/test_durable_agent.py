@@ -1,5 +1,6 @@
 """dapr-agents' DurableAgent audited with ``audit_agent``, on real daprd, crashed where a
-tool call is most at risk. Cost: ≈ 30 s of CPU (three daprd stacks, five app starts).
+tool call or an LLM call is most at risk. Cost: ≈ 35 s of CPU (six daprd stacks, eleven
+app starts).
 
 The agent (``apps/scribe_app.py``) asks the stub LLM, runs ``lookup`` (declared
 read-only), then ``write_note`` (writes a line), then answers. What a user relies on:
@@ -11,7 +12,13 @@ read-only), then ``write_note`` (writes a line), then answers. What a user relie
   ``verify`` names it ``effect-deduplicated``;
 * a crash inside the effect (after the tool ran, before its done record): the retry
   cannot know and runs it again — two lines — and ``verify`` says ``effect-uncertain``
-  for ``tool:write_note``.
+  for ``tool:write_note``;
+* every LLM call is signed with its model, tokens and requested tools; a crash after
+  ``summarize`` (which has no guard of its own) repeats its LLM call and ``verify`` says
+  what that cost (``llm-call-repeated``); a crash after ``call_llm`` repeats nothing,
+  because the agent's state store hands the re-delivery its recorded answer;
+* without that state store a crash makes the agent lose its conversation and start over:
+  ``verify`` says ``conversation-restarted``.
 """
 
 from __future__ import annotations
@@ -61,21 +68,28 @@ class Scribe(AppRig):
         assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
         return r.returncode, json.loads(r.stdout)["reports"][0]["findings"]
 
-    def effects(self, instance: str) -> list[tuple[str, str]]:
+    def entries(self, instance: str) -> list[dict[str, Any]]:
         r = cli("show", instance, "--json", "--db", self.url, cwd=self.tmp)
         assert r.returncode == 0, r.stderr
-        return [(e["kind"], e["data"]["name"]) for e in json.loads(r.stdout)["entries"]
+        return list(json.loads(r.stdout)["entries"])
+
+    def effects(self, instance: str) -> list[tuple[str, str]]:
+        return [(e["kind"], e["data"]["name"]) for e in self.entries(instance)
                 if e["kind"].startswith("effect.")]
 
+    def llm_calls(self, instance: str) -> list[tuple[str, list[str], int | None]]:
+        """(activity, tools asked for, total tokens) of each signed LLM call."""
+        return [(e["data"]["activity"].rsplit(".", 1)[1], e["data"]["tool_calls"],
+                 e["data"]["total_tokens"])
+                for e in self.entries(instance) if e["kind"] == "llm.call"]
 
-@pytest.fixture
-def scribe(tmp_path: Path) -> Iterator[tuple[Scribe, StubLLM]]:
-    """daprd with the agent's own state store (``agent-workflow``): without it a
-    DurableAgent restarts its conversation after a crash (ADR 0012)."""
+
+def stack(tmp_path: Path, *, agent_store: bool) -> Iterator[tuple[Scribe, StubLLM]]:
     resources = tmp_path / "resources"
     resources.mkdir()
-    (resources / "agent-workflow.yaml").write_text(
-        state_store("agent-workflow", "state.sqlite", str(tmp_path / "agent-state.db")))
+    if agent_store:
+        (resources / "agent-workflow.yaml").write_text(
+            state_store("agent-workflow", "state.sqlite", str(tmp_path / "agent-state.db")))
     engine = DaprdStack(state_dir=tmp_path / "engine", resources=resources)
     engine.start()
     try:
@@ -83,6 +97,19 @@ def scribe(tmp_path: Path) -> Iterator[tuple[Scribe, StubLLM]]:
             yield rig, llm
     finally:
         teardown(engine)
+
+
+@pytest.fixture
+def scribe(tmp_path: Path) -> Iterator[tuple[Scribe, StubLLM]]:
+    """daprd with the agent's own state store (``agent-workflow``): without it a
+    DurableAgent restarts its conversation after a crash (ADR 0012)."""
+    yield from stack(tmp_path, agent_store=True)
+
+
+@pytest.fixture
+def forgetful_scribe(tmp_path: Path) -> Iterator[tuple[Scribe, StubLLM]]:
+    """daprd without the agent's state store."""
+    yield from stack(tmp_path, agent_store=False)
 
 
 def test_a_clean_run_signs_the_writing_tool_only(scribe: tuple[Scribe, StubLLM]) -> None:
@@ -93,7 +120,48 @@ def test_a_clean_run_signs_the_writing_tool_only(scribe: tuple[Scribe, StubLLM])
     assert rig.lines() == ["hello"] and llm.calls == 4  # three turns, then summarize
     assert rig.effects(instance) == [("effect.intent", "tool:write_note"),
                                      ("effect.done", "tool:write_note")]
+    # structured output (the summary) comes back without a token count from dapr-agents
+    assert rig.llm_calls(instance) == [("call_llm", ["Lookup"], 15),
+                                       ("call_llm", ["WriteNote"], 15),
+                                       ("call_llm", [], 15), ("summarize", [], None)]
     assert rig.verify(instance) == (0, [])
+
+
+@pytest.mark.parametrize(("crash_at", "calls", "repeated"), [
+    ("after:dapr.agents.scribe.summarize", 5,
+     "summarize (task 9) called the LLM in 2 executions: the crash cost 1 LLM call"),
+    ("after:dapr.agents.scribe.call_llm#2", 4, None),
+])
+def test_a_crash_after_an_llm_call_is_costed(scribe: tuple[Scribe, StubLLM], crash_at: str,
+                                             calls: int, repeated: str | None) -> None:
+    rig, llm = scribe
+    rig.app.start(HISTAUDIT_CRASH_AT=crash_at)
+    instance = rig.schedule(WORKFLOW, {"task": "note hello"})
+    assert rig.app.wait_exit(120) == CRASH_EXIT_CODE, rig.app.tail()
+    rig.app.start()
+    assert rig.wait(instance, 180).runtime_status.name == "COMPLETED", rig.app.tail()
+    assert llm.calls == calls and len(rig.llm_calls(instance)) == calls
+    _, findings = rig.verify(instance)
+    costed = [f["message"] for f in findings if f["code"] == "llm-call-repeated"]
+    assert costed == ([] if repeated is None else [costed[0]]), findings
+    assert repeated is None or repeated in costed[0]
+    assert rig.lines() == ["hello"]
+
+
+def test_an_agent_without_its_state_store_restarts_and_verify_says_so(
+        forgetful_scribe: tuple[Scribe, StubLLM]) -> None:
+    rig, llm = forgetful_scribe
+    rig.app.start(HISTAUDIT_CRASH_AT="after-effect:tool:write_note")
+    instance = rig.schedule(WORKFLOW, {"task": "note hello"})
+    assert rig.app.wait_exit(120) == CRASH_EXIT_CODE, rig.app.tail()
+    rig.app.start()
+    assert rig.wait(instance, 180).runtime_status.name == "COMPLETED", rig.app.tail()
+    assert "has no state store" in (rig.tmp / "app.log").read_text()  # audit_agent warned
+    assert llm.calls > 4 and len(rig.lines()) > 2  # it began again and wrote again
+    _, findings = rig.verify(instance)
+    restarted = [f for f in findings if f["code"] == "conversation-restarted"]
+    assert len(restarted) == 1, findings
+    assert "sent the LLM 1 message after task 5 had sent 4" in restarted[0]["message"]
 
 
 @pytest.mark.parametrize(("crash_at", "lines", "code"), [

@@ -1,7 +1,8 @@
 """A deterministic OpenAI-compatible chat endpoint on 127.0.0.1, for agents under test.
 
 The answer depends only on how many tool results the conversation holds: none, a call of
-``Lookup``; one, a call of ``WriteNote``; more, the final answer. One tool per turn keeps
+``Lookup``; one, a call of ``WriteNote``; more, the final answer — and a request for
+structured output (``response_format``) gets ``{"summary": "noted"}``. One tool per turn keeps
 the order of the agent's ``run_tool`` activities fixed, so a crash point can name one. Each answer
 reports token usage. ``calls`` counts the requests, so a test sees what a crash cost in
 LLM calls. No network beyond loopback.
@@ -49,7 +50,10 @@ class StubLLM:
             self.calls += 1
             n = self.calls
         results = sum(m.get("role") == "tool" for m in body.get("messages", []))
-        if results < len(self.TOOL_TURNS):
+        if "response_format" in body:  # structured output (dapr-agents' summary)
+            message = {"role": "assistant", "content": json.dumps({"summary": "noted"})}
+            finish = "stop"
+        elif results < len(self.TOOL_TURNS):
             call_id, name, args = self.TOOL_TURNS[results]
             message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
                 {"id": call_id, "type": "function",

@@ -65,6 +65,7 @@ MUST_BE_DURABLE: frozenset[str] = frozenset({
     Kind.ACTIVITY_COMPLETED,  # its result goes back to the engine right after
     Kind.ACTIVITY_FAILED,     # so does its failure
     Kind.EFFECT_INTENT,       # the side effect (the outside world) comes right after
+    Kind.LLM_CALL,            # the call was made and paid for: a crash must not lose it
     # A generation's last record: the engine gets the outcome with the same turn and
     # never replays that generation again, so nothing could append it a second time.
     Kind.WORKFLOW_COMPLETED,

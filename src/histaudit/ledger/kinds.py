@@ -31,6 +31,8 @@ class Kind(enum.StrEnum):
     EFFECT_DONE = "effect.done"
     EFFECT_FAILED = "effect.failed"
     EFFECT_SKIPPED = "effect.skipped"
+    # an LLM call inside an activity, with its cost (histaudit.interceptor.llm)
+    LLM_CALL = "llm.call"
     # an erased payload (histaudit.ledger.chain.erase_payload)
     PAYLOAD_ERASED = "payload.erased"
 

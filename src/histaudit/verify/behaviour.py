@@ -16,6 +16,9 @@ leaves a pattern this analyzer names:
 * an intent never closed, and the task ran again — ``effect-uncertain``, saying what the
   effect's later records show the retry did: did it again, skipped it, or neither;
 * a later attempt found the effect done and skipped it — ``effect-deduplicated``;
+* the LLM calls of one task made by more than one execution — ``llm-call-repeated``,
+  with what the crash cost — and a call that sent less of the conversation than an
+  earlier task's — ``conversation-restarted`` (:mod:`histaudit.verify.behaviour_llm`);
 * on a replay the engine fed back an activity result that is not the signed completion
   of that task (the interceptor signed ``replay.mismatch``) — ``replay-mismatch``;
 * one workflow decision (a start by its ``started_at``; a scheduled activity or child by
@@ -42,9 +45,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from histaudit.ledger.kinds import Kind
 from histaudit.ledger.records import Entry, StoredEntry
 
 from . import behaviour_events as ev
+from .behaviour_llm import LlmCalls
 from .check import Parsed
 from .findings import EffectRef, Finding
 
@@ -66,10 +71,11 @@ class BehaviourCheck:
         self.instance = instance
         self.events = events = ev.Events(SPILL_AT if spill_at is None else spill_at)
         self._mismatches: list[Finding] = []
+        self.llm = LlmCalls(instance)
         handlers: dict[int, _Handler] = {
             ev.STARTED: events.started, ev.COMPLETED: events.completed,
             ev.MISMATCH: self.mismatch, ev.EFFECT: events.effect, ev.FAILED: events.failed,
-            ev.DECISION: events.decision}
+            ev.DECISION: self.decision, ev.LLM: self.llm.call}
         self.on = tuple(handlers.get(route, _untracked) for route in range(max(handlers) + 1))
         """What an entry goes to, by its route (:func:`~.behaviour_events.route_of`):
         ``on[route](seq, kind, kid, data)``; ``on[0]``, route 0, does nothing."""
@@ -82,6 +88,11 @@ class BehaviourCheck:
         route = ev.route_of(entry.kind)
         if route:
             self.on[route](entry.seq, entry.kind, entry.kid, entry.data)
+
+    def decision(self, seq: int, kind: str, kid: str, data: Any) -> None:
+        self.events.decision(seq, kind, kid, data)
+        if kind == Kind.WORKFLOW_STARTED:
+            self.llm.started(self.events.generation)
 
     def mismatch(self, seq: int, kind: str, kid: str, data: Any) -> None:
         self._mismatches.append(Finding.make(
@@ -103,7 +114,7 @@ class BehaviourCheck:
         for effect in effects:
             out += effect_findings(self.instance, effect)
         out += [decision_finding(self.instance, decision) for decision in decisions]
-        return out
+        return out + self.llm.findings()
 
     def close(self) -> None:
         """Remove the temporary file, if the events were spilled (``finish`` does too)."""

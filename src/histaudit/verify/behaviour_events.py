@@ -31,7 +31,7 @@ from .findings import task_ref
 if TYPE_CHECKING:
     from .behaviour_spill import Spill
 
-STARTED, COMPLETED, MISMATCH, EFFECT, FAILED, DECISION = 1, 2, 3, 4, 5, 6
+STARTED, COMPLETED, MISMATCH, EFFECT, FAILED, DECISION, LLM = 1, 2, 3, 4, 5, 6, 7
 """Routes: which behaviour event a kind makes (0: none)."""
 INTENT, DONE, SKIPPED, CLOSING = 0, 1, 2, 3
 """Effect event kinds; CLOSING is any other ``effect.*`` (it may close an intent)."""
@@ -113,6 +113,8 @@ def route_of(kind: str) -> int:
         return MISMATCH
     if kind in _DECISIONS:
         return DECISION
+    if kind == Kind.LLM_CALL:
+        return LLM
     return EFFECT if kind.startswith("effect.") else 0
 
 

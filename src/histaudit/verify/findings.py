@@ -103,6 +103,10 @@ CODES: dict[str, tuple[Severity, str]] = {
     "effect-duplicate": (E, "side effect completed more than once for one idempotency key"),
     "effect-uncertain": (W, "side effect started, never confirmed, and the activity ran again"),
     "effect-deduplicated": (I, "re-execution found the side effect done and skipped it"),
+    "llm-call-repeated": (W, "an activity's LLM calls were made again by a re-execution: "
+                             "the calls and tokens a crash cost"),
+    "conversation-restarted": (W, "an agent's LLM call sent less of the conversation than an "
+                                  "earlier one: the agent lost it and began again"),
     "replay-mismatch": (E, "replayed result differs from the signed checkpoint"),
     "workflow-nondeterministic": (E, "workflow code scheduled something else on replay"),
     "engine-unsigned-completion": (E, "engine history has a completion with no signed record"),

@@ -1,0 +1,80 @@
+"""LLM calls inside activities: one signed ``llm.call`` entry per call, with its cost.
+
+An agent's LLM call is an activity body's side effect that costs money and time: Dapr
+delivers the activity at least once, so after a crash the call may be made again. Each
+call made inside an audited activity is recorded, once the provider has answered (or
+failed), as ``llm.call`` in the activity's instance chain, on stable storage before the
+body goes on (a call the ledger lost could not be counted). What the verifier needs to
+count is signed in clear: the model, the token counts the provider reported (``None``
+where it reported none: structured output, streaming), how many messages were sent, the
+names of the tools the answer asked for, the finish reason and the error type of a failed
+call. The answer itself is a committed payload — erasable, like every payload — and so
+are tool arguments, which stay inside it.
+
+The verifier turns these into ``llm-call-repeated`` (a task whose LLM calls were made by
+more than one of its executions: what the crash cost) and ``conversation-restarted`` (a
+call that sent fewer messages than an earlier call of the same activity: the agent lost
+its conversation). :mod:`histaudit.agents` records the calls of a dapr-agents agent;
+other code calls :func:`record_llm_call` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from histaudit.errors import UsageError
+from histaudit.ledger.kinds import Kind
+
+from .activity import ActivityRun, current_activity
+from .recorder import sdk_json
+
+__all__ = ["LlmCall", "record_llm_call"]
+
+
+@dataclass(frozen=True, slots=True)
+class LlmCall:
+    """What one LLM call cost and asked for, as the provider reported it."""
+
+    model: str | None = None
+    messages: int | None = None
+    """How many messages the request sent (the conversation as the LLM saw it)."""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    tool_calls: Sequence[str] = ()
+    """The names of the tools the answer asked for, in its order."""
+    finish_reason: str | None = None
+    error_type: str | None = None
+    """The exception's type name when the call failed (it may still have cost)."""
+    answer: Any = field(default=None, compare=False)
+    """The answer (JSON-serializable), committed as an erasable payload, never in clear."""
+
+
+def _count(value: Any) -> int | None:
+    return value if value.__class__ is int and value >= 0 else None
+
+
+def record_llm_call(call: LlmCall, run: ActivityRun | None = None) -> int | None:
+    """Sign ``call`` into the running activity's chain (``run``, default the current
+    one); return the entry's seq, or None outside an audited activity (nothing to record
+    into: a call made outside a workflow is not the ledger's business)."""
+    run = run if run is not None else current_activity()
+    if run is None:
+        return None
+    if not all(isinstance(name, str) for name in call.tool_calls):
+        raise UsageError("record_llm_call(): tool_calls must be tool names (strings)")
+    answer = run.recorder.commit(run.instance, None if call.answer is None
+                                 else sdk_json(call.answer))
+    entry = run.recorder.append(run.instance, Kind.LLM_CALL, {
+        **run.fields(), "started_seq": run.started_seq,
+        "model": call.model if isinstance(call.model, str) else None,
+        "messages": _count(call.messages),
+        "prompt_tokens": _count(call.prompt_tokens),
+        "completion_tokens": _count(call.completion_tokens),
+        "total_tokens": _count(call.total_tokens),
+        "tool_calls": list(call.tool_calls), "finish_reason": call.finish_reason,
+        "error_type": call.error_type, "answer": answer.ref, "answer_digest": answer.digest,
+    }, answer)
+    return entry.seq
