@@ -11,7 +11,7 @@ DAPRD  := .tools/daprd/bin/daprd
 
 WITNESS := .tools/bin/.litewitness-v0.9.0
 
-.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd bench engine daprd witness postgres chromium venv lint clean
+.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd demo-agent bench engine daprd witness postgres chromium venv lint clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -93,6 +93,12 @@ demo-87: venv engine
 # default to it).
 demo-daprd: venv daprd
 	HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) $(PY) examples/triage/demo.py --engine daprd
+
+# A dapr-agents DurableAgent (examples/durable_agent) crashed around its tool and its LLM
+# calls on real daprd, resumed and verified; in the dapr-agents venv (dapr 1.18 layout).
+demo-agent: $(VENV118)/.installed daprd
+	HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) $(VENV118)/bin/python \
+	    examples/durable_agent/demo.py
 
 demo-87-daprd: venv daprd
 	HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) $(PY) examples/financial_agent/demo.py \

@@ -36,10 +36,15 @@ from histaudit.interceptor.effects import side_effect
 from histaudit.interceptor.llm import LlmCall, record_llm_call
 from histaudit.interceptor.runtime import AuditedWorkflowRuntime
 
-__all__ = ["TOOL_EFFECT_PREFIX", "audit_agent"]
+__all__ = ["TOOL_EFFECT_PREFIX", "VOLATILE_OUTPUT", "audit_agent"]
 
 TOOL_EFFECT_PREFIX = "tool:"
 """A tool's side effect is named ``tool:<the tool's name in the agent>``."""
+
+VOLATILE_OUTPUT = ("$.id",)
+"""Fields of the agent workflow's output (its last assistant message) that differ between
+two correct runs: ``id`` is derived from the ``call_llm`` activity's execution id, which
+the SDK draws from the run's clock. The crash matrix leaves them out of comparisons."""
 
 
 def audit_agent(agent: Any, *, read_only: Iterable[str] = (),
@@ -77,6 +82,9 @@ def audit_agent(agent: Any, *, read_only: Iterable[str] = (),
             "deduplicate", UserWarning, stacklevel=2)
     runtime = runtime if runtime is not None else AuditedWorkflowRuntime()
     register(runtime)
+    workflow = getattr(agent, "agent_workflow_name", None)
+    if isinstance(workflow, str):
+        runtime.mark_volatile(workflow, *VOLATILE_OUTPUT)
     return runtime
 
 

@@ -2,7 +2,8 @@
 tool call or an LLM call is most at risk. Cost: ≈ 35 s of CPU (six daprd stacks, eleven
 app starts).
 
-The agent (``apps/scribe_app.py``) asks the stub LLM, runs ``lookup`` (declared
+The agent (``examples/durable_agent/app.py``, with its state store
+``components/agent-workflow.yaml``) asks the example's stub LLM, runs ``lookup`` (declared
 read-only), then ``write_note`` (writes a line), then answers. What a user relies on:
 
 * a clean run signs the write as the side effect ``tool:write_note`` and the lookup not
@@ -30,19 +31,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples.durable_agent.stub_llm import StubLLM
 
 from histaudit.crash import CRASH_EXIT_CODE
 from histaudit.crashtest.daprd import DaprdStack
-from histaudit.crashtest.daprd_components import state_store
 from histaudit.ledger.keys import generate_keypair
 from support.apps import AppProcess, AppRig
 from support.cli import cli
 from support.daprd import teardown
-from support.stub_llm import StubLLM
+from support.repo import REPO
 
 pytestmark = [pytest.mark.daprd, pytest.mark.crash, pytest.mark.engine]
 
-APP = Path(__file__).resolve().parent / "apps" / "scribe_app.py"
+EXAMPLE = REPO / "examples" / "durable_agent"
+APP = EXAMPLE / "app.py"
 WORKFLOW = "dapr.agents.scribe.workflow"
 RUN_TOOL = "dapr.agents.scribe.run_tool"
 
@@ -85,12 +87,10 @@ class Scribe(AppRig):
 
 
 def stack(tmp_path: Path, *, agent_store: bool) -> Iterator[tuple[Scribe, StubLLM]]:
-    resources = tmp_path / "resources"
-    resources.mkdir()
-    if agent_store:
-        (resources / "agent-workflow.yaml").write_text(
-            state_store("agent-workflow", "state.sqlite", str(tmp_path / "agent-state.db")))
-    engine = DaprdStack(state_dir=tmp_path / "engine", resources=resources)
+    """The example's components (its state store at a relative path, so in the stack's
+    own directory), or none."""
+    engine = DaprdStack(state_dir=tmp_path / "engine",
+                        resources=EXAMPLE / "components" if agent_store else None)
     engine.start()
     try:
         with StubLLM() as llm, Scribe(tmp_path, engine, llm) as rig:
@@ -118,6 +118,8 @@ def test_a_clean_run_signs_the_writing_tool_only(scribe: tuple[Scribe, StubLLM])
     instance = rig.schedule(WORKFLOW, {"task": "note hello"})
     assert rig.wait(instance, 120).runtime_status.name == "COMPLETED", rig.app.tail()
     assert rig.lines() == ["hello"] and llm.calls == 4  # three turns, then summarize
+    # the component's relative path put the agent's state in this stack's own directory
+    assert (rig.tmp / "engine" / "agent-state.db").stat().st_size > 0
     assert rig.effects(instance) == [("effect.intent", "tool:write_note"),
                                      ("effect.done", "tool:write_note")]
     # structured output (the summary) comes back without a token count from dapr-agents

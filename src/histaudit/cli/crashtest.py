@@ -37,6 +37,9 @@ from .options import write_file
               default="durabletask", show_default=True, help="What the runs talk to: "
               "the standalone durabletask-go engine, or real daprd with placement and "
               "scheduler (`make daprd`); an engine crash SIGKILLs and restarts daprd.")
+@click.option("--resources", metavar="DIR", help="With --engine daprd: Dapr component "
+              "files (*.yaml) every run's daprd loads, e.g. a DurableAgent's "
+              "agent-workflow state store; a relative path in them is per run.")
 @click.option("--engine-crash", is_flag=True, help="Crash the engine (not the app) at the "
               "points.")
 @click.option("--no-engine-points", is_flag=True, help="App crashes only.")
@@ -60,7 +63,7 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
               junit_file: str | None, json_file: str | None, points: tuple[str, ...],
               engine: str, engine_crash: bool, no_engine_points: bool, timeout: float,
               lock_timeout: float, env_pairs: tuple[str, ...], ignore: tuple[str, ...],
-              sample: int | None, seed: int | None) -> int:
+              sample: int | None, seed: int | None, resources: str | None) -> int:
     """Crash the workflow at every crash point it reaches, recover, compare with a clean
     run. Exit 1 if any point diverged, got stuck, failed or has an error finding."""
     from histaudit import crashtest as ct
@@ -90,7 +93,7 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
 
     spec = ct.CrashSpec(target=target, input=inp, app=app, env=env, timeout=timeout,
                         lock_timeout=lock_timeout, engine=engine,
-                        ignore=ignore, sample=sample, seed=seed)
+                        ignore=ignore, sample=sample, seed=seed, resources=resources)
     # On a terminal, say what happens from the first second (the clean run can take a
     # while); piped output stays one line per point.
     tty = sys.stderr.isatty()

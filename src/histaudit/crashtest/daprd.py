@@ -171,7 +171,9 @@ class DaprdStack(_Endpoint):
 
         ``resources``, a directory of component files (``*.yaml``), adds them beside the
         actor state store (an agent's ``agent-workflow`` state store, say); one named
-        ``statestore.yaml`` is refused, as that name is the actor store's.
+        ``statestore.yaml`` is refused, as that name is the actor store's. Every process
+        runs in ``state_dir``, so a relative path in a component (a SQLite file) lands
+        there, kept across restarts like the rest of the stack's state.
         """
         self._bin = Path(bin_dir) if bin_dir is not None else find_daprd_bin_dir()
         if not _usable(self._bin):
@@ -512,6 +514,7 @@ class DaprdStack(_Endpoint):
                 proc = subprocess.Popen([str(program), *args],
                                         stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, close_fds=True,
+                                        cwd=self._dir,
                                         env=None if env is None else dict(env))
             except OSError as exc:
                 raise EngineError(f"cannot run {program}: {exc}; {_HINT}") from exc

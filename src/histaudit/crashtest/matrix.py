@@ -53,6 +53,7 @@ from histaudit.crash import (
 from histaudit.errors import EngineError, HistauditError, InputError, UsageError
 
 from .discovery import crash_at, declared_points, number_points, point_aliases, select_points
+from .ignore import check_paths
 from .judge import decode_output, evidence, judge
 from .results import (
     DIVERGED,
@@ -109,6 +110,12 @@ def run_clean(spec: CrashSpec) -> CleanRun:
             raise UsageError(f"workflow {spec.workflow!r} is not registered in "
                              f"{spec.app_module} (registered: {known})")
         worker_start = (worker.ready_at or time.monotonic()) - worker.spawned
+        volatile = info.get("volatile", {}).get(spec.workflow, [])
+        try:
+            marked = check_paths(volatile)
+        except UsageError as exc:
+            raise UsageError(f"{spec.app_module} marks {spec.workflow!r} volatile: {exc}"
+                             ) from None
         sb.schedule()
         state = sb.wait_terminal(spec.timeout)
         if state is None or not state.terminal:
@@ -132,7 +139,8 @@ def run_clean(spec: CrashSpec) -> CleanRun:
                         aliases=point_aliases(passes),
                         workflows=tuple(info["workflows"]),
                         activities=tuple(info["activities"]), declared=tuple(declared),
-                        wall=time.monotonic() - began, worker_start=worker_start)
+                        wall=time.monotonic() - began, worker_start=worker_start,
+                        ignore=tuple(dict.fromkeys((*spec.ignore, *marked))))
 
 
 # --- one crash --------------------------------------------------------------------------
@@ -163,7 +171,7 @@ def _crash_once(spec: CrashSpec, clean: CleanRun, point: str, kind: CrashKind) -
                                      log_tail=sb.last_tail())
             if state is not None and state.terminal:
                 result = judge(result, clean, state, evidence(sb.db_url, sb.keys),
-                               ignore=spec.ignore)
+                               ignore=clean.ignore)
                 if result.outcome in (FAILED, DIVERGED) and sb.workers:
                     result = replace(result, log_tail=sb.last_tail())
     except EngineError as exc:

@@ -147,10 +147,13 @@ class CleanRun:
     wall: float
     worker_start: float
     """Seconds from spawning the worker to its being connected (what a restart costs)."""
+    ignore: tuple[str, ...] = ()
+    """The output fields every comparison leaves out: the spec's ``ignore`` and the ones
+    the app marked volatile for this workflow (``AuditedWorkflowRuntime.mark_volatile``)."""
 
     def __post_init__(self) -> None:
         _freeze(self, "findings", "finding_effects", "points", "workflows", "activities",
-                "declared")
+                "declared", "ignore")
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> CleanRun:
@@ -285,7 +288,7 @@ class MatrixResult:
         """What makes the matrix reproducible and comparable: the commit of the code under
         test, the sample size and its seed, the output paths left out of comparisons."""
         return {"commit": self.spec.commit, "sample": self.spec.sample,
-                "seed": self.spec.seed, "ignore": list(self.spec.ignore)}
+                "seed": self.spec.seed, "ignore": list(self.clean.ignore)}
 
     @property
     def coverage(self) -> dict[str, list[str]]:

@@ -301,7 +301,8 @@ class Sandbox:
             _create_ledger(self.db_url)
             self.engine: EngineProcess | DaprdStack
             if spec.engine == "daprd":  # its own re-dispatch timing: no lock to shorten
-                self.engine = DaprdStack(state_dir=self.dir / "engine")
+                self.engine = DaprdStack(state_dir=self.dir / "engine",
+                                         resources=spec.resources)
             else:
                 self.engine = EngineProcess(binary=spec.engine_binary,
                                             state_dir=self.dir / "engine",

@@ -18,6 +18,7 @@ import shlex
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from histaudit import usercode
@@ -101,7 +102,10 @@ class CrashSpec:
     (:mod:`~histaudit.crashtest.ignore`); ``sample`` how
     many of the selected points to run, chosen with ``seed``
     (:func:`~histaudit.crashtest.discovery.sample_points`; a seed is picked, and kept
-    here, when ``sample`` is given without one).
+    here, when ``sample`` is given without one); ``resources`` (daprd only) a directory of
+    Dapr component files every run's daprd loads beside its own actor store (an agent's
+    ``agent-workflow`` state store): each daprd runs in its run's own directory, so a
+    relative path in a component (``connectionString: agent-state.db``) is per run.
 
     Made, it is checked: UsageError or InputError (one line) when it cannot run.
     """
@@ -117,6 +121,7 @@ class CrashSpec:
     ignore: tuple[str, ...] = ()
     sample: int | None = None
     seed: int | None = None
+    resources: str | None = None
 
     # Derived when the spec is made (not arguments): the target resolved, the input's text,
     # the commit.
@@ -144,6 +149,7 @@ class CrashSpec:
         if self.seed is not None and self.sample is None:
             raise UsageError("--seed without --sample: there is no sample to choose")
         ignore = check_paths(self.ignore)
+        resources = self._resources()
         seed = self.seed
         if self.sample is not None and seed is None:
             seed = secrets.randbits(32)
@@ -156,10 +162,26 @@ class CrashSpec:
                    "lock_timeout": float(self.lock_timeout), "module": module_ref,
                    "workflow": workflow, "app_module": app_ref,
                    "input_json": _input_json(self.input),
-                   "ignore": ignore, "seed": seed,
+                   "ignore": ignore, "seed": seed, "resources": resources,
                    "commit": git_commit()}
         for name, value in derived.items():
             object.__setattr__(self, name, value)
+
+    def _resources(self) -> str | None:
+        if self.resources is None:
+            return None
+        if self.engine != "daprd":
+            raise UsageError("--resources needs --engine daprd: component files are daprd's")
+        path = Path(self.resources).expanduser()
+        if not path.is_dir():
+            raise InputError(f"--resources {self.resources}: no such directory")
+        files = sorted(p.name for p in path.glob("*.yaml"))
+        if not files:
+            raise InputError(f"--resources {self.resources}: no component files (*.yaml)")
+        if "statestore.yaml" in files:
+            raise UsageError(f"--resources {self.resources}: statestore.yaml is the name of "
+                             "the actor state store each run's daprd writes; rename yours")
+        return str(path.resolve())
 
     def rerun_command(self, point: str, *, engine_crash: bool) -> str:
         """The ``histaudit crashtest`` command line that runs only this point again."""
@@ -174,6 +196,8 @@ class CrashSpec:
             argv += ["--timeout", f"{self.timeout:g}"]
         if self.engine != DEFAULT_ENGINE:
             argv += ["--engine", self.engine]
+        if self.resources:
+            argv += ["--resources", self.resources]
         if engine_crash and self.engine == DEFAULT_ENGINE \
                 and self.lock_timeout != ENGINE_LOCK_TIMEOUT_S:
             argv += ["--lock-timeout", f"{self.lock_timeout:g}"]

@@ -277,7 +277,7 @@ def _sweep(spec: CrashSpec, clean: CleanRun, keys: dict[str, str], kind: CrashKi
                 result = replace(result, detail=str(exc), log_tail=exc.tail)
             if state is not None and state.terminal:
                 ev = evidence(sb.db_url, sb.keys)
-                result = judge(result, clean, state, ev, ignore=spec.ignore)
+                result = judge(result, clean, state, ev, ignore=clean.ignore)
             elif not result.detail:
                 status = state.status if state else None
                 result = replace(result, outcome=STUCK, status=status,

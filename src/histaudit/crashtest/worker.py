@@ -76,6 +76,7 @@ def _write_info(path: str, module: ModuleType, runtime: Any, target_module: str 
     Path(path).write_text(json.dumps({
         "workflows": workflows, "activities": activities,
         "audited": isinstance(runtime, AuditedWorkflowRuntime) and runtime.audited,
+        "volatile": dict(getattr(runtime, "volatile_output", {})),
         "sources": [s for s in dict.fromkeys(sources) if s]}), encoding="utf-8")
 
 

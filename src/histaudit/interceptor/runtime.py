@@ -18,7 +18,7 @@ from typing import Any
 from dapr.ext.workflow import WorkflowRuntime
 
 from histaudit import sdk
-from histaudit.errors import KeyMaterialError, StoreError
+from histaudit.errors import KeyMaterialError, StoreError, UsageError
 from histaudit.ledger.keys import Signer, signer_from_env
 from histaudit.ledger.store import Ledger, resolve_url
 
@@ -60,6 +60,21 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         self.replay_check = ReplayedResultCheck(self.recorder)
         self.wire_inputs = self.audited and self._capture_wire_inputs()
         self.checks_replayed_results = self.audited and self._check_replayed_results()
+        self.volatile_output: dict[str, tuple[str, ...]] = {}
+        """Workflow name -> JSONPaths of output fields that differ from run to run by
+        design (an id the SDK derives from the run's clock): ``crashtest`` leaves them
+        out when it compares a crashed run's output with the clean run's. Set through
+        :meth:`mark_volatile`; :func:`histaudit.agents.audit_agent` marks the agent's."""
+
+    def mark_volatile(self, workflow: str, *paths: str) -> None:
+        """Declare output fields of ``workflow`` (RFC 9535 JSONPaths, parsed by the crash
+        matrix, which names this app when one is not) that differ between two correct
+        runs, so the matrix does not call every crash a divergence."""
+        if not all(isinstance(p, str) and p.startswith("$") for p in paths):
+            raise UsageError(f"mark_volatile({workflow!r}): paths are JSONPath strings "
+                             f"starting with '$', not {paths!r}")
+        known = self.volatile_output.get(workflow, ())
+        self.volatile_output[workflow] = tuple(dict.fromkeys((*known, *paths)))
 
     @property
     def ledger(self) -> Ledger:

@@ -2,8 +2,11 @@
 
 ``lookup`` only reads (declared read-only); ``write_note`` appends a line to
 ``$DATA_DIR/notes.txt`` — the side effect a crash must not repeat. The LLM is the
-OpenAI-compatible stub at ``$STUB_LLM_URL`` (tests/support/stub_llm.py). Run as a process:
-it prints ``ready`` once its worker is connected and serves until killed.
+OpenAI-compatible stub at ``$STUB_LLM_URL`` (``stub_llm.py`` here: no network). The agent
+keeps its conversation in the Dapr state store ``agent-workflow``
+(``components/agent-workflow.yaml``), which makes it crash-safe. Run as a process beside
+daprd: it prints ``ready`` once its worker is connected and serves until killed
+(``demo.py`` does that, and crashes it).
 """
 
 from __future__ import annotations

@@ -1,18 +1,22 @@
-"""A deterministic OpenAI-compatible chat endpoint on 127.0.0.1, for agents under test.
+"""A deterministic OpenAI-compatible chat endpoint on 127.0.0.1: the example agent's LLM.
 
 The answer depends only on how many tool results the conversation holds: none, a call of
 ``Lookup``; one, a call of ``WriteNote``; more, the final answer — and a request for
 structured output (``response_format``) gets ``{"summary": "noted"}``. One tool per turn keeps
 the order of the agent's ``run_tool`` activities fixed, so a crash point can name one. Each answer
 reports token usage. ``calls`` counts the requests, so a test sees what a crash cost in
-LLM calls. No network beyond loopback.
+LLM calls. ``delay`` makes each answer take that many seconds, as a real model's would
+(the benchmark runs it at 0 and 0.2). No network beyond loopback.
+``python stub_llm.py [PORT]`` serves until interrupted and prints its base URL.
 """
 
 from __future__ import annotations
 
 import http.server
 import json
+import sys
 import threading
+import time
 from typing import Any
 
 __all__ = ["StubLLM"]
@@ -24,8 +28,9 @@ class StubLLM:
     TOOL_TURNS = (("call_lookup", "Lookup", {"topic": "notes"}),
                   ("call_write", "WriteNote", {"text": "hello"}))
 
-    def __init__(self) -> None:
+    def __init__(self, *, port: int = 0, delay: float = 0.0) -> None:
         self.calls = 0
+        self.delay = delay
         self._lock = threading.Lock()
         stub = self
 
@@ -35,6 +40,8 @@ class StubLLM:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if stub.delay:
+                    time.sleep(stub.delay)
                 data = json.dumps(stub.answer(body)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -42,7 +49,7 @@ class StubLLM:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_port}/v1"
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -73,3 +80,9 @@ class StubLLM:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+if __name__ == "__main__":
+    with StubLLM(port=int(sys.argv[1]) if len(sys.argv) > 1 else 0) as served:
+        print(served.url, flush=True)
+        threading.Event().wait()

@@ -1,0 +1,67 @@
+"""examples/durable_agent as a user runs it: ``make demo-agent``, and the example's crash
+matrix through ``histaudit crashtest --engine daprd --resources``. Cost: ≈ 35 s of CPU
+(one daprd stack and eight app starts for the demo; a clean run and a sweep of eleven
+points, with two runs of their own, for the matrix).
+
+The matrix crashes the agent after every activity body and inside its tool — the points
+where Dapr's at-least-once delivery repeats work — on real daprd with the example's own
+component directory, whose relative SQLite path must give every run its own agent state.
+Every crash must leave the agent's answer identical to the clean run's once ``$.id``,
+which ``audit_agent`` marks volatile, is left out; the crashes that cost something must
+say what: ``llm-call-repeated`` after ``summarize``, ``effect-uncertain`` inside the tool.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from examples.durable_agent.stub_llm import StubLLM
+
+from support.cli import cli
+from support.repo import REPO
+
+pytestmark = [pytest.mark.daprd, pytest.mark.crash, pytest.mark.engine]
+
+EXAMPLE = REPO / "examples" / "durable_agent"
+
+
+def test_make_demo_agent_passes(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, str(EXAMPLE / "demo.py"), "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True,
+                         timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "every case as expected" in run.stdout
+    assert "unexpected" not in run.stdout
+    # the agent's state store lived in the demo's daprd directory, not in the checkout
+    assert (tmp_path / "out" / "engine" / "agent-state.db").is_file()
+    assert not (EXAMPLE / "agent-state.db").exists()
+
+
+def test_the_example_crash_matrix(tmp_path: Path) -> None:
+    with StubLLM() as llm:
+        r = cli("crashtest", f"{EXAMPLE / 'app.py'}:dapr.agents.scribe.workflow",
+                "--input", '{"task": "note hello"}', "--engine", "daprd",
+                "--resources", str(EXAMPLE / "components"), "--env",
+                f"STUB_LLM_URL={llm.url}", "--no-engine-points", "--point", "after:*",
+                "--point", "after-effect:*", "--json", str(tmp_path / "matrix.json"),
+                cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    matrix = json.loads((tmp_path / "matrix.json").read_text())
+    assert matrix["ignore"] == ["$.id"]  # marked by audit_agent, not passed
+    outcomes = {p["point"]: (p["outcome"], p["output_matches"],
+                             sorted({f["code"] for f in p["findings"]} - {"activity-reexecuted"}))
+                for p in matrix["points"]}
+    assert len(outcomes) == 11, sorted(outcomes)  # ten activity bodies, one effect
+    assert outcomes["after:dapr.agents.scribe.summarize"] == (
+        "findings", True, ["llm-call-repeated"])
+    assert outcomes["after-effect:tool:write_note"][1:] == (True, ["effect-uncertain"])
+    for point in ("after:dapr.agents.scribe.call_llm", "after:dapr.agents.scribe.call_llm#2",
+                  "after:dapr.agents.scribe.call_llm#3", "after:dapr.agents.scribe.run_tool",
+                  "after:dapr.agents.scribe.finalize_workflow"):
+        assert outcomes[point][:2] == ("identical", True), (point, outcomes[point])
+    assert outcomes["after:dapr.agents.scribe.run_tool#2"][2] == ["effect-deduplicated"]
+    assert all(matches for _, matches, _ in outcomes.values()), outcomes
