@@ -87,7 +87,23 @@ def load_module(ref: str, what: str | None = None) -> ModuleType:
         raise
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code, any error
         detail = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-        raise InputError(f"{what}: cannot import {ref}: {detail}") from None
+        raise InputError(f"{what}: cannot import {ref}: {detail}{_sidecar_hint(exc)}"
+                         ) from None
+
+
+def _sidecar_hint(exc: BaseException) -> str:
+    """What to do when the module could not import because it asked a Dapr sidecar for
+    something (dapr-agents builds an agent from daprd's metadata, with no offline mode):
+    the Python SDK's health check says so in its message."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "Dapr health check" in str(seen):
+            return (" — the module needs a running Dapr sidecar when it is imported: run "
+                    "this command under `dapr run --app-id ID -- histaudit …`, or point "
+                    "DAPR_GRPC_ENDPOINT and DAPR_HTTP_ENDPOINT at a running daprd "
+                    "(DAPR_HEALTH_TIMEOUT=5 gives up sooner than the SDK's 60 s)")
+        seen = seen.__cause__ or seen.__context__
+    return ""
 
 
 def load(ref: str, what: str = "reference") -> Any:

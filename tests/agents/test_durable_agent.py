@@ -127,6 +127,26 @@ def test_a_clean_run_signs_the_writing_tool_only(scribe: tuple[Scribe, StubLLM])
                                        ("call_llm", ["WriteNote"], 15),
                                        ("call_llm", [], 15), ("summarize", [], None)]
     assert rig.verify(instance) == (0, [])
+    # replay finds the agent's workflow at import (audit_agent registered it there), given
+    # the sidecar dapr-agents asks for its metadata; it replays to the signed output
+    r = cli("replay", "--workflow", f"{APP}:wfr", "--engine", rig.engine.address, instance,
+            "--db", rig.url, cwd=rig.tmp,
+            env={**rig.engine.env({}), "DATA_DIR": str(rig.tmp), "STUB_LLM_URL": llm.url})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_replay_without_a_sidecar_says_how_in_one_line(tmp_path: Path) -> None:
+    """dapr-agents 1.0.9 cannot build an agent offline (it asks daprd for metadata)."""
+    (tmp_path / "history.json").write_text("{}")
+    r = cli("replay", "--workflow", f"{APP}:wfr", "--history", tmp_path / "history.json",
+            cwd=tmp_path, env={"DAPR_HEALTH_TIMEOUT": "1", "DAPR_HTTP_PORT": "9",
+                               "DAPR_GRPC_PORT": "9", "DATA_DIR": str(tmp_path)})
+    ours = [line for line in r.stderr.splitlines() if line.startswith("histaudit:")]
+    assert r.returncode == 2 and len(ours) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "AgentError: Failed to bootstrap agent" in ours[0]
+    assert "needs a running Dapr sidecar when it is imported: run this command under " \
+           "`dapr run" in ours[0]
+    assert not (tmp_path / "notes.txt").exists()
 
 
 @pytest.mark.parametrize(("crash_at", "calls", "repeated"), [

@@ -263,6 +263,11 @@ def _bad_cases(tmp: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
     fake_engine.write_text("#!/bin/sh\necho 'no engine today' >&2\nexit 3\n")
     fake_engine.chmod(0o755)
     ticket = json.dumps(TICKET)
+    components, empty, clashing = tmp / "components", tmp / "empty", tmp / "clashing"
+    for d in (components, empty, clashing):
+        d.mkdir()
+    (components / "store.yaml").write_text("kind: Component\n")
+    (clashing / "statestore.yaml").write_text("kind: Component\n")
     return {
         "input-not-json": ([f"{TRIAGE}:triage", "--input", "{id: 1"], {},
                            "--input is not JSON"),
@@ -284,6 +289,15 @@ def _bad_cases(tmp: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
         "daprd-not-built": ([f"{TRIAGE}:triage", "--input", ticket, "--engine", "daprd"],
                             {"HISTAUDIT_DAPRD_BIN_DIR": str(fake_engine.parent)},
                             "make daprd"),
+        "resources-without-daprd": ([f"{TRIAGE}:triage", "--input", ticket, "--resources",
+                                     str(components)], {}, "--resources needs --engine daprd"),
+        "resources-missing": ([f"{TRIAGE}:triage", "--input", ticket, "--engine", "daprd",
+                               "--resources", str(tmp / "nowhere")], {}, "no such directory"),
+        "resources-empty": ([f"{TRIAGE}:triage", "--input", ticket, "--engine", "daprd",
+                             "--resources", str(empty)], {}, "no component files"),
+        "resources-actor-store": ([f"{TRIAGE}:triage", "--input", ticket, "--engine", "daprd",
+                                   "--resources", str(clashing)], {},
+                                  "statestore.yaml is the name of the actor state store"),
     }
 
 
