@@ -115,9 +115,9 @@ lint: venv
 # against same-run baselines, JSON + PNG in benchmarks/results/ (benchmarks/README.md).
 # The built 1M-entry verify ledger is kept in BENCH_CACHE between runs.
 BENCH_CACHE ?= /var/tmp/histaudit-bench
-bench: venv engine postgres
+bench: venv $(VENV118)/.installed engine daprd postgres
 	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
-	HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) $(PY) benchmarks/run.py --ledger-cache $(BENCH_CACHE) $(BENCH_ARGS)
+	$(PYTEST_ENV) $(PY) benchmarks/run.py --ledger-cache $(BENCH_CACHE) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VENV118) .tools demo-out

@@ -47,7 +47,7 @@ from bench_common import (
 add_repo_paths()
 
 ALL = ("sqlite", "pg", "verify", "many", "memory", "growth", "interceptor", "crashtest",
-       "profile")
+       "agent", "profile")
 MIX_VERSION = 2  # bump when bench_synth.workload changes, to invalidate cached ledgers
 
 PRESETS = {
@@ -56,12 +56,12 @@ PRESETS = {
               "n_sign": 5000, "pg_rounds": 3, "pg_seconds": 2.5, "verify_rounds": 3,
               "full_rounds": 2, "n_ed": 3000, "growth_rounds": 3,
               "interceptor_n": 100, "interceptor_rounds": 3, "crashtest_steps": [10, 30],
-              "many_instances": 1000, "many_rounds": 2},
+              "many_instances": 1000, "many_rounds": 2, "agent_rounds": 2, "agent_turns": 3},
     "full": {"entries": 1_000_000, "sqlite_rounds": 5, "n_append": 2000, "n_commit": 2000,
              "n_sign": 10000, "pg_rounds": 3, "pg_seconds": 5.0, "verify_rounds": 3,
              "full_rounds": 1, "n_ed": 5000, "growth_rounds": 5,
              "interceptor_n": 200, "interceptor_rounds": 3, "crashtest_steps": [10, 30, 100],
-             "many_instances": 5000, "many_rounds": 3},
+             "many_instances": 5000, "many_rounds": 3, "agent_rounds": 3, "agent_turns": 5},
 }
 # targets of issue 11 (part 5)
 T_SQLITE, T_PG, T_VERIFY, T_FULL, T_RSS_MIB, T_AUDITED = 0.8, 2000.0, 0.8, 0.9, 64.0, 0.85
@@ -225,6 +225,26 @@ def interceptor_figure(workdir: Path, n: int, rounds: int) -> dict[str, Any]:
         return {"skipped": f"bench_interceptor.py exited {proc.returncode} "
                            "(needs the engine: make engine / HISTAUDIT_ENGINE_BIN)"}
     return json.loads(out.read_text())
+
+
+VENV118_PYTHON = HERE.parent / ".venv-sdk118" / "bin" / "python"
+
+
+def agent_figure(workdir: Path, rounds: int, turns: int) -> dict[str, Any]:
+    """Run bench_agent.py in the dapr-agents venv (``.venv-sdk118``: dapr-agents needs the
+    dapr 1.18 layout) on real daprd; return its results JSON."""
+    if not VENV118_PYTHON.exists():
+        return {"skipped": "no .venv-sdk118 (make bench builds it)"}
+    out = workdir / "agent.json"
+    cmd = [str(VENV118_PYTHON), str(HERE / "bench_agent.py"), "--rounds", str(rounds),
+           "--turns", str(turns), "--out", str(out)]
+    log("running " + " ".join(cmd[1:]))
+    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.STDOUT, timeout=3600,
+                          check=False)
+    if proc.returncode != 0 or not out.exists():
+        return {"skipped": f"bench_agent.py exited {proc.returncode} (needs daprd: make "
+                           "daprd / HISTAUDIT_DAPRD_BIN_DIR)"}
+    return dict(json.loads(out.read_text()))
 
 
 # --- the table -------------------------------------------------------------------------
@@ -482,6 +502,17 @@ def _rows_crashtest(doc: dict[str, Any], rows: list[list[str]]) -> None:
                      "(info)", ""])
 
 
+def _rows_agent(doc: dict[str, Any], rows: list[list[str]]) -> None:
+    for label, fig in doc["delays"].items():
+        t = fig["turn_s"]
+        rows.append(["7a" if fig["llm_delay_s"] == 0 else "7b",
+                     f"DurableAgent turn ({doc['activities_per_turn']} activities, "
+                     f"{doc['llm_calls_per_turn']} LLM calls), stub LLM {label}: audited ÷ "
+                     f"plain time", fmt_num(t["audited"]["median"] * 1000, " ms"),
+                     fmt_num(t["plain"]["median"] * 1000, " ms"), _ratio_cell(fig["ratio"]),
+                     "(info)", ""])
+
+
 def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["#", "figure", "measured (median)", "baseline (median)", "ratio median [min–max]",
             "target", "status"]
@@ -491,7 +522,7 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 ("pg", "ratios", _rows_pg), ("verify", "default", _rows_verify),
                 ("many", "series", _rows_many),
                 ("memory", "summary", None), ("interceptor", "variants", _rows_interceptor),
-                ("crashtest", "sizes", _rows_crashtest)]
+                ("crashtest", "sizes", _rows_crashtest), ("agent", "delays", _rows_agent)]
     for name, key, fn in sections:
         if name not in f:
             continue
@@ -811,6 +842,11 @@ def main(argv: list[str]) -> int:
                 + " / ".join(map(str, preset["crashtest_steps"])) + " steps")
             figs["crashtest"] = bench_crashtest.run(preset["crashtest_steps"])
             timings["crashtest"] = round(time.perf_counter() - t0, 1)
+        if "agent" in which:
+            t0 = time.perf_counter()
+            log("figure 7: a DurableAgent turn, audited vs plain (bench_agent.py)")
+            figs["agent"] = agent_figure(workdir, preset["agent_rounds"], preset["agent_turns"])
+            timings["agent"] = round(time.perf_counter() - t0, 1)
     finally:
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
