@@ -288,7 +288,8 @@ class MatrixResult:
         """What makes the matrix reproducible and comparable: the commit of the code under
         test, the sample size and its seed, the output paths left out of comparisons."""
         return {"commit": self.spec.commit, "sample": self.spec.sample,
-                "seed": self.spec.seed, "ignore": list(self.clean.ignore)}
+                "seed": self.spec.seed,
+                "ignore": list(dict.fromkeys((*self.spec.ignore, *self.clean.ignore)))}
 
     @property
     def coverage(self) -> dict[str, list[str]]:
