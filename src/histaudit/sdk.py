@@ -57,7 +57,8 @@ except ImportError as exc:  # one line for the CLI and the app, not a traceback
 __all__ = [
     "NonDeterminismError", "OrchestrationExecutor", "Registry", "WorkflowRuntime",
     "copy_registration_marks", "executor_is_suspended", "from_json", "get_grpc_channel",
-    "history_stub", "hook_activity_resolve", "hook_resolve_history", "is_async_callable",
+    "has_stateful_history", "history_stub", "hook_activity_resolve", "hook_resolve_history",
+    "is_async_callable",
     "is_optional_timer_action", "is_optional_timer_event", "is_suspendable", "missing",
     "pending_action", "pending_actions", "protos", "registered_name", "registered_names",
     "registry_of", "runtime_context", "set_wire_input", "strip_registration_marks", "to_json",
@@ -92,6 +93,15 @@ is_async_callable: Callable[[Any], bool] = shared.is_async_callable
 is_optional_timer_action: Callable[[Any], bool] = helpers.is_optional_timer_action  # type: ignore[attr-defined]
 is_optional_timer_event: Callable[[Any], bool] = helpers.is_optional_timer_event  # type: ignore[attr-defined]
 get_grpc_channel: Callable[..., Any] = shared.get_grpc_channel
+
+
+def has_stateful_history() -> bool:
+    """Does this SDK's ``WorkflowRuntime`` take ``disable_stateful_history`` (dapr ≥ 1.19:
+    the worker may ask the engine for history deltas)?"""
+    try:
+        return "disable_stateful_history" in inspect.signature(WorkflowRuntime).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def history_stub(channel: Any) -> Any:

@@ -49,6 +49,9 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
 
     def __init__(self, *args: Any, ledger: str | None = None, key: str | None = None,
                  keep_payloads: bool = True, **kwargs: Any) -> None:
+        self.stateful_history = _stateful_history(kwargs)
+        """Whether the worker asks the engine for history deltas (the SDK's stateful
+        history, dapr ≥ 1.19): off unless the app passed ``disable_stateful_history=False``."""
         self.audited = audit_enabled()
         """False when ``$HISTAUDIT_ENABLED`` switched auditing off for this process."""
         self._ledger_url = ledger
@@ -187,6 +190,29 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         ledger = self.recorder.unbind()
         if ledger is not None:
             ledger.close()
+
+
+STATEFUL_HISTORY_OFF = (
+    "histaudit: the SDK's stateful history is off (disable_stateful_history=True): on "
+    "engines with durabletask-go before dapr/durabletask-go#129 a crash can leave a "
+    "workflow turn in a dead stream's buffer until the engine's lock timeout (2 minutes); "
+    "pass disable_stateful_history=False to keep it on")
+
+
+def _stateful_history(kwargs: dict[str, Any]) -> bool:
+    """Choose the SDK's stateful-history mode where the SDK has one (dapr ≥ 1.19) and the
+    app did not: off, and said once in the log. With it on, an engine that routes a turn to
+    a worker stream's own buffer and then loses the stream (a crashed worker) leaves the
+    instance stalled until its lock times out — durabletask-go v0.14.0, the standalone
+    engine here, does, 2 times in 16 on an 8-way fan-out (issue #39); full histories have
+    no such buffer. The cost is bandwidth: every turn carries the whole history."""
+    if not sdk.has_stateful_history():
+        return False
+    if "disable_stateful_history" in kwargs:
+        return not kwargs["disable_stateful_history"]
+    kwargs["disable_stateful_history"] = True
+    log.info(STATEFUL_HISTORY_OFF)
+    return False
 
 
 def _load_signer(key: str | None) -> Signer:
