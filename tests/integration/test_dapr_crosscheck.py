@@ -30,6 +30,7 @@ from support.cli import cli, exits, one_error_line
 from support.dapr_audit import (
     GATED,
     PURGED,
+    TERMINATED,
     AuditedDaprRun,
     audited_dapr_run,
     foreign_ca,
@@ -139,6 +140,22 @@ def test_stored_events_are_the_engines_history_and_read_alike(run: AuditedDaprRu
             assert mine.result == theirs.executionCompleted.result.value
     assert {"taskScheduled", "taskCompleted", "executionCompleted"} <= {
         parse_history_event(raw, i).kind for i, raw in enumerate(stored)}
+
+
+def test_a_terminated_instance_verifies_as_terminated(run: AuditedDaprRun,
+                                                     tmp_path: Path) -> None:
+    """A client's terminate is signed by Dapr (ExecutionCompleted, status TERMINATED) and
+    by the ledger (workflow.terminated): no unsigned completion, here or in a bundle."""
+    doc = _doc(run.dapr_verify(TERMINATED, run.db, "--json"), 0)
+    assert doc["crosscheck"] == {"ok": True, "findings": []}
+    r = cli("show", TERMINATED, "--json", "--db", run.ledger, cwd=run.work)
+    assert json.loads(r.stdout)["entries"][-1]["kind"] == "workflow.terminated"
+    out = tmp_path / "bundle"
+    r = cli("export", TERMINATED, "--out", out, "--db", run.ledger, "--key", run.key,
+            "--trust", run.keys, "--dapr-state", run.db, "--trust-anchors", run.anchors,
+            "--with-payloads", cwd=run.work)
+    assert r.returncode == 0, r.stderr
+    assert _report_codes(_verify_bundle(run, out, 0), TERMINATED) == set()
 
 
 def test_a_history_cut_at_a_signature_boundary_passes_dapr_but_not_the_ledger(

@@ -145,3 +145,27 @@ def test_a_crash_in_the_fan_out_resumes_and_verifies_in_either_mode(
             assert f"ready stateful_history={stateful and sdk.has_stateful_history()}" in started
     finally:
         teardown(eng)
+
+
+def test_a_terminate_is_signed_and_verifies_as_terminated(default_rig: Fanout) -> None:
+    """A client's terminate of a waiting workflow (issue #39, item 2): signed as
+    ``workflow.terminated``, its reason committed and not in clear; the instance verifies
+    OK with and without the engine's history, instead of looking unfinished."""
+    rig = default_rig
+    rig.app.start()
+    instance = rig.schedule("approval", None)
+    status = ""
+    deadline = time.monotonic() + 30
+    while status != "RUNNING" and time.monotonic() < deadline:
+        state = rig.client.get_workflow_state(instance)
+        status = state.runtime_status.name if state else ""
+        time.sleep(0.1)
+    rig.client.terminate_workflow(instance, output="withdrawn by ops-7")
+    assert rig.wait(instance, RESUME_LIMIT_S).runtime_status.name == "TERMINATED"
+    r = cli("show", instance, "--json", "--db", rig.url, cwd=rig.tmp)
+    entries = json.loads(r.stdout)["entries"]
+    assert [e["kind"] for e in entries][-1] == "workflow.terminated", entries
+    last = entries[-1]["data"]
+    assert last["recurse"] is True and last["terminated_at"].endswith("Z")  # SDK default
+    assert "withdrawn" not in r.stdout and set(last["reason"]) >= {"c", "n"}
+    assert rig.verify(instance) == []  # with --engine: the engine's history agrees

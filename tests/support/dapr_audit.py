@@ -37,7 +37,7 @@ from support.daprd import teardown
 
 APP = Path(__file__).resolve().parents[1] / "integration" / "apps" / "dapr_crosscheck_app.py"
 APP_ID = "histaudit"
-GATED, PURGED = "xc-gated", "xc-purged"
+GATED, PURGED, TERMINATED = "xc-gated", "xc-purged", "xc-terminated"
 OUTPUT = {"first": "hello audit", "second": "HELLO AUDIT!"}
 
 
@@ -144,6 +144,12 @@ def audited_dapr_run(work: Path) -> Iterator[AuditedDaprRun]:
             state = rig.wait(PURGED, 120)
             assert state.runtime_status.name == "COMPLETED", app.tail()
             rig.client.purge_workflow(PURGED)
+            rig.client.schedule_new_workflow("awaits_approval", instance_id=TERMINATED)
+            wait_until(lambda: len(rows(stack.db_path, TERMINATED, "history-%")) >= 6, 60,
+                       "awaits_approval to be past greet", details=app.tail)
+            rig.client.terminate_workflow(TERMINATED, output="withdrawn")
+            state = rig.wait(TERMINATED, 120)
+            assert state.runtime_status.name == "TERMINATED", app.tail()
         stack.stop()  # daprd closes the store: nothing is in flight when it is read
         yield AuditedDaprRun(work=work, db=stack.db_path, mid=mid,
                              anchors=stack.trust_anchors_path, ledger=ledger,

@@ -71,6 +71,7 @@ MUST_BE_DURABLE: frozenset[str] = frozenset({
     Kind.WORKFLOW_COMPLETED,
     Kind.WORKFLOW_FAILED,
     Kind.WORKFLOW_CONTINUED_AS_NEW,
+    Kind.WORKFLOW_TERMINATED,
 })
 """The kinds whose commit must be on stable storage before the append returns: the one
 place the durability policy lives. A record is durable before anything that depends on

@@ -24,6 +24,7 @@ class Kind(enum.StrEnum):
     WORKFLOW_CONTINUED_AS_NEW = "workflow.continued_as_new"
     WORKFLOW_COMPLETED = "workflow.completed"
     WORKFLOW_FAILED = "workflow.failed"
+    WORKFLOW_TERMINATED = "workflow.terminated"  # a client ended it (histaudit.interceptor.runtime)
     # a replayed result that is not the signed one (histaudit.interceptor.replaycheck)
     REPLAY_MISMATCH = "replay.mismatch"
     # a side effect inside an activity (histaudit.interceptor.effects)

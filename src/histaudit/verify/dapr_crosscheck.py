@@ -64,7 +64,9 @@ __all__ = ["DaprEvent", "DaprLedgerResult", "crosscheck_dapr", "instance_missing
            "parse_history_event", "verify_with_ledger"]
 
 _RAN = (Kind.ACTIVITY_STARTED, Kind.ACTIVITY_COMPLETED, Kind.ACTIVITY_FAILED)
-_ENDS = (Kind.WORKFLOW_COMPLETED, Kind.WORKFLOW_FAILED, Kind.WORKFLOW_CONTINUED_AS_NEW)
+_ENDS = (Kind.WORKFLOW_COMPLETED, Kind.WORKFLOW_FAILED, Kind.WORKFLOW_CONTINUED_AS_NEW,
+         Kind.WORKFLOW_TERMINATED)
+_TERMINATED = 5  # OrchestrationStatus ORCHESTRATION_STATUS_TERMINATED
 
 # HistoryEvent's oneof members this check reads (durabletask orchestrator_service.proto)
 _EXECUTION_COMPLETED, _TASK_SCHEDULED, _TASK_COMPLETED, _TASK_FAILED = 4, 6, 7, 8
@@ -96,6 +98,7 @@ class DaprEvent:
     kind: str  # "taskScheduled", "taskCompleted", "executionCompleted", … or "other"
     taskCompleted: _TaskCompleted | None = None  # noqa: N815
     result: str | None = None  # executionCompleted's result (None when absent)
+    status: int | None = None  # executionCompleted's OrchestrationStatus
     members: frozenset[str] = field(default_factory=frozenset)
 
     def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
@@ -131,7 +134,7 @@ def parse_history_event(raw: bytes, index: int) -> DaprEvent:
     if _EXECUTION_COMPLETED in f:
         ended = read_message(f[_EXECUTION_COMPLETED], {1: int, 2: bytes})
         return DaprEvent(index, event_id, "executionCompleted",
-                         result=_string_value(ended.get(2)),
+                         result=_string_value(ended.get(2)), status=_int32(ended.get(1, 0)),
                          members=frozenset({"executionCompleted"}))
     for number, name in ((_TASK_SCHEDULED, "taskScheduled"), (_TASK_FAILED, "taskFailed"),
                          (_CONTINUE_AS_NEW, "continueAsNew")):
@@ -231,7 +234,11 @@ def crosscheck_dapr(instance: str, signed_events: Sequence[bytes],
             "dapr-history-behind-ledger", instance, end.seq,
             f"the ledger signed {end.kind} at entry {end.seq}, but {where} has no "
             f"ExecutionCompleted: the instance's end was cut or rolled back"))
-    elif end is None and ended is not None and ended.kind == "executionCompleted":
+    # A client's terminate ends the instance without its code running to an end: the
+    # ledger signs the termination when a turn carries it (workflow.terminated), and an
+    # instance terminated before any worker saw it has nothing of the app's to sign.
+    elif end is None and ended is not None and ended.kind == "executionCompleted" \
+            and ended.status != _TERMINATED:
         out.append(Finding.make(
             "engine-unsigned-completion", instance, None,
             f"{where} completes the workflow (event {ended.index}), but the ledger signed "

@@ -3,6 +3,8 @@
 Workflow ``gated_pair``: activity ``greet``, then activity ``shout``, which, when the input
 says ``gate``, writes ``shout.started`` in APP_DATA and waits for the test to create
 ``release`` there — so the test can copy daprd's store while the instance is half done.
+Workflow ``awaits_approval``: ``greet``, then it waits for the event ``approved`` (the
+test terminates it instead).
 The signing key and ledger come from HISTAUDIT_KEY / HISTAUDIT_DB, the engine from
 DAPR_RUNTIME_HOST / DAPR_GRPC_PORT. Prints ``APP READY`` once the worker is started.
 """
@@ -46,6 +48,12 @@ def serve() -> None:
                     raise TimeoutError("the test never released shout")
                 time.sleep(0.02)
         return str(inp["text"]).upper() + "!"
+
+    @wfr.workflow(name="awaits_approval")
+    def awaits_approval(ctx: wf.DaprWorkflowContext, _: Any) -> Any:
+        first = yield ctx.call_activity(greet, input="approver")
+        decision = yield ctx.wait_for_external_event("approved")
+        return {"first": first, "decision": decision}
 
     wfr.start()
     print(APP_READY, flush=True)

@@ -1,4 +1,5 @@
-"""An 8-way fan-out behind histaudit's one-line change, in the SDK's two history modes.
+"""An 8-way fan-out behind histaudit's one-line change, in the SDK's two history modes,
+and a workflow that waits for an approval (``approval``), for terminate.
 
 ``STATEFUL_HISTORY`` unset: ``AuditedWorkflowRuntime()`` as the README shows it (histaudit
 picks the mode); ``1``: ``disable_stateful_history=False`` (the SDK's history deltas on,
@@ -36,6 +37,13 @@ def search(ctx: wf.WorkflowActivityContext, vendor: int) -> int:
         fh.write(f"{vendor}\n")
     crash_point("searched")
     return vendor * 10
+
+
+@wfr.workflow(name="approval")
+def approval(ctx: wf.DaprWorkflowContext, _: Any) -> Generator[Any, Any, Any]:
+    """Waits for an approver; a test terminates it instead."""
+    decision = yield ctx.wait_for_external_event("approved")
+    return decision
 
 
 @wfr.workflow(name="procure")
