@@ -267,7 +267,8 @@ def test_only_outcomes_and_intents_wait_for_the_disk(tmp_path: Path) -> None:
             assert ledger.commits == [kind in MUST_BE_DURABLE], kind
     assert {str(k) for k in MUST_BE_DURABLE} == {
         "activity.completed", "activity.failed", "effect.intent", "llm.call",
-        "workflow.completed", "workflow.failed", "workflow.continued_as_new"}
+        "workflow.completed", "workflow.failed", "workflow.continued_as_new",
+        "workflow.terminated"}
 
 
 def test_concurrent_appends_share_commits_and_keep_every_entry(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ __all__ = ["Attempt", "Effect", "Run", "Step", "StepGroup", "Worker", "analyse",
 
 _ACTIVITY_KINDS = (Kind.ACTIVITY_STARTED, Kind.ACTIVITY_COMPLETED, Kind.ACTIVITY_FAILED)
 _WORKFLOW_MARKS = (Kind.WORKFLOW_STARTED, Kind.WORKFLOW_COMPLETED, Kind.WORKFLOW_FAILED,
-                   Kind.WORKFLOW_CONTINUED_AS_NEW, Kind.REPLAY_MISMATCH)
+                   Kind.WORKFLOW_CONTINUED_AS_NEW, Kind.WORKFLOW_TERMINATED, Kind.REPLAY_MISMATCH)
 
 
 @dataclass
