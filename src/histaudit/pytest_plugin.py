@@ -22,8 +22,21 @@ Marker arguments: ``target`` (``MODULE_OR_FILE:WORKFLOW``; a relative file path 
 from the test file's directory first, then from the current directory), ``input`` (the
 workflow input, JSON-serialisable), ``env`` (dict for the workers), ``engine_points``
 (default False), ``app_points`` (default True), ``points`` (only these), ``app`` (module
-holding the runtime) and ``timeout`` (seconds, default 60). The clean run is shared by
-every test with the same arguments, also across pytest-xdist workers.
+holding the runtime), ``timeout`` (seconds, default 60), ``engine`` (``"durabletask"``,
+the default, or ``"daprd"``), ``resources`` (with daprd: a directory of component files,
+taken from the test file's directory first, like ``target``) and ``ignore`` (JSONPaths of
+output fields to leave out of comparisons) — ``crashtest``'s options of those names.
+The clean run is shared by every test with the same arguments, also across pytest-xdist
+workers.
+
+A dapr-agents agent (``examples/durable_agent``)::
+
+    @pytest.mark.crashmatrix("app.py:dapr.agents.scribe.workflow",
+                             input={"task": "note hello"}, engine="daprd",
+                             resources="components", env={"STUB_LLM_URL": url},
+                             points=["after:*summarize"])
+    def test_agent(crash_outcome):
+        assert_no_duplicate_effects(crash_outcome)
 """
 
 from __future__ import annotations
@@ -50,11 +63,14 @@ from histaudit.crashtest import (
     assert_recovered,
 )
 from histaudit.crashtest.discovery import select_points
+from histaudit.crashtest.spec import DEFAULT_ENGINE
+from histaudit.errors import HistauditError
 
 __all__ = ["PointResult", "assert_no_duplicate_effects", "assert_recovered"]
 
 MARKER = "crashmatrix"
-_ALLOWED = {"input", "env", "engine_points", "app_points", "points", "app", "timeout"}
+_ALLOWED = {"input", "env", "engine_points", "app_points", "points", "app", "timeout",
+            "engine", "resources", "ignore"}
 
 # One clean run per distinct marker configuration, for the whole session.
 _CLEAN: dict[tuple[Any, ...], CleanRun] = {}
@@ -121,8 +137,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     env = tuple(sorted((str(k), str(v)) for k, v in (kw.get("env") or {}).items()))
     timeout = float(kw.get("timeout", 60))
     inp = kw.get("input")
-    spec = CrashSpec(target=target, input=inp, app=app, env=dict(env), timeout=timeout)
-    key = (target, json.dumps(inp, sort_keys=True, default=repr), app, env, timeout)
+    engine = str(kw.get("engine", DEFAULT_ENGINE))
+    resources = None
+    if kw.get("resources"):
+        beside = base / str(kw["resources"])
+        resources = str(beside) if beside.is_dir() else str(kw["resources"])
+    ignore = tuple(str(p) for p in kw.get("ignore") or ())
+    try:
+        spec = CrashSpec(target=target, input=inp, app=app, env=dict(env), timeout=timeout,
+                         engine=engine, resources=resources, ignore=ignore)
+    except HistauditError as exc:
+        raise pytest.UsageError(f"{where}: {exc}") from None
+    key = (target, json.dumps(inp, sort_keys=True, default=repr), app, env, timeout, engine,
+           resources, ignore)
     clean = _CLEAN.get(key)
     if clean is None:
         clean = _shared_clean(metafunc.config, key, lambda: ct.run_clean(spec))

@@ -1,7 +1,8 @@
 """examples/durable_agent as a user runs it: ``make demo-agent``, and the example's crash
-matrix through ``histaudit crashtest --engine daprd --resources``. Cost: ≈ 35 s of CPU
-(one daprd stack and eight app starts for the demo; a clean run and a sweep of eleven
-points, with two runs of their own, for the matrix).
+matrix through ``histaudit crashtest --engine daprd --resources`` and through the pytest
+plugin. Cost: ≈ 65 s of CPU (one daprd stack and eight app starts for the demo; a clean
+run and a sweep of eleven points, with two runs of their own, for the matrix; a clean run
+and two isolated points for the plugin).
 
 The matrix crashes the agent after every activity body and inside its tool — the points
 where Dapr's at-least-once delivery repeats work — on real daprd with the example's own
@@ -24,6 +25,7 @@ from examples.durable_agent.stub_llm import StubLLM
 from support.cli import cli
 from support.repo import REPO
 
+pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.daprd, pytest.mark.crash, pytest.mark.engine]
 
 EXAMPLE = REPO / "examples" / "durable_agent"
@@ -65,3 +67,26 @@ def test_the_example_crash_matrix(tmp_path: Path) -> None:
         assert outcomes[point][:2] == ("identical", True), (point, outcomes[point])
     assert outcomes["after:dapr.agents.scribe.run_tool#2"][2] == ["effect-deduplicated"]
     assert all(matches for _, matches, _ in outcomes.values()), outcomes
+
+
+def test_the_pytest_plugin_crash_tests_the_agent_on_daprd(pytester: pytest.Pytester) -> None:
+    """``@pytest.mark.crashmatrix`` with ``engine="daprd"`` and ``resources``: one test per
+    chosen point, each judged like ``crashtest``'s (``$.id`` left out, as marked)."""
+    with StubLLM() as llm:
+        pytester.makepyfile(test_agent_crashes=f"""
+            import pytest
+            from histaudit.pytest_plugin import assert_no_duplicate_effects, assert_recovered
+
+            @pytest.mark.crashmatrix({str(EXAMPLE / 'app.py') + ':dapr.agents.scribe.workflow'!r},
+                                     input={{"task": "note hello"}}, engine="daprd",
+                                     resources={str(EXAMPLE / 'components')!r},
+                                     env={{"STUB_LLM_URL": {llm.url!r}}},
+                                     points=["after:*run_tool#2", "after:*summarize"])
+            def test_agent(crash_outcome):
+                assert crash_outcome.output_matches, crash_outcome.diff
+                assert_no_duplicate_effects(crash_outcome)
+            """)
+        result = pytester.runpytest("-v", "-p", "no:cacheprovider")
+    assert result.parseoutcomes().get("passed") == 2, result.stdout.str()
+    result.stdout.fnmatch_lines(["*test_agent[[]after:dapr.agents.scribe.run_tool#2[]] PASSED*",
+                                 "*test_agent[[]after:dapr.agents.scribe.summarize[]] PASSED*"])
