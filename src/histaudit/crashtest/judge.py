@@ -81,6 +81,10 @@ def evidence(db_url: str, trust_dir: Path) -> Evidence:
     return Evidence(dict(sorted(effects.items())), tuple(findings), tuple(about))
 
 
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
 def decode_output(text: str | None) -> Any:
     """A workflow's serialized output as a value (the text itself if it is not JSON)."""
     if text is None or text == "":
@@ -151,8 +155,11 @@ def judge(result: PointResult, clean: CleanRun, state: RunState, ev: Evidence, *
     changed = sorted(n for n in set(clean.effects) | set(ev.effects)
                      if clean.effects.get(n, 0) != ev.effects.get(n, 0))
     for name in changed:
-        diff.append(f"effect {name} done {clean.effects.get(name, 0)} -> "
-                    f"{ev.effects.get(name, 0)}")
+        here, there = ev.effects.get(name, 0), clean.effects.get(name, 0)
+        diff.append(f"effect {name}: "
+                    + (f"done {_times(here)} in this run" if here else "not done in this run")
+                    + (f", {_times(there)} in the clean run" if there
+                       else ", not in the clean run"))
     result = replace(result, output_matches=output_matches, diff=tuple(diff))
     if integrity:
         return replace(result, outcome=FAILED,

@@ -44,3 +44,20 @@ def test_without_instance_replaces_inside_strings_and_keys_only() -> None:
     assert without_instance(value, "id-7") == {
         INSTANCE_PLACEHOLDER: [f"{INSTANCE_PLACEHOLDER}/step", 7, None, {"k": "no"}]}
     assert without_instance(value, None) == value
+
+
+def test_an_effect_count_that_differs_is_worded_as_what_happened() -> None:
+    """``effect place-order done 1 -> 0`` read as a lost order (issue #39)."""
+    from dataclasses import replace
+
+    from histaudit.crashtest.judge import Evidence, judge
+    from histaudit.crashtest.results import KIND_APP, PointResult
+    from histaudit.crashtest.sandbox import RunState
+
+    clean = replace(clean_run({"ok": True}), effects={"place-order": 1, "mail": 1})
+    start = PointResult(point="after:a", kind=KIND_APP, outcome=DIVERGED, detail="",
+                        rerun="", instance="wf-app-9f8e")
+    point = judge(start, clean, RunState("COMPLETED", '{"ok": true}', None),
+                  Evidence({"place-order": 0, "mail": 2}, (), ()))
+    assert point.diff == ("effect mail: done twice in this run, once in the clean run",
+                          "effect place-order: not done in this run, once in the clean run")
