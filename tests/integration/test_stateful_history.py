@@ -28,8 +28,6 @@ it.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,56 +35,12 @@ from typing import Any
 import pytest
 
 from histaudit import sdk
-from histaudit.crash import CRASH_EXIT_CODE
 from histaudit.crashtest.engine import EngineProcess
-from histaudit.ledger.keys import generate_keypair
-from support.apps import AppProcess, AppRig
-from support.cli import cli
 from support.daprd import DURABLETASK, start_engine, teardown
+from support.fanout import RESUME_LIMIT_S, Fanout
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
 
-APP = Path(__file__).resolve().parent / "apps" / "fanout_app.py"
-RESUME_LIMIT_S = 60.0  # far below the standalone engine's 2-minute lock timeout
-
-
-class Fanout(AppRig):
-    def __init__(self, tmp: Path, engine: Any, *, stateful: bool) -> None:
-        super().__init__(engine)
-        self.tmp = tmp
-        self.url = f"sqlite:///{tmp / 'ledger.db'}"
-        key, self.trust, _ = generate_keypair(tmp / "keys", name="fanout")
-        env = {"HISTAUDIT_DB": self.url, "HISTAUDIT_KEY": str(key), "DATA_DIR": str(tmp),
-               "PYTHONUNBUFFERED": "1"}
-        if stateful:
-            env["STATEFUL_HISTORY"] = "1"
-        self.app = self.add_app(AppProcess(engine, [APP], log=tmp / "app.log", ready="ready",
-                                           env=env))
-
-    def searches(self) -> list[str]:
-        log = self.tmp / "searches.log"
-        return log.read_text().splitlines() if log.exists() else []
-
-    def crash_and_resume(self, crash_at: str) -> float:
-        """Crash at ``crash_at``, restart at once; seconds from restart to completion."""
-        self.app.start(HISTAUDIT_CRASH_AT=crash_at)
-        instance = self.schedule("procure", None)
-        assert self.app.wait_exit(60) == CRASH_EXIT_CODE, self.app.tail()
-        began = time.monotonic()
-        self.app.start()
-        state = self.wait(instance, RESUME_LIMIT_S)
-        took = time.monotonic() - began
-        assert state.runtime_status.name == "COMPLETED", self.app.tail()
-        assert json.loads(state.serialized_output) == 280
-        self.app.kill()
-        self.last = instance
-        return took
-
-    def verify(self, instance: str) -> list[str]:
-        r = cli("verify", instance, "--json", "--db", self.url, "--trust", self.trust,
-                "--engine", self.engine.address, cwd=self.tmp)
-        assert r.returncode == 0, r.stdout + r.stderr
-        return sorted({f["code"] for f in json.loads(r.stdout)["reports"][0]["findings"]})
 
 
 def _engine(kind: str, tmp: Path, lock_timeout: float | None = None) -> Any:
@@ -146,26 +100,3 @@ def test_a_crash_in_the_fan_out_resumes_and_verifies_in_either_mode(
     finally:
         teardown(eng)
 
-
-def test_a_terminate_is_signed_and_verifies_as_terminated(default_rig: Fanout) -> None:
-    """A client's terminate of a waiting workflow (issue #39, item 2): signed as
-    ``workflow.terminated``, its reason committed and not in clear; the instance verifies
-    OK with and without the engine's history, instead of looking unfinished."""
-    rig = default_rig
-    rig.app.start()
-    instance = rig.schedule("approval", None)
-    status = ""
-    deadline = time.monotonic() + 30
-    while status != "RUNNING" and time.monotonic() < deadline:
-        state = rig.client.get_workflow_state(instance)
-        status = state.runtime_status.name if state else ""
-        time.sleep(0.1)
-    rig.client.terminate_workflow(instance, output="withdrawn by ops-7")
-    assert rig.wait(instance, RESUME_LIMIT_S).runtime_status.name == "TERMINATED"
-    r = cli("show", instance, "--json", "--db", rig.url, cwd=rig.tmp)
-    entries = json.loads(r.stdout)["entries"]
-    assert [e["kind"] for e in entries][-1] == "workflow.terminated", entries
-    last = entries[-1]["data"]
-    assert last["recurse"] is True and last["terminated_at"].endswith("Z")  # SDK default
-    assert "withdrawn" not in r.stdout and set(last["reason"]) >= {"c", "n"}
-    assert rig.verify(instance) == []  # with --engine: the engine's history agrees

@@ -20,10 +20,10 @@ from dapr.ext.workflow import WorkflowRuntime
 from histaudit import sdk
 from histaudit.errors import KeyMaterialError, StoreError, UsageError
 from histaudit.ledger.keys import Signer, signer_from_env
-from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger, resolve_url
 
 from .activity import audit_activity
+from .received import ReceivedEvents
 from .recorder import AuditRecorder, audit_enabled
 from .replaycheck import ReplayedResultCheck
 from .workflow import audit_workflow
@@ -62,6 +62,8 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         :meth:`start`."""
         super().__init__(*args, **kwargs)
         self.replay_check = ReplayedResultCheck(self.recorder)
+        self.received = ReceivedEvents(self.recorder)
+        """Signs events, timers, suspend/resume and terminate as turns carry them."""
         self.wire_inputs = self.audited and self._capture_wire_inputs()
         self.checks_replayed_results = self.audited and self._check_replayed_results()
         self.volatile_output: dict[str, tuple[str, ...]] = {}
@@ -123,27 +125,6 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
             log.info("histaudit: SDK activity internals not found; committing re-encoded inputs")
         return hooked
 
-    def _record_termination(self, instance: str, event: Any) -> None:
-        """Sign ``workflow.terminated`` for a client's terminate the engine hands this
-        turn (its reason committed, never in clear), once per instance: a turn delivered
-        again after a crash finds it signed. Durable before the SDK answers the turn,
-        which ends the instance."""
-        recorder = self.recorder
-        if not recorder.bound:
-            return
-        try:
-            if any(e.kind == Kind.WORKFLOW_TERMINATED for e in recorder.entries(instance)):
-                return
-            terminated = event.executionTerminated
-            reason = terminated.input.value if terminated.HasField("input") else None
-            committed = recorder.commit(instance, reason or None)
-            recorder.append(instance, Kind.WORKFLOW_TERMINATED, {
-                "terminated_at": event.timestamp.ToJsonString(),
-                "recurse": bool(terminated.recurse), "reason": committed.ref,
-                "reason_digest": committed.digest}, committed)
-        except Exception as exc:  # noqa: BLE001 - the engine ends the instance either way
-            log.warning("histaudit: could not sign the termination of %s: %s", instance, exc)
-
     def _check_replayed_results(self) -> bool:
         """Hand every history the worker replays to :class:`ReplayedResultCheck` (True if
         hooked; see :func:`histaudit.sdk.hook_resolve_history`).
@@ -153,6 +134,7 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         --engine`` remains.
         """
         check = self.replay_check
+        received = self.received
 
         def after(req: Any, events: list[Any]) -> None:
             try:
@@ -160,9 +142,7 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
             except Exception as exc:  # noqa: BLE001 - see ReplayedResultCheck
                 log.warning("histaudit: could not check the replayed results of %s: %s",
                             getattr(req, "instanceId", "?"), exc)
-            for event in req.newEvents:
-                if event.HasField("executionTerminated"):
-                    self._record_termination(str(req.instanceId), event)
+            received.observe(str(req.instanceId), req.newEvents)
 
         hooked = sdk.hook_resolve_history(self, after)
         if not hooked:

@@ -24,7 +24,12 @@ class Kind(enum.StrEnum):
     WORKFLOW_CONTINUED_AS_NEW = "workflow.continued_as_new"
     WORKFLOW_COMPLETED = "workflow.completed"
     WORKFLOW_FAILED = "workflow.failed"
-    WORKFLOW_TERMINATED = "workflow.terminated"  # a client ended it (histaudit.interceptor.runtime)
+    # what reached a workflow from outside its code (histaudit.interceptor.received)
+    WORKFLOW_EVENT_RECEIVED = "workflow.event_received"
+    WORKFLOW_TIMER_FIRED = "workflow.timer_fired"
+    WORKFLOW_SUSPENDED = "workflow.suspended"
+    WORKFLOW_RESUMED = "workflow.resumed"
+    WORKFLOW_TERMINATED = "workflow.terminated"
     # a replayed result that is not the signed one (histaudit.interceptor.replaycheck)
     REPLAY_MISMATCH = "replay.mismatch"
     # a side effect inside an activity (histaudit.interceptor.effects)

@@ -1,5 +1,6 @@
 """An 8-way fan-out behind histaudit's one-line change, in the SDK's two history modes,
-and a workflow that waits for an approval (``approval``), for terminate.
+and a workflow with a one-second timer that then waits for the event ``approved``
+(``approval``), for what reaches a workflow from outside.
 
 ``STATEFUL_HISTORY`` unset: ``AuditedWorkflowRuntime()`` as the README shows it (histaudit
 picks the mode); ``1``: ``disable_stateful_history=False`` (the SDK's history deltas on,
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Generator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,8 @@ def search(ctx: wf.WorkflowActivityContext, vendor: int) -> int:
 
 @wfr.workflow(name="approval")
 def approval(ctx: wf.DaprWorkflowContext, _: Any) -> Generator[Any, Any, Any]:
-    """Waits for an approver; a test terminates it instead."""
+    """A one-second durable timer, then it waits for the event ``approved``."""
+    yield ctx.create_timer(timedelta(seconds=1))
     decision = yield ctx.wait_for_external_event("approved")
     return decision
 
