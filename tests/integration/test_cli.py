@@ -271,6 +271,7 @@ def test_list_without_and_with_trust(world: World) -> None:
     assert set(rows) == {"order-1", "order-2", "order-3"}
     assert rows["order-1"]["entries"] == 4 and rows["order-2"]["entries"] == 5
     assert rows["order-1"]["last_kind"] == "workflow.completed"
+    assert rows["order-1"]["workflow"] == "completed"
     assert rows["order-1"]["last_ts"].endswith("Z")
     assert {row["status"] for row in rows.values()} == {"not-checked"}
     assert {row["findings"] for row in rows.values()} == {None}
@@ -291,7 +292,7 @@ def test_list_without_and_with_trust(world: World) -> None:
     # One line per instance, its status on it (grep works), columns aligned.
     header, *lines = human.stdout.splitlines()
     assert header.split() == ["instance", "entries", "last", "activity", "last", "kind",
-                              "status"]
+                              "workflow", "status"]
     by_instance = {line.split()[0]: line for line in lines}
     assert sorted(by_instance) == ["order-1", "order-2", "order-3"] and len(lines) == 3
     assert by_instance["order-3"].endswith("FAILED (2)")

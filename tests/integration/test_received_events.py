@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from support.cli import cli
 from support.daprd import DURABLETASK, start_engine, teardown
 from support.fanout import Fanout
 
@@ -37,8 +38,6 @@ def rig(tmp_path: Path) -> Iterator[Fanout]:
 
 
 def _entries(rig: Fanout, instance: str) -> list[dict[str, Any]]:
-    from support.cli import cli
-
     r = cli("show", instance, "--json", "--db", rig.url, cwd=rig.tmp)
     assert r.returncode == 0, r.stderr
     return list(json.loads(r.stdout)["entries"])
@@ -95,3 +94,6 @@ def test_a_terminate_is_signed_and_verifies_as_terminated(rig: Fanout) -> None:
     assert last["recurse"] is True and last["received_at"].endswith("Z")  # SDK default
     assert "withdrawn" not in json.dumps(entries) and set(last["payload"]) >= {"c", "n"}
     assert rig.verify(instance) == []  # with --engine: the engine's history agrees
+    r = cli("list", "--db", rig.url, "--json", cwd=rig.tmp)
+    [row] = [row for row in json.loads(r.stdout) if row["instance"] == instance]
+    assert row["workflow"] == "terminated" and row["last_kind"] == "workflow.terminated"

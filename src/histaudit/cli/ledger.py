@@ -12,6 +12,7 @@ import click
 from histaudit.errors import FormatError, HistauditError, InputError, UsageError
 from histaudit.ledger import records as rec
 from histaudit.ledger.keys import TrustStore, signer_from_env
+from histaudit.ledger.kinds import Kind
 from histaudit.verify.findings import Severity
 
 from . import render
@@ -54,7 +55,7 @@ def _open(db: str | None, *, reading: bool = False) -> Ledger:
 @trust_option
 @click.option("--json", "as_json", is_flag=True)
 def list_(db: str | None, trust: str | None, as_json: bool) -> int:
-    """Instances in the ledger: entries, last activity, verification status."""
+    """Instances in the ledger: entries, last activity, workflow state, verification status."""
     from histaudit.verify.verifier import verify_in
 
     keys = TrustStore.load(trust) if trust else None
@@ -71,16 +72,26 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
                           ListStatus.FINDINGS if report.findings else ListStatus.OK)
             rows.append({"instance": summary.instance, "entries": summary.entries,
                          "last_ts": last.ts if last else None,
-                         "last_kind": last.kind if last else None, "status": str(status),
-                         "findings": counts})
+                         "last_kind": last.kind if last else None,
+                         "workflow": _WORKFLOW_STATE.get(last.kind, "not-ended") if last
+                         else None, "status": str(status), "findings": counts})
     if as_json:
         render.emit_json(rows)
         return EXIT_CLEAN
-    render.columns(("instance", "entries", "last activity", "last kind", "status"),
+    render.columns(("instance", "entries", "last activity", "last kind", "workflow", "status"),
                    ((render.clip(r["instance"]), str(r["entries"]),
                      render.clip(r["last_ts"] or "-"), render.clip(r["last_kind"] or "-"),
+                     r["workflow"] or "-",
                      _status_text(ListStatus(r["status"]), r["findings"])) for r in rows))
     return EXIT_CLEAN
+
+
+_WORKFLOW_STATE: dict[str, str] = {
+    Kind.WORKFLOW_COMPLETED: "completed", Kind.WORKFLOW_FAILED: "failed",
+    Kind.WORKFLOW_TERMINATED: "terminated", Kind.WORKFLOW_CONTINUED_AS_NEW: "continued-as-new",
+    Kind.WORKFLOW_SUSPENDED: "suspended"}
+"""What an instance's last signed entry says of its workflow (``list``'s column);
+anything else is ``not-ended``: running, waiting, or ended unheard by the ledger."""
 
 
 class ListStatus(enum.StrEnum):
