@@ -211,20 +211,25 @@ def growth_ledgers(workdir: Path, db: Path, sizes: dict[str, int]
             f"{total:,}": (big, max(sizes, key=lambda k: sizes[k]))}
 
 
-def interceptor_figure(workdir: Path, n: int, rounds: int) -> dict[str, Any]:
-    """Run bench_interceptor.py (its own process: it patches the interceptor's modules
-    for timing and starts the engine) and return its results JSON."""
-    out = workdir / "interceptor.json"
-    work = workdir / "interceptor"
-    cmd = [sys.executable, str(HERE / "bench_interceptor.py"), "--n", str(n), "--rounds",
-           str(rounds), "--workdir", str(work), "--out", str(out)]
+def _child_figure(cmd: list[str], out: Path, needs: str) -> dict[str, Any]:
+    """Run a benchmark script as a child process (``cmd``, which writes its results JSON
+    to ``out``) and return that JSON, or ``{"skipped": …}`` saying what it ``needs``."""
     log("running " + " ".join(cmd[1:]))
     proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.STDOUT, timeout=3600,
                           check=False)
     if proc.returncode != 0 or not out.exists():
-        return {"skipped": f"bench_interceptor.py exited {proc.returncode} "
-                           "(needs the engine: make engine / HISTAUDIT_ENGINE_BIN)"}
-    return json.loads(out.read_text())
+        return {"skipped": f"{Path(cmd[1]).name} exited {proc.returncode} (needs {needs})"}
+    return dict(json.loads(out.read_text()))
+
+
+def interceptor_figure(workdir: Path, n: int, rounds: int) -> dict[str, Any]:
+    """Run bench_interceptor.py (its own process: it patches the interceptor's modules
+    for timing and starts the engine) and return its results JSON."""
+    out = workdir / "interceptor.json"
+    return _child_figure([sys.executable, str(HERE / "bench_interceptor.py"), "--n", str(n),
+                          "--rounds", str(rounds), "--workdir", str(workdir / "interceptor"),
+                          "--out", str(out)],
+                         out, "the engine: make engine / HISTAUDIT_ENGINE_BIN")
 
 
 VENV118_PYTHON = HERE.parent / ".venv-sdk118" / "bin" / "python"
@@ -236,15 +241,9 @@ def agent_figure(workdir: Path, rounds: int, turns: int) -> dict[str, Any]:
     if not VENV118_PYTHON.exists():
         return {"skipped": "no .venv-sdk118 (make bench builds it)"}
     out = workdir / "agent.json"
-    cmd = [str(VENV118_PYTHON), str(HERE / "bench_agent.py"), "--rounds", str(rounds),
-           "--turns", str(turns), "--out", str(out)]
-    log("running " + " ".join(cmd[1:]))
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.STDOUT, timeout=3600,
-                          check=False)
-    if proc.returncode != 0 or not out.exists():
-        return {"skipped": f"bench_agent.py exited {proc.returncode} (needs daprd: make "
-                           "daprd / HISTAUDIT_DAPRD_BIN_DIR)"}
-    return dict(json.loads(out.read_text()))
+    return _child_figure([str(VENV118_PYTHON), str(HERE / "bench_agent.py"), "--rounds",
+                          str(rounds), "--turns", str(turns), "--out", str(out)],
+                         out, "daprd: make daprd / HISTAUDIT_DAPRD_BIN_DIR")
 
 
 # --- the table -------------------------------------------------------------------------

@@ -86,7 +86,9 @@ def test_the_pytest_plugin_crash_tests_the_agent_on_daprd(pytester: pytest.Pytes
                 assert crash_outcome.output_matches, crash_outcome.diff
                 assert_no_duplicate_effects(crash_outcome)
             """)
-        result = pytester.runpytest("-v", "-p", "no:cacheprovider")
+        # in a process of its own: pytester's in-process run unloads what the inner run
+        # imported, and PyO3 modules (dapr-agents' pydantic-core) cannot be loaded twice
+        result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
     assert result.parseoutcomes().get("passed") == 2, result.stdout.str()
     result.stdout.fnmatch_lines(["*test_agent[[]after:dapr.agents.scribe.run_tool#2[]] PASSED*",
                                  "*test_agent[[]after:dapr.agents.scribe.summarize[]] PASSED*"])

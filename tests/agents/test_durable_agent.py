@@ -70,6 +70,16 @@ class Scribe(AppRig):
         assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
         return r.returncode, json.loads(r.stdout)["reports"][0]["findings"]
 
+    def crash_and_resume(self, crash_at: str) -> str:
+        """Tell the agent "note hello" with the app crashing at ``crash_at``, start the app
+        again, and return the instance once it completed."""
+        self.app.start(HISTAUDIT_CRASH_AT=crash_at)
+        instance = self.schedule(WORKFLOW, {"task": "note hello"})
+        assert self.app.wait_exit(120) == CRASH_EXIT_CODE, self.app.tail()
+        self.app.start()
+        assert self.wait(instance, 180).runtime_status.name == "COMPLETED", self.app.tail()
+        return instance
+
     def entries(self, instance: str) -> list[dict[str, Any]]:
         r = cli("show", instance, "--json", "--db", self.url, cwd=self.tmp)
         assert r.returncode == 0, r.stderr
@@ -157,11 +167,7 @@ def test_replay_without_a_sidecar_says_how_in_one_line(tmp_path: Path) -> None:
 def test_a_crash_after_an_llm_call_is_costed(scribe: tuple[Scribe, StubLLM], crash_at: str,
                                              calls: int, repeated: str | None) -> None:
     rig, llm = scribe
-    rig.app.start(HISTAUDIT_CRASH_AT=crash_at)
-    instance = rig.schedule(WORKFLOW, {"task": "note hello"})
-    assert rig.app.wait_exit(120) == CRASH_EXIT_CODE, rig.app.tail()
-    rig.app.start()
-    assert rig.wait(instance, 180).runtime_status.name == "COMPLETED", rig.app.tail()
+    instance = rig.crash_and_resume(crash_at)
     assert llm.calls == calls and len(rig.llm_calls(instance)) == calls
     _, findings = rig.verify(instance)
     costed = [f["message"] for f in findings if f["code"] == "llm-call-repeated"]
@@ -173,11 +179,7 @@ def test_a_crash_after_an_llm_call_is_costed(scribe: tuple[Scribe, StubLLM], cra
 def test_an_agent_without_its_state_store_restarts_and_verify_says_so(
         forgetful_scribe: tuple[Scribe, StubLLM]) -> None:
     rig, llm = forgetful_scribe
-    rig.app.start(HISTAUDIT_CRASH_AT="after-effect:tool:write_note")
-    instance = rig.schedule(WORKFLOW, {"task": "note hello"})
-    assert rig.app.wait_exit(120) == CRASH_EXIT_CODE, rig.app.tail()
-    rig.app.start()
-    assert rig.wait(instance, 180).runtime_status.name == "COMPLETED", rig.app.tail()
+    instance = rig.crash_and_resume("after-effect:tool:write_note")
     assert "has no state store" in (rig.tmp / "app.log").read_text()  # audit_agent warned
     assert llm.calls > 4 and len(rig.lines()) > 2  # it began again and wrote again
     _, findings = rig.verify(instance)
@@ -194,11 +196,7 @@ def test_a_crash_around_the_tool_is_accounted_for(scribe: tuple[Scribe, StubLLM]
                                                   crash_at: str, lines: list[str],
                                                   code: str) -> None:
     rig, _ = scribe
-    rig.app.start(HISTAUDIT_CRASH_AT=crash_at)
-    instance = rig.schedule(WORKFLOW, {"task": "note hello"})
-    assert rig.app.wait_exit(120) == CRASH_EXIT_CODE, rig.app.tail()
-    rig.app.start()
-    assert rig.wait(instance, 180).runtime_status.name == "COMPLETED", rig.app.tail()
+    instance = rig.crash_and_resume(crash_at)
     assert rig.lines() == lines
     _, findings = rig.verify(instance)
     named = [f for f in findings if f["code"] == code]

@@ -149,6 +149,8 @@ def test_decisions_lost_with_the_ledger_are_reappended_on_replay(rig: Rig) -> No
     assert state.serialized_output == "[2, 3, 4]"
     b = read_entries(rig.url_b, instance)
     assert kinds(b) == [
+        # the event the turn carries is signed as it arrives, before the turn runs
+        "workflow.event_received",
         "workflow.started", "workflow.scheduled_activity",        # replayed: re-appended
         "workflow.scheduled_activity", "activity.started", "activity.completed",
         "workflow.scheduled_child", "workflow.completed"]
