@@ -1,6 +1,7 @@
 """What reaches a workflow from outside its code, signed as it arrives (issue #39, item 2):
-an external event, a durable timer, a client's suspend, resume and terminate. Cost: ≈ 6 s
-of CPU (one engine, two app starts).
+an external event, a durable timer, a client's suspend, resume and terminate; and the
+crash matrix driving an approval path with ``--event``. Cost: ≈ 20 s of CPU (three engines
+for the signing tests and two matrices).
 
 The app (``apps/fanout_app.py``, workflow ``approval``) starts a one-second timer, then
 waits for the event ``approved``. Each entry carries the engine's timestamp; payloads
@@ -21,7 +22,7 @@ import pytest
 
 from support.cli import cli
 from support.daprd import DURABLETASK, start_engine, teardown
-from support.fanout import Fanout
+from support.fanout import APP, Fanout
 
 pytestmark = [pytest.mark.engine]
 
@@ -97,3 +98,24 @@ def test_a_terminate_is_signed_and_verifies_as_terminated(rig: Fanout) -> None:
     r = cli("list", "--db", rig.url, "--json", cwd=rig.tmp)
     [row] = [row for row in json.loads(r.stdout) if row["instance"] == instance]
     assert row["workflow"] == "terminated" and row["last_kind"] == "workflow.terminated"
+
+
+def test_crashtest_drives_the_approval_path_with_an_event(tmp_path: Path) -> None:
+    """``crashtest --event NAME=JSON``: the event is raised on every run's instance, so
+    the path after the approval is crashed too; without it, the clean run cannot end and
+    the error says what to pass."""
+    target = f"{APP}:approve_then_order"
+    r = cli("crashtest", target, "--input", "null", "--event", 'approved={"by": "ops-7"}',
+            "--no-engine-points", "--json", tmp_path / "m.json", cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert doc["clean"]["output"] == {"quote": 10, "decision": {"by": "ops-7"}, "order": 20}
+    points = {p["point"]: p["outcome"] for p in doc["points"]}
+    assert set(points) == {"before:search", "after:search", "before:search#2",
+                           "after:search#2", "searched", "searched#2"}, points
+    assert set(points.values()) == {"identical"}, points
+    assert "--event 'approved={\"by\": \"ops-7\"}'" in doc["points"][0]["rerun"]
+    r = cli("crashtest", target, "--input", "null", "--timeout", "4", "--no-engine-points",
+            cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and "raise it with --event NAME=JSON" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -52,6 +52,9 @@ from .options import write_file
               "your slowest activity).")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V",
               help="Environment for the workers (repeatable), e.g. IDEMPOTENT=1.")
+@click.option("--event", "event_pairs", multiple=True, metavar="NAME=JSON",
+              help="Raise this external event on every run's instance right after it is "
+              "scheduled (repeatable, in order), e.g. approved='{\"by\": \"ops\"}'.")
 @click.option("--ignore", multiple=True, metavar="JSONPATH",
               help="Leave these output fields out when outputs are compared (repeatable, "
               "RFC 9535 JSONPath), e.g. '$.generated_at' or '$..id'.")
@@ -63,7 +66,8 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
               junit_file: str | None, json_file: str | None, points: tuple[str, ...],
               engine: str, engine_crash: bool, no_engine_points: bool, timeout: float,
               lock_timeout: float, env_pairs: tuple[str, ...], ignore: tuple[str, ...],
-              sample: int | None, seed: int | None, resources: str | None) -> int:
+              sample: int | None, seed: int | None, resources: str | None,
+              event_pairs: tuple[str, ...]) -> int:
     """Crash the workflow at every crash point it reaches, recover, compare with a clean
     run. Exit 1 if any point diverged, got stuck, failed or has an error finding."""
     from histaudit import crashtest as ct
@@ -72,6 +76,7 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
         raise UsageError("--engine-crash and --no-engine-points exclude each other")
     inp = ct.parse_input(input_json)
     env = ct.parse_env(env_pairs)
+    events = ct.parse_events(event_pairs)
 
     began = time.monotonic()
 
@@ -93,7 +98,8 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
 
     spec = ct.CrashSpec(target=target, input=inp, app=app, env=env, timeout=timeout,
                         lock_timeout=lock_timeout, engine=engine,
-                        ignore=ignore, sample=sample, seed=seed, resources=resources)
+                        ignore=ignore, sample=sample, seed=seed, resources=resources,
+                        events=events)
     # On a terminal, say what happens from the first second (the clean run can take a
     # while); piped output stays one line per point.
     tty = sys.stderr.isatty()

@@ -9,7 +9,7 @@
 The package, one idea a module:
 
 * :mod:`~histaudit.crashtest.spec` — :class:`CrashSpec`, what to run; ``parse_input``,
-  ``parse_env``;
+  ``parse_env``, ``parse_events``;
 * :mod:`~histaudit.crashtest.matrix` — how a matrix runs: ``run_clean``, ``run_point``,
   ``run_matrix`` and the app and engine crashes of an isolated run;
 * :mod:`~histaudit.crashtest.sweep` — the default mode: one instance crashed at every
@@ -50,12 +50,12 @@ from .results import (
     assert_no_duplicate_effects,
     assert_recovered,
 )
-from .spec import CrashSpec, parse_env, parse_input
+from .spec import CrashSpec, parse_env, parse_events, parse_input
 
 __all__ = [
     "DIVERGED", "FAILED", "FINDINGS", "IDENTICAL", "KIND_APP", "KIND_ENGINE", "OUTCOMES",
     "STUCK", "CleanRun", "CrashKind", "CrashSpec", "MatrixResult", "Outcome", "PointResult",
     "assert_no_duplicate_effects", "assert_recovered", "declared_points", "json_report",
-    "junit_xml", "number_points", "parse_env", "parse_input", "render", "run_clean",
+    "junit_xml", "number_points", "parse_env", "parse_events", "parse_input", "render", "run_clean",
     "run_matrix", "run_point", "sample_points", "select_points",
 ]

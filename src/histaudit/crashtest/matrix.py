@@ -119,10 +119,13 @@ def run_clean(spec: CrashSpec) -> CleanRun:
         sb.schedule()
         state = sb.wait_terminal(spec.timeout)
         if state is None or not state.terminal:
+            waiting = state is not None and state.status == "RUNNING" and not spec.events
             raise HistauditError(f"clean run of {target} did not complete within "
                                  f"{spec.timeout:g}s (status "
                                  f"{state.status if state else 'unknown'}); "
-                                 f"nothing to compare crashes with")
+                                 f"nothing to compare crashes with"
+                                 + ("; if it waits for an external event, raise it with "
+                                    "--event NAME=JSON" if waiting else ""))
         if state.status != "COMPLETED":
             raise HistauditError(f"clean run of {target} ended {state.status}"
                                  f"{': ' + state.failure if state.failure else ''}; "

@@ -413,6 +413,8 @@ class Sandbox:
         self.client.schedule_new_workflow(self.spec.workflow, input=self.spec.input,
                                           instance_id=self.instance,
                                           start_at=datetime.now(UTC))
+        for name, text in self.spec.events:
+            self.client.raise_workflow_event(self.instance, name, data=json.loads(text))
 
     def state(self) -> RunState | None:
         try:

@@ -27,7 +27,7 @@ from histaudit.errors import InputError, UsageError
 from .ignore import check_paths
 
 __all__ = ["DEFAULT_ENGINE", "DEFAULT_TIMEOUT_S", "ENGINES", "ENGINE_LOCK_TIMEOUT_S",
-           "CrashSpec", "git_commit", "parse_env", "parse_input"]
+           "CrashSpec", "git_commit", "parse_env", "parse_events", "parse_input"]
 
 DEFAULT_TIMEOUT_S = 60.0
 """Seconds a run may take to crash, and then to complete (``--timeout``'s default)."""
@@ -50,6 +50,22 @@ def parse_input(text: str) -> Any:
         return json.loads(text)
     except (ValueError, TypeError) as exc:
         raise InputError(f"--input is not JSON: {exc}") from None
+
+
+def parse_events(pairs: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """``NAME=JSON`` strings into (name, JSON text) pairs, in order; UsageError (no ``=``)
+    or InputError (the data is not JSON), one line each."""
+    events = []
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--event {pair!r}: expected NAME=JSON")
+        try:
+            json.loads(text)
+        except ValueError as exc:
+            raise InputError(f"--event {name}: the data is not JSON: {exc}") from None
+        events.append((name, text))
+    return tuple(events)
 
 
 def parse_env(pairs: Iterable[str]) -> dict[str, str]:
@@ -105,7 +121,10 @@ class CrashSpec:
     here, when ``sample`` is given without one); ``resources`` (daprd only) a directory of
     Dapr component files every run's daprd loads beside its own actor store (an agent's
     ``agent-workflow`` state store): each daprd runs in its run's own directory, so a
-    relative path in a component (``connectionString: agent-state.db``) is per run.
+    relative path in a component (``connectionString: agent-state.db``) is per run;
+    ``events`` external events (name, JSON text) raised on every run's instance right
+    after it is scheduled, in order — the engine keeps an event until the workflow waits
+    for it, so an approval path runs in every run, crashed or not.
 
     Made, it is checked: UsageError or InputError (one line) when it cannot run.
     """
@@ -122,6 +141,7 @@ class CrashSpec:
     sample: int | None = None
     seed: int | None = None
     resources: str | None = None
+    events: tuple[tuple[str, str], ...] = ()
 
     # Derived when the spec is made (not arguments): the target resolved, the input's text,
     # the commit.
@@ -150,6 +170,14 @@ class CrashSpec:
             raise UsageError("--seed without --sample: there is no sample to choose")
         ignore = check_paths(self.ignore)
         resources = self._resources()
+        events = tuple((str(n), str(t)) for n, t in self.events)
+        for name, text in events:
+            if not name:
+                raise UsageError("--event: the event needs a name (NAME=JSON)")
+            try:
+                json.loads(text)
+            except ValueError as exc:
+                raise InputError(f"--event {name}: the data is not JSON: {exc}") from None
         seed = self.seed
         if self.sample is not None and seed is None:
             seed = secrets.randbits(32)
@@ -162,7 +190,7 @@ class CrashSpec:
                    "lock_timeout": float(self.lock_timeout), "module": module_ref,
                    "workflow": workflow, "app_module": app_ref,
                    "input_json": _input_json(self.input),
-                   "ignore": ignore, "seed": seed, "resources": resources,
+                   "ignore": ignore, "seed": seed, "resources": resources, "events": events,
                    "commit": git_commit()}
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -198,6 +226,8 @@ class CrashSpec:
             argv += ["--engine", self.engine]
         if self.resources:
             argv += ["--resources", self.resources]
+        for name, text in self.events:
+            argv += ["--event", f"{name}={text}"]
         if engine_crash and self.engine == DEFAULT_ENGINE \
                 and self.lock_timeout != ENGINE_LOCK_TIMEOUT_S:
             argv += ["--lock-timeout", f"{self.lock_timeout:g}"]

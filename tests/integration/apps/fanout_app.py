@@ -1,6 +1,7 @@
 """An 8-way fan-out behind histaudit's one-line change, in the SDK's two history modes,
 and a workflow with a one-second timer that then waits for the event ``approved``
-(``approval``), for what reaches a workflow from outside.
+(``approval``), for what reaches a workflow from outside; ``approve_then_order`` puts
+activities before and after the event, for the crash matrix.
 
 ``STATEFUL_HISTORY`` unset: ``AuditedWorkflowRuntime()`` as the README shows it (histaudit
 picks the mode); ``1``: ``disable_stateful_history=False`` (the SDK's history deltas on,
@@ -47,6 +48,16 @@ def approval(ctx: wf.DaprWorkflowContext, _: Any) -> Generator[Any, Any, Any]:
     yield ctx.create_timer(timedelta(seconds=1))
     decision = yield ctx.wait_for_external_event("approved")
     return decision
+
+
+@wfr.workflow(name="approve_then_order")
+def approve_then_order(ctx: wf.DaprWorkflowContext, _: Any) -> Generator[Any, Any, Any]:
+    """A quote, the event ``approved``, an order: the approval path a crash matrix drives
+    with ``--event``."""
+    quote = yield ctx.call_activity(search, input=1)
+    decision = yield ctx.wait_for_external_event("approved")
+    order = yield ctx.call_activity(search, input=2)
+    return {"quote": quote, "decision": decision, "order": order}
 
 
 @wfr.workflow(name="procure")
