@@ -129,7 +129,9 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         """Hand every history the worker replays to :class:`ReplayedResultCheck` (True if
         hooked; see :func:`histaudit.sdk.hook_resolve_history`).
 
-        The request's ``newEvents`` are checked with the committed events. Without the
+        The request's ``newEvents`` are checked with the committed events, and handed to
+        :attr:`received`, which signs the events, timers, suspends, resumes and terminates
+        among them. Without the
         hook (another SDK version) the app runs unchecked and ``histaudit verify
         --engine`` remains.
         """
