@@ -131,9 +131,8 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
 
         The request's ``newEvents`` are checked with the committed events, and handed to
         :attr:`received`, which signs the events, timers, suspends, resumes and terminates
-        among them. Without the
-        hook (another SDK version) the app runs unchecked and ``histaudit verify
-        --engine`` remains.
+        among them. Without the hook (another SDK version) the app runs unchecked and
+        ``histaudit verify --engine`` remains.
         """
         check = self.replay_check
         received = self.received
