@@ -41,7 +41,6 @@ class _Execution:
 
 @dataclass(slots=True)
 class _Task:
-    first_seq: int
     task_id: Any
     activity: str
     model: str | None
@@ -78,7 +77,7 @@ class LlmCalls:
         task = self._tasks.get((tid, eid))
         if task is None:
             task = self._tasks[(tid, eid)] = _Task(
-                seq, data.get("task_id"), activity, model if model.__class__ is str else None)
+                data.get("task_id"), activity, model if model.__class__ is str else None)
         started = data.get("started_seq")
         if not task.executions or task.executions[-1].started_seq != started:
             task.executions.append(_Execution(started))
