@@ -66,7 +66,8 @@ SDK_TESTS = tests/agents tests/unit tests/integration/test_interceptor.py tests/
     tests/integration/test_engine_smoke.py tests/integration/test_runtime_start.py \
     tests/integration/test_decision_resigned.py tests/integration/test_triage.py \
     tests/integration/test_dapr_crosscheck.py tests/integration/test_durability.py \
-    tests/integration/test_stateful_history.py tests/integration/test_received_events.py
+    tests/integration/test_stateful_history.py tests/integration/test_received_events.py \
+    tests/integration/test_all_features.py
 test: venv $(VENV118)/.installed engine daprd witness postgres chromium
 	$(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST) --ignore=tests/agents $(PYTEST_ARGS)
 	@echo "the SDK-dependent tests again, and the agent tests, on dapr 1.18 + dapr-ext-workflow 1.18:"

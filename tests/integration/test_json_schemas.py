@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
 
 from histaudit.errors import EngineError
 from histaudit.ledger.keys import generate_keypair
@@ -29,33 +27,10 @@ from support.cli import cli, exits
 from support.dapr_audit import GATED, PURGED, AuditedDaprRun, audited_dapr_run, put, rows, value
 from support.ledgers import LedgerDb, World, append_order
 from support.repo import HISTORIES, ORDER_HISTORY, REPO, SCHEMAS
+from support.schemas import valid, validator
 
 SWEEP_APP = Path(__file__).resolve().parent / "apps" / "sweep_app.py"
 ORDER_REF = "examples.nondeterminism.workflows:order"
-
-
-def _registry() -> Registry:
-    """Every output schema by its ``$id``: they share the finding and report schemas."""
-    docs = [json.loads(p.read_bytes()) for p in sorted(SCHEMAS.glob("*.output.schema.json"))]
-    return Registry().with_resources((d["$id"], Resource.from_contents(d)) for d in docs)
-
-
-REGISTRY = _registry()
-
-
-def validator(name: str) -> Draft202012Validator:
-    schema = json.loads((SCHEMAS / f"{name}.output.schema.json").read_bytes())
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema, registry=REGISTRY)
-
-
-def valid(name: str, doc: Any) -> Any:
-    """``doc`` after asserting it matches ``schemas/NAME.output.schema.json`` (every error
-    listed, not only the first)."""
-    errors = [f"{list(e.absolute_path)}: {e.message}"
-              for e in validator(name).iter_errors(doc)]
-    assert not errors, "\n".join(errors)
-    return doc
 
 
 def stdout_json(result: subprocess.CompletedProcess[str], code: int = 0) -> Any:

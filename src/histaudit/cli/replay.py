@@ -89,7 +89,7 @@ def replay(instance_ids: tuple[str, ...], workflow_refs: tuple[str, ...],
     if save_file and not single:
         raise UsageError("--save writes one history: give one INSTANCE_ID or --history FILE")
 
-    with _ledger(db or os.environ.get("HISTAUDIT_DB")) as compare:
+    with _ledger(db or os.environ.get("HISTAUDIT_DB"), workflow) as compare:
         if single:
             return _one(sources[0], workflow, instance_ids[0] if instance_ids else None,
                         save_file, compare, as_json)
@@ -134,8 +134,9 @@ def _echo(text: str) -> None:
 
 
 @contextlib.contextmanager
-def _ledger(url: str | None) -> Iterator[Any]:
-    """The signed-output comparison against the ledger at ``url``; None without one."""
+def _ledger(url: str | None, workflow: Any) -> Iterator[Any]:
+    """The signed-output comparison against the ledger at ``url`` (earlier generations
+    replayed against ``workflow``); None without one."""
     if not url:
         yield None
         return
@@ -143,4 +144,4 @@ def _ledger(url: str | None) -> Iterator[Any]:
     from histaudit.replay.signed import against
 
     with Ledger.open(url) as ledger:
-        yield against(ledger)
+        yield against(ledger, workflow)

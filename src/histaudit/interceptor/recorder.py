@@ -34,7 +34,7 @@ import os
 import socket
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -276,6 +276,20 @@ class AuditRecorder:
         self._secret = functools.lru_cache(maxsize=4096)(self._derive_secret)
         self._folds: OrderedDict[str, dict[str, _Fold]] = OrderedDict()
         self._folds_lock = threading.Lock()
+        self._turn = threading.local()
+
+    def note_turn(self, instance: str, past: Sequence[Any], new: Sequence[Any]) -> None:
+        """Keep the events of the workflow turn this thread is about to run (the
+        runtime's history hook calls it): a ``continue_as_new`` in that turn signs them
+        as its generation's history. Held until the thread's next turn, not copied."""
+        self._turn.value = (instance, past, new)
+
+    def turn_events(self, instance: str) -> list[Any] | None:
+        """The events of this thread's current turn of ``instance`` (None if unknown)."""
+        held = getattr(self._turn, "value", None)
+        if held is None or held[0] != instance:
+            return None
+        return [*held[1], *held[2]]
 
     def bind(self, ledger: Ledger, signer: Signer, *, max_payload: int | None = None) -> None:
         """Append to ``ledger`` with ``signer`` from now on.

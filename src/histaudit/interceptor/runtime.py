@@ -131,13 +131,16 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
 
         The request's ``newEvents`` are checked with the committed events, and handed to
         :attr:`received`, which signs the events, timers, suspends, resumes and terminates
-        among them. Without the hook (another SDK version) the app runs unchecked and
-        ``histaudit verify --engine`` remains.
+        among them; the recorder keeps both for the turn, for a ``continue_as_new`` to
+        sign as its generation's history. Without the hook (another SDK version) the app
+        runs unchecked and ``histaudit verify --engine`` remains.
         """
         check = self.replay_check
         received = self.received
+        recorder = self.recorder
 
         def after(req: Any, events: list[Any]) -> None:
+            recorder.note_turn(str(req.instanceId), events, req.newEvents)
             try:
                 check.check_turn(str(req.instanceId), events, req.newEvents)
             except Exception as exc:  # noqa: BLE001 - see ReplayedResultCheck

@@ -26,7 +26,7 @@ from typing import Any
 
 from dapr.ext.workflow import DaprWorkflowContext
 
-from histaudit import sdk
+from histaudit import history_file, sdk
 from histaudit.ledger.kinds import Kind
 
 from .recorder import AuditRecorder, Payload, decision_token, sdk_json, worker_id
@@ -209,14 +209,19 @@ class AuditedWorkflowContext:
         return task
 
     def continue_as_new(self, new_input: Any, **kwargs: Any) -> None:
-        """Restart the workflow with new input (recorded), as the SDK method does."""
+        """Restart the workflow with new input, as the SDK method does; signed with the
+        new input and the generation's history (every engine event up to this turn), which
+        the engine drops and ``histaudit replay`` replays from the ledger."""
         self._ctx.continue_as_new(new_input, **kwargs)
         self._continued = True
         if self._replaying_or_idle():
             return
         inp = self._commit(sdk_json(new_input))
-        self._decide(Kind.WORKFLOW_CONTINUED_AS_NEW, {"input": inp.ref, "input_digest": inp.digest},
-                     inp)
+        events = self._recorder.turn_events(self._instance)
+        hist = self._commit(None if events is None else history_file.dumps(events))
+        self._decide(Kind.WORKFLOW_CONTINUED_AS_NEW,
+                     {"input": inp.ref, "input_digest": inp.digest, "history": hist.ref,
+                      "history_events": None if events is None else len(events)}, inp, hist)
 
     def _drive(self, gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
         """Run the workflow generator unchanged, recording how it ends."""

@@ -67,7 +67,10 @@ class ReplayItem:
         lines = [text]
         if self.output is not NOT_COMPARED:
             lines.append(f"  output: {self.output.status}: {self.output.message}")
-        lines += [f"  {f.code} at entry {f.seq}: {f.message}" for f in self.output.findings]
+        ended = {g.seq for g in self.output.generations}  # their findings: a line below
+        lines += [f"  {f.code} at entry {f.seq}: {f.message}" for f in self.output.findings
+                  if f.seq not in ended]
+        lines += [f"  generation {g.generation}: {g.message}" for g in self.output.generations]
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:

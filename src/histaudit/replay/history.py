@@ -19,27 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from histaudit import sdk
+from histaudit import history_file, sdk
 from histaudit.errors import EngineError, InputError, UsageError
+from histaudit.history_file import execution_started
 from histaudit.inputs import read_limited
 
 __all__ = ["DEFAULT_TIMEOUT_S", "HISTORY_FORMAT", "HISTORY_VERSION", "History",
            "engine_instance_ids", "execution_started", "history_files"]
 
-HISTORY_FORMAT = "histaudit.workflow-history"
-HISTORY_VERSION = 1
-MAX_HISTORY_BYTES = 512 << 20
+HISTORY_FORMAT = history_file.FORMAT
+HISTORY_VERSION = history_file.VERSION
+MAX_HISTORY_BYTES = history_file.MAX_BYTES
 DEFAULT_TIMEOUT_S = 10.0
-
-
-def execution_started(events: Sequence[Any]) -> Any:
-    """The ``ExecutionStarted`` event of ``events``; InputError when there is none."""
-    for event in events:
-        if event.HasField("executionStarted"):
-            return event.executionStarted
-    raise InputError("history has no ExecutionStarted event: not a workflow history")
 
 
 @dataclass(frozen=True)
@@ -88,20 +79,7 @@ class History:
         return cls(tuple(_fetch(address, instance_id, timeout)))
 
 def _save(events: Sequence[Any], out: Path) -> Path:
-    from google.protobuf import json_format
-
-    events = list(events)
-    started = execution_started(events) if events else None
-    header = {
-        "format": HISTORY_FORMAT,
-        "version": HISTORY_VERSION,
-        "instance_id": started.workflowInstance.instanceId if started else None,
-        "workflow": started.name if started else None,
-        "count": len(events),
-    }
-    lines = [orjson.dumps(json_format.MessageToDict(e)).decode() for e in events]
-    head = orjson.dumps(header).decode()[:-1]
-    text = head + ', "events": [\n' + ",\n".join(lines) + "\n]}\n"
+    text = history_file.dumps(list(events))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp")
@@ -140,48 +118,7 @@ def history_files(directory: str | os.PathLike[str]) -> list[Path]:
 
 
 def _load(p: Path) -> list[Any]:
-    from google.protobuf import json_format
-
-    pb = sdk.protos
-    raw = read_limited(p, "history", MAX_HISTORY_BYTES)
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"history {p} is not valid JSON (truncated or garbled?): {exc}") from None
-    if not isinstance(doc, dict) or doc.get("format") != HISTORY_FORMAT:
-        raise InputError(f"history {p} is not a {HISTORY_FORMAT} file")
-    version = doc.get("version")
-    if type(version) is not int or version != HISTORY_VERSION:
-        raise InputError(f"history {p}: unsupported version {version!r} "
-                         f"(this histaudit reads version {HISTORY_VERSION})")
-    items, count = doc.get("events"), doc.get("count")
-    if not isinstance(items, list) or type(count) is not int:
-        raise InputError(f"history {p}: 'events' must be a list and 'count' an integer")
-    if len(items) != count:
-        raise InputError(f"history {p} is truncated or padded: {len(items)} events, "
-                         f"header says {count}")
-    events = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise InputError(f"history {p}: event {i} is not an object")
-        event = pb.HistoryEvent()
-        try:
-            json_format.ParseDict(item, event)
-        except (json_format.ParseError, ValueError, TypeError) as exc:
-            # protobuf's message goes on with a line listing every field: the first says it
-            why = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise InputError(f"history {p}: event {i} is not a HistoryEvent: {why}") from None
-        if event.WhichOneof("eventType") is None:
-            raise InputError(f"history {p}: event {i} has no event type")
-        events.append(event)
-    if events:
-        started = execution_started(events)
-        if doc.get("workflow") != started.name or \
-                doc.get("instance_id") != started.workflowInstance.instanceId:
-            raise InputError(f"history {p}: header names workflow {doc.get('workflow')!r} of "
-                             f"instance {doc.get('instance_id')!r}, the events "
-                             f"{started.name!r} of {started.workflowInstance.instanceId!r}")
-    return events
+    return history_file.loads(read_limited(p, "history", MAX_HISTORY_BYTES), str(p))
 
 
 @contextlib.contextmanager

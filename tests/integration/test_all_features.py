@@ -1,0 +1,136 @@
+"""Every workflow feature at once (issue #39): the procurement agent of
+``apps/procurement_app.py`` — a fan-out under a RetryPolicy, two child workflows, a
+durable timer, an approval event raced against a timeout, an order placed once, a monitor
+child that continues as new three times — signed, verified, replayed and crash-tested.
+Cost: ≈ 25 s of CPU (one engine and app, several CLI runs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from histaudit.ledger.keys import generate_keypair
+from support.apps import AppProcess, AppRig
+from support.cli import cli
+from support.daprd import DURABLETASK, start_engine, teardown
+from support.schemas import valid
+
+pytestmark = [pytest.mark.engine]
+
+APPS = Path(__file__).resolve().parent / "apps"
+APP = APPS / "procurement_app.py"
+V2 = APPS / "procurement_v2.py"
+
+
+class Procurement(AppRig):
+    def __init__(self, tmp: Path, engine: Any) -> None:
+        super().__init__(engine)
+        self.tmp = tmp
+        self.url = f"sqlite:///{tmp / 'ledger.db'}"
+        key, self.trust, _ = generate_keypair(tmp / "keys", name="procurement")
+        self.app = self.add_app(AppProcess(engine, [APP], log=tmp / "app.log", ready="ready",
+                                           env={"HISTAUDIT_DB": self.url,
+                                                "HISTAUDIT_KEY": str(key),
+                                                "DATA_DIR": str(tmp),
+                                                "PYTHONUNBUFFERED": "1"}))
+
+    def approved_run(self) -> tuple[str, dict[str, Any]]:
+        instance = self.schedule("procurement", {"approval_timeout_s": 60})
+        self.client.wait_for_workflow_start(instance, timeout_in_seconds=30)
+        self.client.raise_workflow_event(instance, "approved", data={"by": "ops-7"})
+        state = self.wait(instance, 60)
+        assert state.runtime_status.name == "COMPLETED", self.app.tail()
+        return instance, json.loads(state.serialized_output)
+
+    def orders(self) -> list[str]:
+        log = self.tmp / "orders.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Procurement, str, Any]]:
+    tmp = tmp_path_factory.mktemp("procurement")
+    eng = start_engine(DURABLETASK, tmp / "engine")
+    try:
+        with Procurement(tmp, eng) as rig:
+            rig.app.start()
+            instance, output = rig.approved_run()
+            yield rig, instance, output
+    finally:
+        teardown(eng)
+
+
+def test_the_approved_run_orders_once_and_monitors_four_generations(
+        done: tuple[Procurement, str, Any]) -> None:
+    rig, instance, output = done
+    assert output["decision"] == {"by": "ops-7"} and output["delivery"] == "delivered"
+    assert rig.orders() == [f"{instance}:{output['offer']['vendor']} {output['offer']['price']}"]
+
+
+def test_replay_replays_every_generation_from_the_signed_histories(
+        done: tuple[Procurement, str, Any]) -> None:
+    rig, instance, _ = done
+    monitor = f"{instance}-monitor"
+    r = cli("replay", monitor, "--workflow", f"{APP}:wfr", "--engine", rig.engine.address,
+            "--db", rig.url, "--json", cwd=rig.tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = valid("replay", json.loads(r.stdout))
+    gens = doc["output_check"]["generations"]
+    assert [(g["generation"], g["status"]) for g in gens] == [(0, "same"), (1, "same"),
+                                                             (2, "same")]
+
+
+def test_replay_catches_a_change_only_generation_0_makes(
+        done: tuple[Procurement, str, Any]) -> None:
+    """The engine holds generation 3 alone, which today's code replays unchanged: only
+    the signed history of generation 0 shows the change."""
+    rig, instance, _ = done
+    monitor = f"{instance}-monitor"
+    r = cli("replay", monitor, "--workflow", f"{V2}:monitor", "--engine", rig.engine.address,
+            "--db", rig.url, cwd=rig.tmp)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "generation 0: DIVERGED from the" in r.stdout, r.stdout
+    assert "different-input" in r.stdout
+    assert "generation 1: OK" in r.stdout and "generation 2: OK" in r.stdout
+    r = cli("replay", monitor, "--workflow", f"{V2}:monitor", "--engine", rig.engine.address,
+            cwd=rig.tmp)
+    assert r.returncode == 0, r.stdout + r.stderr  # without the ledger: generation 3 only
+
+
+
+def test_a_generation_whose_history_was_erased_or_altered_says_so(
+        done: tuple[Procurement, str, Any], tmp_path: Path) -> None:
+    """Generation 1's history redacted: not replayed, and said; generation 2's stored row
+    rewritten: the replay refuses it as not the signed history."""
+    import sqlite3
+
+    rig, instance, _ = done
+    monitor = f"{instance}-monitor"
+    db = tmp_path / "copy.db"
+    with sqlite3.connect(rig.tmp / "ledger.db") as live, sqlite3.connect(db) as copy:
+        live.backup(copy)  # the app holds the ledger open, its last writes in the WAL
+    url = f"sqlite:///{db}"
+    r = cli("show", monitor, "--json", "--db", url, cwd=rig.tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ends = [e for e in json.loads(r.stdout)["entries"]
+            if e["kind"] == "workflow.continued_as_new"]
+    assert len(ends) == 3 and all(e["data"]["history_events"] == 5 for e in ends)
+    r = cli("redact", monitor, "--seq", str(ends[1]["seq"]), "--field", "history",
+            "--db", url, "--key", str(rig.tmp / "keys" / "procurement.key"), cwd=rig.tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with sqlite3.connect(db) as conn:  # an attacker with the file drops the guard first
+        conn.execute("DROP TRIGGER histaudit_payloads_no_update")
+        conn.execute("UPDATE histaudit_payloads SET data = replace(data, 'in transit', "
+                     "'in trance!') WHERE commitment = ?", (ends[2]["data"]["history"]["c"],))
+    r = cli("replay", monitor, "--workflow", f"{APP}:wfr", "--engine", rig.engine.address,
+            "--db", url, "--json", cwd=rig.tmp)
+    assert r.returncode == 1, r.stdout + r.stderr
+    gens = valid("replay", json.loads(r.stdout))["output_check"]["generations"]
+    assert [g["status"] for g in gens] == ["same", "not-replayed", "different"]
+    assert "was erased" in gens[1]["message"]
+    assert "not the one entry" in gens[2]["message"]
