@@ -83,6 +83,8 @@ crashed where we asked" from "it failed on its own".
 
 _reached: Counter[str] = Counter()
 _lock = threading.Lock()
+_hold_lock = threading.Lock()
+"""Held through an engine-mode hold: one point at a time waits for the engine restart."""
 
 
 class _Scope:
@@ -160,32 +162,45 @@ def crash_point(name: str, aliases: tuple[str, ...] = ()) -> None:
     sweep = os.environ.get(ENV_CRASH_SWEEP, "")
     if not spec and not trace and not sweep:
         return
-    with _lock:
-        _reached[name] += 1
-        count = _reached[name]
-        scope = _SCOPE.get()
-        scoped = None
-        if scope is not None:
-            scope.seen[name] += 1
-            scoped = scoped_name(name, scope.key, scope.seen[name])
-            aliases = (*aliases, scoped)
-        if trace:
-            _append_trace(trace, "\t".join((name, *aliases)))
-        targets = _targets(spec)
-        if name not in targets and f"{name}#{count}" not in targets and \
-                targets.isdisjoint(aliases) and \
-                not (sweep and scoped is not None and _sweep_fires(sweep, scoped)):
-            return
-        marker = os.environ.get(ENV_CRASH_SIGNAL, "")
-        if os.environ.get(ENV_CRASH_MODE, "") != CRASH_MODE_ENGINE or not marker:
-            # Say where, unbuffered, then die without any clean-up: that is the point.
-            _say(f"histaudit: crash point {name!r} reached ({ENV_CRASH_AT}); "
-                 f"exiting with status {CRASH_EXIT_CODE}")
-            os._exit(CRASH_EXIT_CODE)
-    # Engine mode: outside the lock, so other threads keep passing their points.
-    _say(f"histaudit: crash point {name!r} reached ({ENV_CRASH_AT}, engine mode); "
-         f"waiting until {marker} is removed")
-    _hold(marker, name)
+    marker = os.environ.get(ENV_CRASH_SIGNAL, "")
+    if os.environ.get(ENV_CRASH_MODE, "") != CRASH_MODE_ENGINE or not marker:
+        with _lock:
+            if _fires(name, aliases, spec, trace, sweep):
+                # Say where, unbuffered, then die without any clean-up: that is the point.
+                _say(f"histaudit: crash point {name!r} reached ({ENV_CRASH_AT}); "
+                     f"exiting with status {CRASH_EXIT_CODE}")
+                os._exit(CRASH_EXIT_CODE)
+        return
+    # Engine mode: one hold at a time (the harness restarts the engine once per point), so
+    # a thread reaching its point while another holds (a fan-out's activities) waits for
+    # that hold to end before deciding whether its own point fires. Other threads keep
+    # passing their points meanwhile only in the decision's short lock.
+    with _hold_lock:
+        with _lock:
+            fires = _fires(name, aliases, spec, trace, sweep)
+        if fires:
+            _say(f"histaudit: crash point {name!r} reached ({ENV_CRASH_AT}, engine mode); "
+                 f"waiting until {marker} is removed")
+            _hold(marker, name)
+
+
+def _fires(name: str, aliases: tuple[str, ...], spec: str, trace: str, sweep: str) -> bool:
+    """Count this pass of ``name``, trace it, and say whether it is a point to crash at
+    (noting a sweep's alias as fired). Called under ``_lock``."""
+    _reached[name] += 1
+    count = _reached[name]
+    scope = _SCOPE.get()
+    scoped = None
+    if scope is not None:
+        scope.seen[name] += 1
+        scoped = scoped_name(name, scope.key, scope.seen[name])
+        aliases = (*aliases, scoped)
+    if trace:
+        _append_trace(trace, "\t".join((name, *aliases)))
+    targets = _targets(spec)
+    return (name in targets or f"{name}#{count}" in targets
+            or not targets.isdisjoint(aliases)
+            or bool(sweep and scoped is not None and _sweep_fires(sweep, scoped)))
 
 
 def _say(line: str) -> None:

@@ -248,3 +248,52 @@ def test_a_sweep_never_fires_outside_a_scope(tmp_path: Path) -> None:
     proc = run_scoped(tmp_path, **{ENV_CRASH_SWEEP: str(todo)})
     assert proc.returncode == 0
     assert not fired_path(todo).exists()
+
+
+CONCURRENT = textwrap.dedent("""
+    import threading
+    from histaudit.crash import crash_point, crash_scope
+
+    def act(task):
+        with crash_scope(f"wf-1/{task}"):
+            crash_point("before:act")
+
+    threads = [threading.Thread(target=act, args=(t,)) for t in (1, 2, 3)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    print("all done", flush=True)
+""")
+
+
+def test_engine_mode_holds_one_point_at_a_time(tmp_path: Path) -> None:
+    """A fan-out's activities reach their points together; in engine mode the harness
+    restarts the engine once per point, so each point waits for the hold before it to end
+    (three holds in turn, never two markers at once)."""
+    import time
+
+    from histaudit.crash import CRASH_MODE_ENGINE, ENV_CRASH_MODE, ENV_CRASH_SIGNAL
+
+    todo = tmp_path / "sweep.txt"
+    todo.write_text("".join(f"before:act@wf-1/{t}\n" for t in (1, 2, 3)))
+    marker = tmp_path / "signal"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_CRASH")}
+    proc = subprocess.Popen([sys.executable, "-c", CONCURRENT], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={
+                                **base, ENV_CRASH_SWEEP: str(todo),
+                                ENV_CRASH_MODE: CRASH_MODE_ENGINE,
+                                ENV_CRASH_SIGNAL: str(marker)})
+    held = []
+    deadline = time.monotonic() + 30
+    while len(held) < 3:
+        assert time.monotonic() < deadline, "the holds did not come one after another"
+        if marker.exists():
+            time.sleep(0.2)  # a second point, if it fired now, would note itself
+            fired = fired_path(todo).read_text().split()
+            assert len(fired) == len(held) + 1, fired
+            held.append(fired[-1])
+            marker.unlink()
+        time.sleep(0.01)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert out.splitlines() == ["all done"]
+    assert sorted(held) == [f"before:act@wf-1/{t}" for t in (1, 2, 3)]

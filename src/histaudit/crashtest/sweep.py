@@ -9,7 +9,8 @@ so on until the instance completes. Every point is crashed at once, and each cra
 one worker restart.
 
 Points are named across processes by their *scoped* alias, ``name@<instance>/<task id>``
-(:func:`histaudit.crash.crash_scope`): the sweep reuses the clean run's instance id (its
+(``<instance>/g<n>/<task id>`` in generation n ≥ 1 of a workflow that continued as new;
+:func:`histaudit.crash.crash_scope`): the sweep reuses the clean run's instance id (its
 engine and ledger are its own), so the clean run's scoped aliases name the same passes
 here. The list of aliases still to crash at is a file (``$HISTAUDIT_CRASH_SWEEP``); a
 worker crashes at the first one it reaches and notes it as fired; the harness takes it

@@ -62,6 +62,9 @@ class ActivityRun:
     attempt: int
     started_seq: int
     worker: str = field(default_factory=worker_id)
+    generation: int = 0
+    """The instance's generation (0 until its first ``continue_as_new``): task ids start
+    again in each, so the crash scope names it."""
 
     def fields(self) -> dict[str, Any]:
         """The fields every entry about this execution carries."""
@@ -85,7 +88,8 @@ def _start_activity(recorder: AuditRecorder, name: str, args: tuple[Any, ...]) -
         text = sdk_json(args[1]) if len(args) > 1 else None
     else:
         text = wire if isinstance(wire, str) else None
-    attempt = recorder.prior_starts(instance, execution_id, task_id) + 1
+    prior, generation = recorder.start_counts(instance, execution_id, task_id)
+    attempt = prior + 1
     worker = worker_id()
     inp = recorder.commit(instance, text)
     entry = recorder.append(instance, Kind.ACTIVITY_STARTED, {
@@ -93,7 +97,7 @@ def _start_activity(recorder: AuditRecorder, name: str, args: tuple[Any, ...]) -
         "attempt": attempt, "worker": worker, "input": inp.ref, "input_digest": inp.digest,
     }, inp)
     return ActivityRun(recorder, instance, name, task_id, execution_id, attempt, entry.seq,
-                       worker)
+                       worker, generation)
 
 
 def _record_failure(run: ActivityRun, exc: BaseException) -> None:
@@ -156,11 +160,13 @@ def _completed(run: ActivityRun, result: Any) -> None:
 
 
 def _crash_scope(run: ActivityRun) -> contextlib.AbstractContextManager[None]:
-    """Crash points in this execution get aliases scoped to its instance and task id, the
-    same in every process that runs it (:func:`histaudit.crash.crash_scope`)."""
+    """Crash points in this execution get aliases scoped to its instance, generation and
+    task id, the same in every process that runs it (:func:`histaudit.crash.crash_scope`):
+    ``<instance>/<task id>`` in generation 0, ``<instance>/g<n>/<task id>`` in generation n."""
     if run.task_id < 0:
         return contextlib.nullcontext()
-    return crash_scope(f"{run.instance}/{run.task_id}")
+    where = run.instance if run.generation == 0 else f"{run.instance}/g{run.generation}"
+    return crash_scope(f"{where}/{run.task_id}")
 
 
 def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],

@@ -175,7 +175,8 @@ class _Fold:
 
 
 class _StartCounts(Counter[tuple[str, Any]]):
-    """``activity.started`` entries counted by execution id and by task id."""
+    """``activity.started`` entries counted by execution id and by task id, and the
+    generations the instance ended with ``continue_as_new`` (``("generations", None)``)."""
 
     def add(self, entry: rec.Entry) -> None:
         if entry.kind == Kind.ACTIVITY_STARTED:
@@ -183,6 +184,8 @@ class _StartCounts(Counter[tuple[str, Any]]):
             if data.get("execution_id"):
                 self["execution_id", data["execution_id"]] += 1
             self["task_id", data.get("task_id")] += 1
+        elif entry.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
+            self["generations", None] += 1
 
 
 def decision_token(kind: str, data: Mapping[str, Any], generation: str | None
@@ -491,9 +494,15 @@ class AuditRecorder:
         retry-policy retries (each gets a new task id) and engine re-deliveries (same task
         id); an SDK that sends none falls back to the task id.
         """
+        return self.start_counts(instance, execution_id, task_id)[0]
+
+    def start_counts(self, instance: str, execution_id: str, task_id: int) -> tuple[int, int]:
+        """:meth:`prior_starts`, and the generation the instance is in (0 until its first
+        ``workflow.continued_as_new``, which is signed before the next generation
+        schedules anything), from one fold."""
         by = ("execution_id", execution_id) if execution_id else ("task_id", task_id)
         return self.fold(instance, "starts", _StartCounts, _StartCounts.add,
-                         lambda counts: int(counts[by]))
+                         lambda counts: (int(counts[by]), int(counts["generations", None])))
 
     def load_payload(self, ref: Mapping[str, Any]) -> tuple[bool, bytes | None]:
         """The stored bytes behind a reference: (True, bytes), or (False, None) once erased.

@@ -59,12 +59,19 @@ def place_order(ctx: wf.WorkflowActivityContext, offer: dict[str, int]) -> dict[
     with side_effect(ctx, "place-order", key=receipt["order"]) as effect:
         if effect.already_done:
             effect.skip()
-            return receipt
-        with ORDERS.open("a", encoding="utf-8") as fh:
-            fh.write(f"{receipt['order']} {receipt['price']}\n")
-        effect.result = receipt
+        elif effect.uncertain and _ordered(receipt["order"]):
+            effect.result = receipt  # the crashed attempt did place it: confirm only
+        else:
+            with ORDERS.open("a", encoding="utf-8") as fh:
+                fh.write(f"{receipt['order']} {receipt['price']}\n")
+            effect.result = receipt
     crash_point("ran:place_order")
     return receipt
+
+
+def _ordered(order: str) -> bool:
+    return ORDERS.exists() and any(line.split(" ", 1)[0] == order
+                                   for line in ORDERS.read_text(encoding="utf-8").splitlines())
 
 
 @wfr.activity(name="check_delivery")
