@@ -69,3 +69,13 @@ def test_the_timeout_branch_recovers_and_orders_nothing(tmp_path: Path) -> None:
     points = doc["points"]
     assert len(points) == 3 * 3 + 2 * 3
     assert all(p["outcome"] == "identical" and p["effects"] == {} for p in points), points
+
+
+def test_a_point_the_run_never_reached_is_an_error_naming_the_nearest(tmp_path: Path) -> None:
+    """``after:step:2#2`` crashed nothing and passed, before (issue #39): the root's task 2
+    has one pass; now it is refused before any crash, in one line."""
+    r = cli("crashtest", TARGET, "--input", '{"approval_timeout_s": 1}', "--point",
+            "after:step:2#2", cwd=tmp_path, timeout=300)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "'after:step:2#2' is none of the" in r.stderr and "after:step:2" in r.stderr

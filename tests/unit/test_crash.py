@@ -127,7 +127,6 @@ ALIASES = {"before:step:1": "before:fetch", "after:step:1": "after:fetch",
     (["step:2-9"], ["after:fetch#2", "after:post"]),
     (["before:step:1-2"], ["before:fetch", "before:fetch#2"]),
     (["step:1", "after:step:1", "after:fetch"], ["after:fetch"]),  # each point once
-    (["not-a-point"], ["not-a-point"]),  # kept: its result says it was never reached
 ])
 def test_select_points(patterns: list[str], chosen: list[str]) -> None:
     assert select_points(patterns, POINTS, ALIASES) == chosen
@@ -137,6 +136,19 @@ def test_select_points(patterns: list[str], chosen: list[str]) -> None:
 def test_a_pattern_that_matches_nothing_is_a_usage_error(pattern: str) -> None:
     with pytest.raises(UsageError, match="matches none of the 7 points"):
         select_points([pattern], POINTS, ALIASES)
+
+
+@pytest.mark.parametrize(("pattern", "nearest"), [
+    ("after:step:2#2", "after:step:2"),  # a pass the run never made (issue #39)
+    ("after:fech", "after:fetch"),        # a typo
+    ("before:post#5", "before:post"),
+])
+def test_a_name_that_is_no_point_is_a_usage_error_naming_the_nearest(pattern: str,
+                                                                      nearest: str) -> None:
+    with pytest.raises(UsageError, match="is none of the 7 points the clean run reached; "
+                                         "nearest: ") as raised:
+        select_points([pattern], POINTS, ALIASES)
+    assert nearest in str(raised.value).split("nearest: ")[1].split(" (see")[0].split(", ")
 
 
 def test_unknown_name_does_not_crash(tmp_path: Path) -> None:
@@ -297,3 +309,19 @@ def test_engine_mode_holds_one_point_at_a_time(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert out.splitlines() == ["all done"]
     assert sorted(held) == [f"before:act@wf-1/{t}" for t in (1, 2, 3)]
+
+
+def test_step_aliases_name_the_root_instances_first_generation_only() -> None:
+    """A child and a continued generation count their tasks again: with the root given,
+    ``step:1`` is the root's task 1, wherever the run reached the others first."""
+    entries = [
+        ("after:negotiate", ("after:step:1", "step:1", "after:negotiate@wf-1-neg/1")),
+        ("after:quote", ("after:step:1", "step:1", "after:quote@wf-1/1")),
+        ("after:check", ("after:step:1", "step:1", "after:check@wf-1/g2/1")),
+        ("after:quote", ("after:step:2", "step:2", "after:quote@wf-1/2#2")),
+    ]
+    assert point_aliases(entries)["step:1"] == "after:negotiate"  # the first pass, as before
+    rooted = point_aliases(entries, "wf-1")
+    assert rooted["step:1"] == rooted["after:step:1"] == "after:quote"
+    assert rooted["step:2"] == "after:quote#2"
+    assert rooted["after:check@wf-1/g2/1"] == "after:check"  # scoped aliases all kept

@@ -14,6 +14,7 @@ it never did.
 from __future__ import annotations
 
 import ast
+import difflib
 import fnmatch
 import os
 import random
@@ -56,15 +57,39 @@ def number_points(trace: Iterable[str]) -> list[str]:
     return out
 
 
-def point_aliases(entries: Iterable[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
-    """Trace entries (point, aliases) → {alias: the numbered point of its first pass}."""
+def point_aliases(entries: Iterable[tuple[str, tuple[str, ...]]], root: str | None = None
+                  ) -> dict[str, str]:
+    """Trace entries (point, aliases) → {alias: the numbered point of its first pass}.
+
+    With ``root`` (the run's instance id), a step alias (``step:N``, ``before:step:N``,
+    ``after:step:N``) names only task N of the root instance's first generation: children
+    and continued generations count their tasks from 1 (or 0) again, so ``step:2`` would
+    otherwise name whichever of them the run reached first. Their passes are named by
+    number (``after:check_delivery#3``) or by their scoped alias.
+    """
     entries = list(entries)
     numbered = number_points(name for name, _aliases in entries)
     found: dict[str, str] = {}
-    for point, (_name, aliases) in zip(numbered, entries, strict=True):
+    for point, (name, aliases) in zip(numbered, entries, strict=True):
+        in_root = root is None or _in_root(name, aliases, root)
         for alias in aliases:
-            found.setdefault(alias, point)
+            if in_root or not _STEP_ALIAS.fullmatch(alias):
+                found.setdefault(alias, point)
     return found
+
+
+_STEP_ALIAS = re.compile(r"(?:before:|after:)?step:[0-9]+")
+_PASS_SUFFIX = re.compile(r"#[0-9]+$")
+
+
+def _in_root(name: str, aliases: tuple[str, ...], root: str) -> bool:
+    """Whether this pass's scoped alias (``name@<root>/<task id>[#n]``) is in the root
+    instance's first generation."""
+    prefix = f"{name}@{root}/"
+    for alias in aliases:
+        if alias.startswith(prefix):
+            return _PASS_SUFFIX.sub("", alias[len(prefix):]).isdigit()
+    return False
 
 
 def select_points(patterns: Iterable[str], points: Sequence[str],
@@ -73,21 +98,34 @@ def select_points(patterns: Iterable[str], points: Sequence[str],
 
     A pattern is a point (``after:fetch#2``), an alias (``step:87``), a glob over both
     (``after:*``, ``before:step:9?``) or a step range (``step:80-90``, ``before:step:1-5``).
-    A glob or range that matches nothing is a UsageError; a plain name that is not a point
-    is kept as it is, so its result can say it was never reached.
+    A pattern that matches nothing the clean run reached is a UsageError; for a plain name,
+    it names the nearest points there are (a typo, or a pass the run never made:
+    ``after:step:2#2``).
     """
     order = {p: i for i, p in enumerate(points)}
     chosen: dict[str, None] = {}
     for pattern in patterns:
         found = _expand(pattern, points, aliases)
         if found is None:
-            chosen[pattern] = None
-            continue
+            raise UsageError(f"--point {pattern!r} is none of the {len(points)} points the "
+                             f"clean run reached; nearest: "
+                             f"{', '.join(_nearest(pattern, points, aliases))} "
+                             f"(see them all with --json)")
         if not found:
             raise UsageError(f"--point {pattern!r} matches none of the {len(points)} points "
                              f"the clean run reached (see them with --json)")
         chosen.update(dict.fromkeys(found))
     return sorted(chosen, key=lambda p: order.get(p, len(order)))
+
+
+def _nearest(pattern: str, points: Sequence[str], aliases: Mapping[str, str]) -> list[str]:
+    """A few real points (or step aliases) that look most like ``pattern``."""
+    names = [*points, *(a for a in aliases if "@" not in a)]
+    close = difflib.get_close_matches(pattern, names, n=3, cutoff=0.4)
+    if not close:  # nothing alike: the points with the same name, else the first few
+        base = base_point(pattern)
+        close = [p for p in points if base_point(p) == base][:3] or list(points[:3])
+    return close
 
 
 def sample_points(points: Sequence[str], k: int, seed: int) -> list[str]:

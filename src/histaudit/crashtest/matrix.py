@@ -139,7 +139,7 @@ def run_clean(spec: CrashSpec) -> CleanRun:
                         effects=ev.effects, findings=ev.findings,
                         finding_effects=ev.finding_effects,
                         points=tuple(number_points(name for name, _ in passes)),
-                        aliases=point_aliases(passes),
+                        aliases=point_aliases(passes, sb.instance),
                         workflows=tuple(info["workflows"]),
                         activities=tuple(info["activities"]), declared=tuple(declared),
                         wall=time.monotonic() - began, worker_start=worker_start,
