@@ -134,3 +134,50 @@ def test_a_generation_whose_history_was_erased_or_altered_says_so(
     assert [g["status"] for g in gens] == ["same", "not-replayed", "different"]
     assert "was erased" in gens[1]["message"]
     assert "not the one entry" in gens[2]["message"]
+
+
+def test_verify_tree_covers_the_parent_its_children_and_every_generation(
+        done: tuple[Procurement, str, Any]) -> None:
+    rig, instance, _ = done
+    r = cli("verify", instance, "--tree", "--db", rig.url, "--trust", rig.trust, "--engine",
+            rig.engine.address, "--json", cwd=rig.tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = valid("verify", json.loads(r.stdout))
+    neg = sorted(n["instance"] for n in doc["tree"] if n["workflow"] == "negotiate")
+    assert [(n["instance"], n["depth"], n["state"], n["generations"]) for n in doc["tree"]] == [
+        (instance, 0, "completed", 1), (neg[0], 1, "completed", 1),
+        (neg[1], 1, "completed", 1), (f"{instance}-monitor", 1, "completed", 4)]
+    assert [rep["instance"] for rep in doc["reports"]] == [n["instance"] for n in doc["tree"]]
+    assert all(rep["ok"] and rep["mode"] == "default+engine" for rep in doc["reports"])
+    r = cli("verify", instance, "--tree", "--db", rig.url, "--trust", rig.trust, cwd=rig.tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"tree of {instance}: 4 instance(s)"
+    assert lines[4] == f"    {instance}-monitor  monitor (completed, 4 generations) — OK"
+
+
+def test_verify_tree_fails_a_child_whose_chain_is_gone(
+        done: tuple[Procurement, str, Any], tmp_path: Path) -> None:
+    """A child the parent signed it scheduled, with no chain in the ledger: deleted (or
+    never audited) — the tree says so and fails with instance-missing."""
+    import sqlite3
+
+    rig, instance, _ = done
+    db = tmp_path / "copy.db"
+    with sqlite3.connect(rig.tmp / "ledger.db") as live, sqlite3.connect(db) as copy:
+        live.backup(copy)
+    with sqlite3.connect(db) as conn:
+        for table in ("histaudit_entries", "histaudit_heads"):
+            conn.execute(f"DROP TRIGGER IF EXISTS {table}_no_delete")
+            conn.execute(f"DELETE FROM {table} WHERE instance = ?", (f"{instance}-monitor",))
+    r = cli("verify", instance, "--tree", "--db", f"sqlite:///{db}", "--trust", rig.trust,
+            "--json", cwd=rig.tmp)
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = valid("verify", json.loads(r.stdout))
+    gone = doc["tree"][-1]
+    assert (gone["instance"], gone["state"], gone["entries"]) == (
+        f"{instance}-monitor", "not-recorded", 0)
+    assert [f["code"] for f in doc["reports"][-1]["findings"]] == ["instance-missing"]
+    r = cli("verify", "--all", "--tree", "--db", f"sqlite:///{db}", "--trust", rig.trust,
+            cwd=rig.tmp)
+    assert r.returncode == 2 and "--tree starts from one instance" in r.stderr

@@ -12,7 +12,7 @@ import click
 from histaudit.errors import FormatError, HistauditError, InputError, UsageError
 from histaudit.ledger import records as rec
 from histaudit.ledger.keys import TrustStore, signer_from_env
-from histaudit.ledger.kinds import Kind
+from histaudit.ledger.kinds import WORKFLOW_STATE
 from histaudit.verify.findings import Severity
 
 from . import render
@@ -73,7 +73,7 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
             rows.append({"instance": summary.instance, "entries": summary.entries,
                          "last_ts": last.ts if last else None,
                          "last_kind": last.kind if last else None,
-                         "workflow": _WORKFLOW_STATE.get(last.kind, "not-ended") if last
+                         "workflow": WORKFLOW_STATE.get(last.kind, "not-ended") if last
                          else None, "status": str(status), "findings": counts})
     if as_json:
         render.emit_json(rows)
@@ -84,14 +84,6 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
                      r["workflow"] or "-",
                      _status_text(ListStatus(r["status"]), r["findings"])) for r in rows))
     return EXIT_CLEAN
-
-
-_WORKFLOW_STATE: dict[str, str] = {
-    Kind.WORKFLOW_COMPLETED: "completed", Kind.WORKFLOW_FAILED: "failed",
-    Kind.WORKFLOW_TERMINATED: "terminated", Kind.WORKFLOW_CONTINUED_AS_NEW: "continued-as-new",
-    Kind.WORKFLOW_SUSPENDED: "suspended"}
-"""What an instance's last signed entry says of its workflow (``list``'s column);
-anything else is ``not-ended``: running, waiting, or ended unheard by the ledger."""
 
 
 class ListStatus(enum.StrEnum):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from histaudit.ledger.checkpoint import Checkpoint
     from histaudit.ledger.keys import TrustStore
     from histaudit.ledger.store import Ledger
+    from histaudit.verify.tree import TreeNode
 
 
 def _exit_code(reports: list[Report], fail_on: str) -> int:
@@ -30,6 +31,10 @@ def _exit_code(reports: list[Report], fail_on: str) -> int:
 @click.command()
 @click.argument("instance_id", required=False)
 @click.option("--all", "all_", is_flag=True, help="Verify every instance in the ledger.")
+@click.option("--tree", is_flag=True,
+              help="Verify INSTANCE_ID and every child workflow below it (each with all its "
+                   "continue-as-new generations), as its signed workflow.scheduled_child "
+                   "entries name them; the tree is printed first.")
 @db_option
 @trust_option
 @click.option("--json", "as_json", is_flag=True,
@@ -55,14 +60,17 @@ def _exit_code(reports: list[Report], fail_on: str) -> int:
 @click.option("--trust-anchors", "trust_anchors", metavar="CA.pem",
               help="With --bundle: check the bundle's Dapr signatures against these PEM "
                    "trust anchors (sentry's ca.crt) instead of the ones it carries.")
-def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | None,
+def verify(instance_id: str | None, all_: bool, tree: bool, db: str | None, trust: str | None,
            as_json: bool, fail_on: str, full: bool, workers: int | None,
            since: str | None, bundle_path: str | None, engine_addr: str | None,
            policy_file: str | None = None, trust_anchors: str | None = None) -> int:
     """Prove INSTANCE_ID's chain complete and untampered; report what happened across crashes."""
     if engine_addr and (not instance_id or all_ or bundle_path):
-        raise UsageError("--engine cross-checks one instance: give INSTANCE_ID, without "
-                         "--all or --bundle")
+        raise UsageError("--engine cross-checks one instance (or --tree): give INSTANCE_ID, "
+                         "without --all or --bundle")
+    if tree and (not instance_id or all_ or bundle_path):
+        raise UsageError("--tree starts from one instance: give INSTANCE_ID, without --all "
+                         "or --bundle")
     if bundle_path:
         if instance_id or all_:
             raise UsageError("--bundle verifies the whole bundle; drop INSTANCE_ID and --all")
@@ -90,7 +98,7 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
     old = parse_note(kept, keys, source=since) if since else None
     policy = read_policy(policy_file) if policy_file else None
     history = None
-    if engine_addr:
+    if engine_addr and not tree:
         assert instance_id is not None
         from histaudit.replay.history import History
 
@@ -106,6 +114,12 @@ def verify(instance_id: str | None, all_: bool, db: str | None, trust: str | Non
             return _show([], as_json, old=old, consistency=consistency, fail_on=fail_on)
         if all_:
             reports = _verify_every(ledger, keys, full=full, workers=workers)
+        elif tree:
+            assert instance_id is not None
+            nodes, reports = _verify_tree(ledger, instance_id, keys, full=full,
+                                          workers=workers, engine_addr=engine_addr)
+            return _show(reports, as_json, old=old, consistency=consistency,
+                         fail_on=fail_on, tree=nodes)
         else:
             assert instance_id is not None
             # A bar over the instance's entries, its total from the store's count (read
@@ -148,16 +162,59 @@ def _since_json(old: Checkpoint | None, consistency: Report | None) -> dict[str,
             "report": None if consistency is None else consistency.to_json()}
 
 
+def _verify_tree(ledger: Ledger, root: str, keys: TrustStore, *, full: bool,
+                 workers: int | None, engine_addr: str | None
+                 ) -> tuple[list[TreeNode], list[Report]]:
+    """Every instance of ``root``'s tree, verified (each cross-checked against the
+    engine's history with ``engine_addr``, except one the ledger never recorded)."""
+    from histaudit.verify.tree import instance_tree
+    from histaudit.verify.verifier import verify_instance
+
+    nodes = instance_tree(root, ledger.entries)
+    reports = []
+    with Meter(f"verifying the tree of {render.clip(root, 40)}") as meter:
+        if meter.enabled:
+            meter(0, sum(n.entries for n in nodes))
+        for node in nodes:
+            history = None
+            if engine_addr and node.state != "not-recorded":
+                from histaudit.replay.history import History
+
+                history = History.fetch(engine_addr, node.instance).events
+            reports.append(verify_instance(ledger, node.instance, trust=keys, full=full,
+                                           workers=workers, engine_history=history))
+            meter.advance(node.entries)
+    return nodes, reports
+
+
+def _tree_lines(nodes: list[TreeNode], reports: list[Report]) -> list[str]:
+    """The tree, one instance a line, indented by depth, with its verdict."""
+    lines = [f"tree of {render.clip(nodes[0].instance)}: {len(nodes)} instance(s)"]
+    for node, report in zip(nodes, reports, strict=True):
+        gens = f", {node.generations} generations" if node.generations > 1 else ""
+        name = node.workflow or "?"
+        lines.append(f"{'  ' * (node.depth + 1)}{render.clip(node.instance)}  "
+                     f"{render.clip(name)} ({node.state}{gens}) — "
+                     f"{'OK' if report.ok else 'FAILED'}")
+    return lines
+
+
 def _show(reports: list[Report], as_json: bool, *, old: Checkpoint | None,
-          consistency: Report | None, fail_on: str) -> int:
+          consistency: Report | None, fail_on: str,
+          tree: list[TreeNode] | None = None) -> int:
     """One shape for every variant (schemas/verify.output.schema.json): the reports of
-    INSTANCE_ID or --all (none for --since-checkpoint alone), the proof apart."""
+    INSTANCE_ID, --tree or --all (none for --since-checkpoint alone), the proof apart,
+    and with --tree the tree."""
     every = [*reports, *([consistency] if consistency is not None else [])]
     if as_json:
-        render.emit_json({"ok": all(r.ok for r in every),
-                          "reports": [r.to_json() for r in reports],
-                          "since_checkpoint": _since_json(old, consistency)})
+        doc = {"ok": all(r.ok for r in every), "reports": [r.to_json() for r in reports],
+               "since_checkpoint": _since_json(old, consistency)}
+        if tree is not None:
+            doc["tree"] = [n.to_json() for n in tree]
+        render.emit_json(doc)
     else:
+        if tree is not None:
+            click.echo("\n".join(render.escape(line) for line in _tree_lines(tree, reports)))
         render.reports(every)
     return _exit_code(every, fail_on)
 

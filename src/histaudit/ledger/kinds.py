@@ -48,3 +48,12 @@ class Kind(enum.StrEnum):
 
 
 EFFECT_KINDS = frozenset(k for k in Kind if k.is_effect)
+
+
+WORKFLOW_STATE: dict[str, str] = {
+    Kind.WORKFLOW_COMPLETED: "completed", Kind.WORKFLOW_FAILED: "failed",
+    Kind.WORKFLOW_TERMINATED: "terminated", Kind.WORKFLOW_CONTINUED_AS_NEW: "continued-as-new",
+    Kind.WORKFLOW_SUSPENDED: "suspended"}
+"""What an instance's last signed entry says of its workflow (``list``'s ``workflow``
+column, ``verify --tree``); anything else is ``not-ended``: running, waiting, or ended
+unheard by the ledger."""

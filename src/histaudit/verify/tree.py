@@ -1,0 +1,94 @@
+"""An instance's tree: the instance, the child workflows it scheduled, theirs, and so on.
+
+Read from what the ledger signed — each ``workflow.scheduled_child`` names its child's
+instance id — so ``histaudit verify ID --tree`` covers a parent, its children and every
+generation of each (generations share their instance's chain). A child the ledger holds no
+chain for is still a node (``not-recorded``): verifying it gives ``instance-missing``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from histaudit.errors import FormatError
+from histaudit.ledger.kinds import WORKFLOW_STATE, Kind
+from histaudit.ledger.records import StoredEntry, parse_entry
+
+__all__ = ["MAX_TREE", "TreeNode", "instance_tree"]
+
+MAX_TREE = 10_000
+"""Most instances one tree walks (a child that names its ancestor cannot loop it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TreeNode:
+    """One instance of a tree, in depth-first order."""
+
+    instance: str
+    depth: int
+    """0 for the root."""
+    parent: str | None
+    scheduled_seq: int | None
+    """The parent's ``workflow.scheduled_child`` entry that named this instance."""
+    workflow: str | None
+    """The workflow name its ``workflow.started`` signed (None without one)."""
+    state: str
+    """What its last signed entry says (``list``'s ``workflow`` column), or
+    ``not-recorded`` when the ledger holds no entry of it."""
+    generations: int
+    """1 plus its ``workflow.continued_as_new`` entries."""
+    entries: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"instance": self.instance, "depth": self.depth, "parent": self.parent,
+                "scheduled_seq": self.scheduled_seq, "workflow": self.workflow,
+                "state": self.state, "generations": self.generations,
+                "entries": self.entries}
+
+
+def instance_tree(root: str, entries_of: Callable[[str], Iterable[StoredEntry]]
+                  ) -> list[TreeNode]:
+    """The tree below ``root``, depth first, children in the order they were scheduled.
+    ``entries_of(instance)`` gives an instance's stored rows (``Ledger.entries``); rows
+    that do not parse are skipped (``verify`` reports them)."""
+    nodes: list[TreeNode] = []
+    seen = {root}
+    todo: list[tuple[str, int, str | None, int | None]] = [(root, 0, None, None)]
+    while todo and len(nodes) < MAX_TREE:
+        instance, depth, parent, seq = todo.pop()
+        node, children = _node(instance, depth, parent, seq, entries_of(instance))
+        nodes.append(node)
+        fresh = [(c, s) for c, s in children if c not in seen]
+        seen.update(c for c, _ in fresh)
+        todo.extend((c, depth + 1, instance, s) for c, s in reversed(fresh))
+    return nodes
+
+
+def _node(instance: str, depth: int, parent: str | None, seq: int | None,
+          rows: Iterable[StoredEntry]) -> tuple[TreeNode, list[tuple[str, int]]]:
+    workflow = None
+    last_kind = None
+    generations, count = 1, 0
+    children: dict[str, int] = {}
+    for row in rows:
+        count += 1
+        try:
+            entry = parse_entry(row.body)
+        except FormatError:
+            continue
+        last_kind = entry.kind
+        if entry.kind == Kind.WORKFLOW_STARTED and workflow is None:
+            name = entry.data.get("workflow")
+            workflow = name if isinstance(name, str) else None
+        elif entry.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
+            generations += 1
+        elif entry.kind == Kind.WORKFLOW_SCHEDULED_CHILD:
+            child = entry.data.get("child_instance")
+            if isinstance(child, str) and child:
+                children.setdefault(child, entry.seq)
+    state = ("not-recorded" if count == 0 else
+             WORKFLOW_STATE.get(last_kind, "not-ended") if last_kind else "not-ended")
+    return (TreeNode(instance, depth, parent, seq, workflow, state, generations, count),
+            list(children.items()))
