@@ -35,7 +35,7 @@ def as_json(result: subprocess.CompletedProcess[str]) -> Any:
 def one_report(result: subprocess.CompletedProcess[str]) -> Any:
     """The one report of ``verify INSTANCE_ID --json`` ({ok, reports, since_checkpoint})."""
     doc = as_json(result)
-    assert set(doc) == {"ok", "reports", "since_checkpoint"} and len(doc["reports"]) == 1
+    assert set(doc) == {"ok", "reports", "since_checkpoint", "tree"} and len(doc["reports"]) == 1
     assert doc["since_checkpoint"] is None and doc["ok"] is doc["reports"][0]["ok"]
     return doc["reports"][0]
 
@@ -320,7 +320,8 @@ def test_empty_ledger(db_url: str, tmp_path: Path) -> None:
     assert as_json(r) == []
     r = cli("verify", "--all", "--db", db_url, "--trust", trust, "--json", cwd=tmp_path)
     exits(r)
-    assert as_json(r) == {"ok": True, "reports": [], "since_checkpoint": None}
+    assert as_json(r) == {"ok": True, "reports": [], "since_checkpoint": None,
+                          "tree": None}
     exits(cli("verify", "--all", "--db", db_url, "--trust", trust, cwd=tmp_path))
 
 

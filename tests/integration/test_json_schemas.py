@@ -85,14 +85,14 @@ def test_verify_json(world: World) -> None:
 
 
 def test_verify_json_is_one_shape_for_every_variant(world: World) -> None:
-    """The same three members whatever is asked; what varies is inside them."""
+    """The same four members whatever is asked; what varies is inside them."""
     schema = json.loads((SCHEMAS / "verify.output.schema.json").read_bytes())
     assert schema["type"] == "object" and "oneOf" not in schema
     assert set(schema["required"]) == set(schema["properties"]) == {
-        "ok", "reports", "since_checkpoint"}
-    for change in ({"reports": {}}, {"since_checkpoint": []}, {"extra": 1}):
+        "ok", "reports", "since_checkpoint", "tree"}
+    for change in ({"reports": {}}, {"since_checkpoint": []}, {"extra": 1}, {"tree": []}):
         assert not validator("verify").is_valid(
-            {"ok": True, "reports": [], "since_checkpoint": None, **change})
+            {"ok": True, "reports": [], "since_checkpoint": None, "tree": None, **change})
 
 
 def test_list_json(world: World) -> None:

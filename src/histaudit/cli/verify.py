@@ -207,11 +207,10 @@ def _show(reports: list[Report], as_json: bool, *, old: Checkpoint | None,
     and with --tree the tree."""
     every = [*reports, *([consistency] if consistency is not None else [])]
     if as_json:
-        doc = {"ok": all(r.ok for r in every), "reports": [r.to_json() for r in reports],
-               "since_checkpoint": _since_json(old, consistency)}
-        if tree is not None:
-            doc["tree"] = [n.to_json() for n in tree]
-        render.emit_json(doc)
+        render.emit_json({"ok": all(r.ok for r in every),
+                          "reports": [r.to_json() for r in reports],
+                          "since_checkpoint": _since_json(old, consistency),
+                          "tree": None if tree is None else [n.to_json() for n in tree]})
     else:
         if tree is not None:
             click.echo("\n".join(render.escape(line) for line in _tree_lines(tree, reports)))
