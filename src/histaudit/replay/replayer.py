@@ -126,7 +126,8 @@ def replay(history: History | Sequence[Any] | str | os.PathLike[str], workflow: 
     if name not in registry.orchestrators and name not in registry.versioned_orchestrators:
         have = sorted({*registry.orchestrators, *registry.versioned_orchestrators})
         raise InputError(f"the history is of workflow {name!r}, but the code given is "
-                         f"{', '.join(map(repr, have)) or 'no workflow'}")
+                         f"{', '.join(map(repr, have)) or 'no workflow'} (renamed code "
+                         f"replays under its recorded name: @alternate_name({name!r}))")
 
     # The engine hands the SDK the committed turns as old events and the newest turn
     # (from its last WorkflowStarted event) as new ones: replay it the same way, so code

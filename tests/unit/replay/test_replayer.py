@@ -167,7 +167,9 @@ def test_random_number_in_the_workflow_body_diverges() -> None:
 # --- histories that cannot be replayed -------------------------------------------------------
 
 def test_history_of_another_workflow_is_bad_input() -> None:
-    with pytest.raises(InputError, match=r"history is of workflow 'order'.*'dice'"):
+    with pytest.raises(InputError, match=r"history is of workflow 'order'.*'dice' \(renamed "
+                                         r"code replays under its recorded name: "
+                                         r"@alternate_name\('order'\)\)"):
         replay(ORDER, workflows.dice)
 
 
