@@ -181,3 +181,40 @@ def test_verify_tree_fails_a_child_whose_chain_is_gone(
     r = cli("verify", "--all", "--tree", "--db", f"sqlite:///{db}", "--trust", rig.trust,
             cwd=rig.tmp)
     assert r.returncode == 2 and "--tree starts from one instance" in r.stderr
+
+
+def _show(rig: Procurement, instance: str) -> list[dict[str, Any]]:
+    r = cli("show", instance, "--json", "--db", rig.url, cwd=rig.tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return list(valid("show", json.loads(r.stdout))["entries"])
+
+
+def test_custom_status_retry_policies_and_child_links_are_signed(
+        done: tuple[Procurement, str, Any]) -> None:
+    rig, instance, _ = done
+    entries = _show(rig, instance)
+    statuses = [e for e in entries if e["kind"] == "workflow.custom_status"]
+    assert len(statuses) == 2 and all(set(e["data"]["status"]) >= {"c", "n"}
+                                      for e in statuses)  # committed, not in clear
+    assert "awaiting approval" not in json.dumps(entries)
+    quotes = [e["data"] for e in entries if e["kind"] == "workflow.scheduled_activity"
+              and e["data"]["activity"] == "quote_vendor"]
+    assert len(quotes) == 3 and all(q["retry_policy"] == {
+        "max_number_of_attempts": 3, "first_retry_interval_ms": 200,
+        "backoff_coefficient": "1.0", "max_retry_interval_ms": None, "retry_timeout_ms": None}
+        for q in quotes), quotes
+    children = {e["data"]["child_instance"]: e["data"]["task_id"] for e in entries
+                if e["kind"] == "workflow.scheduled_child"}
+    assert len(children) == 3
+    for child, task_id in children.items():
+        starts = [e["data"]["parent"] for e in _show(rig, child)
+                  if e["kind"] == "workflow.started"]  # the monitor: one per generation
+        assert len(starts) == (4 if child.endswith("-monitor") else 1)
+        for parent in starts:
+            assert (parent["instance"], parent["task_id"]) == (instance, task_id)
+            assert isinstance(parent["app_id"], str)  # the engine's app id
+    assert [e["data"]["parent"] for e in entries if e["kind"] == "workflow.started"] == [None]
+    r = cli("verify", instance, "--tree", "--db", rig.url, "--trust", rig.trust, "--json",
+            cwd=rig.tmp)
+    tree = json.loads(r.stdout)["tree"]
+    assert [n["signed_parent"] for n in tree] == [None, instance, instance, instance]

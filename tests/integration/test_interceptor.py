@@ -280,7 +280,8 @@ def test_failed_activity_is_recorded_then_retried(audit: Audit) -> None:
     assert first.data["task_id"] == sched.data["task_id"] != second.data["task_id"]
     assert first.data["execution_id"] == second.data["execution_id"] == \
         sched.data["execution_id"]
-    assert sched.data["retry_policy"] is True and sched.data["input"] is None
+    assert sched.data["retry_policy"]["max_number_of_attempts"] == 3
+    assert sched.data["input"] is None
     assert failed.data["error_type"] == "ValueError"
     assert failed.data["started_seq"] == first.seq
     assert audit.payload(failed.data["error"]) == "transient failure, try again"

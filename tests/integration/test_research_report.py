@@ -163,7 +163,7 @@ def check_review_retry(entries: list[fmt.Entry]) -> None:
                                         "activity.failed", "activity.started",
                                         "activity.completed"]
     sched, first, failed, second, done = review
-    assert sched.data["retry_policy"] is True
+    assert sched.data["retry_policy"]["max_number_of_attempts"] == 3
     assert failed.data["error_type"] == "ReviewerBusy"
     assert (first.data["attempt"], second.data["attempt"]) == (1, 2)
     assert first.data["execution_id"] == second.data["execution_id"] == \

@@ -193,8 +193,10 @@ def _tree_lines(nodes: list[TreeNode], reports: list[Report]) -> list[str]:
     for node, report in zip(nodes, reports, strict=True):
         gens = f", {node.generations} generations" if node.generations > 1 else ""
         name = node.workflow or "?"
+        stray = ("" if node.parent is None or node.signed_parent in (None, node.parent)
+                 else f", but it signed parent {render.clip(node.signed_parent)}")
         lines.append(f"{'  ' * (node.depth + 1)}{render.clip(node.instance)}  "
-                     f"{render.clip(name)} ({node.state}{gens}) — "
+                     f"{render.clip(name)} ({node.state}{gens}{stray}) — "
                      f"{'OK' if report.ok else 'FAILED'}")
     return lines
 

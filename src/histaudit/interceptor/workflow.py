@@ -127,7 +127,9 @@ class AuditedWorkflowContext:
         return sdk.pending_action(self._sdk_ctx, task)
 
     def record_start(self, args: tuple[Any, ...]) -> None:
-        """Record ``workflow.started`` (its input is ``args[0]``) unless already recorded."""
+        """Record ``workflow.started`` (its input is ``args[0]``) unless already recorded;
+        a child names its ``parent`` (instance and the task id it was scheduled as), as
+        the engine's ``ExecutionStarted`` event of the turn does."""
         fields = {"started_at": self._generation}
         if not self._needed(Kind.WORKFLOW_STARTED, fields):
             return
@@ -136,8 +138,29 @@ class AuditedWorkflowContext:
         except (TypeError, ValueError):
             text = None
         inp = self._commit(text)
+        try:
+            parent = self._parent()
+        except Exception as exc:  # noqa: BLE001 - see the class docstring
+            log.warning("histaudit: could not read the parent of workflow %s: %s",
+                        self._instance, exc)
+            parent = None
         self._decide(Kind.WORKFLOW_STARTED,
-                     {**fields, "input": inp.ref, "input_digest": inp.digest}, inp)
+                     {**fields, "input": inp.ref, "input_digest": inp.digest,
+                      "parent": parent}, inp)
+
+    def _parent(self) -> dict[str, Any] | None:
+        """The parent workflow the engine started this one for (None: a top-level one,
+        or the turn's events are not reachable)."""
+        for event in self._recorder.turn_events(self._instance) or ():
+            if event.HasField("executionStarted"):
+                started = event.executionStarted
+                if not started.HasField("parentInstance"):
+                    return None
+                parent = started.parentInstance
+                return {"instance": parent.workflowInstance.instanceId,
+                        "task_id": int(parent.taskScheduledId),
+                        "app_id": parent.appID or None}
+        return None
 
     def _replaying_or_idle(self) -> bool:
         """Nothing to record for a workflow's end: replaying, or not recording at all."""
@@ -177,7 +200,7 @@ class AuditedWorkflowContext:
         else:
             sched, name, execution_id = None, sdk.registered_name(activity), None
         fields = {"activity": name, "task_id": task_id, "execution_id": execution_id,
-                  "retry_policy": kwargs.get("retry_policy") is not None}
+                  "retry_policy": _policy(kwargs.get("retry_policy"))}
         if self._needed(Kind.WORKFLOW_SCHEDULED_ACTIVITY, fields):
             if sched is None:
                 text = sdk_json(kwargs.get("input"))
@@ -208,6 +231,21 @@ class AuditedWorkflowContext:
                          {**fields, "input": inp.ref, "input_digest": inp.digest}, inp)
         return task
 
+    def set_custom_status(self, status: Any) -> None:
+        """Set the workflow's custom status (``DaprWorkflowContext.set_custom_status``),
+        signed as ``workflow.custom_status`` with the value committed, each time the code
+        sets it while not replaying."""
+        self._ctx.set_custom_status(status)
+        if self._replaying_or_idle():
+            return
+        try:
+            text = sdk_json(status)
+        except (TypeError, ValueError):
+            text = None
+        value = self._commit(text)
+        self._decide(Kind.WORKFLOW_CUSTOM_STATUS,
+                     {"status": value.ref, "status_digest": value.digest}, value)
+
     def continue_as_new(self, new_input: Any, **kwargs: Any) -> None:
         """Restart the workflow with new input, as the SDK method does; signed with the
         new input and the generation's history (every engine event up to this turn), which
@@ -233,6 +271,27 @@ class AuditedWorkflowContext:
         if not self._continued:
             self.record_end(result)
         return result
+
+
+def _policy(policy: Any) -> dict[str, Any] | None:
+    """A ``RetryPolicy`` as signed with the scheduling (None without one): its attempts,
+    its intervals in milliseconds and its backoff coefficient as text (signed records hold
+    no floats). Each retry is then a new task of the same execution id, its
+    ``activity.started`` counting the attempt."""
+    if policy is None:
+        return None
+
+    def ms(name: str) -> int | None:
+        value = getattr(policy, name, None)
+        return None if value is None else round(value.total_seconds() * 1000)
+
+    backoff = getattr(policy, "backoff_coefficient", None)
+    attempts = getattr(policy, "max_number_of_attempts", None)
+    return {"max_number_of_attempts": attempts if isinstance(attempts, int) else None,
+            "first_retry_interval_ms": ms("first_retry_interval"),
+            "backoff_coefficient": None if backoff is None else repr(float(backoff)),
+            "max_retry_interval_ms": ms("max_retry_interval"),
+            "retry_timeout_ms": ms("retry_timeout")}
 
 
 def audit_workflow(recorder: AuditRecorder, fn: Callable[..., Any],

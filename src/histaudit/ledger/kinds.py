@@ -22,6 +22,7 @@ class Kind(enum.StrEnum):
     WORKFLOW_SCHEDULED_ACTIVITY = "workflow.scheduled_activity"
     WORKFLOW_SCHEDULED_CHILD = "workflow.scheduled_child"
     WORKFLOW_CONTINUED_AS_NEW = "workflow.continued_as_new"
+    WORKFLOW_CUSTOM_STATUS = "workflow.custom_status"
     WORKFLOW_COMPLETED = "workflow.completed"
     WORKFLOW_FAILED = "workflow.failed"
     # what reached a workflow from outside its code (histaudit.interceptor.received)

@@ -40,12 +40,15 @@ class TreeNode:
     generations: int
     """1 plus its ``workflow.continued_as_new`` entries."""
     entries: int
+    signed_parent: str | None = None
+    """The parent its own ``workflow.started`` signed (the link from the child's side;
+    None for a top-level workflow, or a ledger written before histaudit signed it)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"instance": self.instance, "depth": self.depth, "parent": self.parent,
                 "scheduled_seq": self.scheduled_seq, "workflow": self.workflow,
                 "state": self.state, "generations": self.generations,
-                "entries": self.entries}
+                "entries": self.entries, "signed_parent": self.signed_parent}
 
 
 def instance_tree(root: str, entries_of: Callable[[str], Iterable[StoredEntry]]
@@ -68,7 +71,7 @@ def instance_tree(root: str, entries_of: Callable[[str], Iterable[StoredEntry]]
 
 def _node(instance: str, depth: int, parent: str | None, seq: int | None,
           rows: Iterable[StoredEntry]) -> tuple[TreeNode, list[tuple[str, int]]]:
-    workflow = None
+    workflow = signed_parent = None
     last_kind = None
     generations, count = 1, 0
     children: dict[str, int] = {}
@@ -82,6 +85,9 @@ def _node(instance: str, depth: int, parent: str | None, seq: int | None,
         if entry.kind == Kind.WORKFLOW_STARTED and workflow is None:
             name = entry.data.get("workflow")
             workflow = name if isinstance(name, str) else None
+            link = entry.data.get("parent")
+            if isinstance(link, dict) and isinstance(link.get("instance"), str):
+                signed_parent = link["instance"]
         elif entry.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
             generations += 1
         elif entry.kind == Kind.WORKFLOW_SCHEDULED_CHILD:
@@ -90,5 +96,6 @@ def _node(instance: str, depth: int, parent: str | None, seq: int | None,
                 children.setdefault(child, entry.seq)
     state = ("not-recorded" if count == 0 else
              WORKFLOW_STATE.get(last_kind, "not-ended") if last_kind else "not-ended")
-    return (TreeNode(instance, depth, parent, seq, workflow, state, generations, count),
+    return (TreeNode(instance, depth, parent, seq, workflow, state, generations, count,
+                     signed_parent),
             list(children.items()))

@@ -104,11 +104,13 @@ def procurement(ctx: wf.DaprWorkflowContext, req: dict[str, Any]) -> Generator[A
         negotiate, input=q, instance_id=f"{ctx.instance_id}-neg-{q['vendor']}") for q in best])
     offer = min(offers, key=lambda o: (o["price"], o["vendor"]))
     yield ctx.create_timer(timedelta(seconds=1))
+    ctx.set_custom_status({"stage": "awaiting approval", "offer": offer})
     approved = ctx.wait_for_external_event("approved")
     timeout = ctx.create_timer(timedelta(seconds=req["approval_timeout_s"]))
     winner = yield wf.when_any([approved, timeout])
     if winner is timeout:
         return {"offer": offer, "decision": "expired", "order": None, "delivery": None}
+    ctx.set_custom_status({"stage": "ordering", "offer": offer})
     order = yield ctx.call_activity(place_order, input=offer)
     delivery = yield ctx.call_child_workflow(monitor, input=0,
                                              instance_id=f"{ctx.instance_id}-monitor")
