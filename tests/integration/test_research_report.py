@@ -272,6 +272,29 @@ def test_crash_inside_the_fanout_resumes_to_the_same_report(lab: Lab, crash_at: 
     assert len(lab.published(clean)) == 1
 
 
+@pytest.mark.engine
+@pytest.mark.crash
+def test_a_crash_after_a_failing_body_reruns_it_before_its_failure_is_signed(lab: Lab) -> None:
+    """``after:review_draft`` is reached when the body raises too (issue #39): the first
+    review raises ReviewerBusy, the app dies before the failure is signed or reported, and
+    the engine delivers the same task again — which now succeeds, so the RetryPolicy never
+    needs its retry."""
+    lab.app.start(HISTAUDIT_CRASH_AT="after:review_draft")
+    instance = lab.schedule()
+    assert lab.app.wait_exit() == CRASH_EXIT_CODE
+    crashed = [e.kind for e in lab.entries(instance) if e.data.get("activity") == "review_draft"]
+    assert crashed == ["workflow.scheduled_activity", "activity.started"]
+    lab.app.start()
+    lab.finish(instance)
+    review = [e for e in lab.entries(instance) if e.data.get("activity") == "review_draft"]
+    assert [e.kind for e in review] == ["workflow.scheduled_activity", "activity.started",
+                                        "activity.started", "activity.completed"]
+    assert review[1].data["task_id"] == review[2].data["task_id"]
+    assert (review[1].data["attempt"], review[2].data["attempt"]) == (1, 2)
+    report = lab.verify(instance)
+    assert report.ok and report.codes() == {"activity-reexecuted"}
+
+
 # --- the engine dies while the workflow waits on the fan-out ----------------------------
 
 LOCK_TIMEOUT_S = 5.0

@@ -13,9 +13,9 @@ Each registered activity is wrapped (same signature, so the SDK binds inputs as 
   engine never hears of a success the ledger does not hold.
 
 Automatic crash points (see :mod:`histaudit.crash`): ``before:<activity>`` after the
-start is signed and before the body runs; ``after:<activity>`` after the body returned
-and *before* the completion is signed or reported. A crash there loses both, so the
-engine runs the activity again: the at-least-once case worth testing.
+start is signed and before the body runs; ``after:<activity>`` after the body returned,
+or raised, and *before* the completion (or failure) is signed or reported. A crash there
+loses both, so the engine runs the activity again: the at-least-once case worth testing.
 """
 
 from __future__ import annotations
@@ -185,6 +185,7 @@ def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
                     try:
                         result = await fn(*args, **kwargs)
                     except Exception as exc:
+                        crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
                         await asyncio.to_thread(_failed, run, exc)
                         raise
                     crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
@@ -205,6 +206,8 @@ def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
                 try:
                     result = fn(*args, **kwargs)
                 except Exception as exc:
+                    # the body ended, by raising: the point sits before its end is signed
+                    crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
                     _failed(run, exc)
                     raise
                 crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
