@@ -218,3 +218,26 @@ def test_custom_status_retry_policies_and_child_links_are_signed(
             cwd=rig.tmp)
     tree = json.loads(r.stdout)["tree"]
     assert [n["signed_parent"] for n in tree] == [None, instance, instance, instance]
+
+
+def test_the_report_names_each_workflow_its_end_its_parent_and_its_events(
+        done: tuple[Procurement, str, Any], tmp_path: Path) -> None:
+    """The bundle's report.html: a workflow column (name, how it ended, generations,
+    parent linked), and per instance a table of what reached it from outside its code."""
+    import re
+
+    rig, instance, _ = done
+    bundle = tmp_path / "bundle"
+    r = cli("export", instance, f"{instance}-monitor", "--out", bundle, "--db", rig.url,
+            "--key", rig.tmp / "keys" / "procurement.key", "--trust", rig.trust, cwd=rig.tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    html = (bundle / "report.html").read_text()
+    text = re.sub(r"<[^>]+>", "", html)
+    assert "procurement completed" in text
+    assert f"monitor completed, 4 generations (continue-as-new), child of {instance}" in text
+    assert "<a href='#i-" in html and f">{instance}</a>" in html  # the parent is linked
+    for words in ("event 'approved' received at", "custom status set (value committed)",
+                  "started child 'negotiate' as", "started child 'monitor' as",
+                  "continued as new (next input committed"):
+        assert words in text.replace("&#x27;", "'"), words
+    assert re.search(r"timer \d+ \(due [0-9T:.Z-]+\) fired", text), text[:2000]

@@ -281,7 +281,7 @@ def test_report_in_chromium_findings_first_linked_and_the_crash_drawn(reports: R
     steps = crashed.find("section", "steps")[0].find("tr")
     post = next(r for r in steps if r.text.startswith("post_comment"))
     cells = [c.text for c in post.find("td")]
-    assert cells[1].startswith("2 (") and cells[3].startswith("yes: attempt 1")
+    assert cells[1].startswith("2 (") and cells[3].startswith("after a crash: attempt 1")
     assert "done 2×" in cells[4] and "DUPLICATE" in cells[4]
     assert cells[5].startswith("completed")
 

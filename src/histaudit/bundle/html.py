@@ -3,7 +3,7 @@
 Per instance, in the order an auditor asks: what the verifier found (each finding linked
 to the entries it is about), a picture of the run (steps and attempts per worker
 process, crashes, re-deliveries and duplicate side effects marked; :mod:`.timeline_svg`),
-a table of the steps (deliveries, re-runs after a crash, side effects, outcome) and the
+a table of the steps (deliveries, re-runs after a crash or a failure, side effects, outcome) and the
 signed entries themselves. Payload values are shown when the bundle carries them
 (``export --with-payloads``), their digests otherwise.
 
@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
 import orjson
 
 from histaudit.ledger.checkpoint import Checkpoint
+from histaudit.ledger.kinds import WORKFLOW_STATE, Kind
 from histaudit.ledger.timeline import PayloadState, TimelineEntry, payload_refs
 from histaudit.verify.findings import Finding
 from histaudit.verify.report import Report
@@ -146,17 +147,20 @@ def render_html(reports: Sequence[Report], *, origin: str, checkpoint: Checkpoin
            "Exported <b>without payloads</b>: values are not in the bundle; each is shown "
            "by its keyed digest (equal values in one instance have equal digests).")
         + " Hover a shortened digest for the full value.</p></header>",
-        "<table class=summary><thead><tr><th>instance</th><th>entries</th><th>status</th>"
-        "<th>findings</th></tr></thead><tbody>",
+        "<table class=summary><thead><tr><th>instance</th><th>workflow</th><th>entries</th>"
+        "<th>status</th><th>findings</th></tr></thead><tbody>",
     ]
+    facts = {r.instance_id: _Facts.of((entries or {}).get(r.instance_id, ())) for r in reports}
     for r in reports:
         parts.append(f"<tr><td><a href='#{_anchor(r.instance_id)}'>{escape(r.instance_id)}"
-                     f"</a></td><td class=n>{r.entries}</td><td>{_status(r)}</td>"
+                     f"</a></td><td>{facts[r.instance_id].summary(set(facts))}</td>"
+                     f"<td class=n>{r.entries}</td><td>{_status(r)}</td>"
                      f"<td>{_counts(r.findings)}</td></tr>")
     parts.append("</tbody></table>")
     for r in reports:
         rows = list((entries or {}).get(r.instance_id, ()))
-        parts.append(_instance(r, rows, with_payloads=with_payloads, limits=limits))
+        parts.append(_instance(r, rows, with_payloads=with_payloads, limits=limits,
+                               facts=facts[r.instance_id], known=set(facts)))
     parts.append("</body></html>\n")
     return "".join(parts).encode("utf-8")
 
@@ -211,20 +215,21 @@ def finding_entries(f: Finding) -> list[int]:
 
 
 def _instance(r: Report, rows: Sequence[TimelineEntry], *, with_payloads: bool,
-              limits: Limits) -> str:
+              limits: Limits, facts: _Facts, known: set[str]) -> str:
     run = analyse(rows)
     page = _Page(r, rows, run, limits, with_payloads)
     out = [f"<section class=instance id='{page.anchor}'>"
            f"<h2>{escape(r.instance_id)} {_status(r)}</h2>"]
     if rows:
-        out.append(f"<p class=meta>{len(rows)} entries, {rows[0].ts or '?'} to "
-                   f"{rows[-1].ts or '?'} (UTC); {len(run.steps)} step(s), "
-                   f"{len(run.workers)} worker process(es); verified: "
+        out.append(f"<p class=meta>Workflow {facts.summary(known)}. {len(rows)} entries, "
+                   f"{rows[0].ts or '?'} to {rows[-1].ts or '?'} (UTC); {len(run.steps)} "
+                   f"step(s), {len(run.workers)} worker process(es); verified: "
                    f"<code>{escape(r.mode)}</code>.</p>")
     out.append(_findings(page))
     if rows:
         out.append(_picture(page))
         out.append(_steps(page))
+        out.append(_received(page, facts))
         out.append(_entries(page, rows))
     out.append("</section>")
     return "".join(out)
@@ -275,7 +280,7 @@ def _steps(page: _Page) -> str:
         return "".join(out)
     lines, dropped = collapse(page.run.steps, page.limits.table_steps)
     out.append("<table><thead><tr><th>step</th><th>deliveries</th><th>workers</th>"
-               "<th>ran again after a crash</th><th>side effects</th><th>outcome</th>"
+               "<th>ran again</th><th>side effects</th><th>outcome</th>"
                "</tr></thead><tbody>")
     for line in lines:
         if isinstance(line, StepGroup):
@@ -303,10 +308,18 @@ def _step_row(page: _Page, s: Step) -> str:
     workers = "<br>".join(dict.fromkeys(page.worker(a.worker) for a in s.attempts
                                         if a.worker))
     crashed = [a for a in s.attempts[:-1] if a.cut_short]
+    failed = [a for a in s.attempts[:-1] if a.outcome == "failed"]
+    reasons = []
     if crashed:
-        again = "<b>yes</b>: " + "; ".join(
+        reasons.append("<b>after a crash</b>: " + "; ".join(
             f"attempt {a.number} on <span class=mono>{escape(a.worker or '?')}</span> "
-            f"stopped after entry {page.entry_link(a.last)} with no outcome" for a in crashed)
+            f"stopped after entry {page.entry_link(a.last)} with no outcome" for a in crashed))
+    if failed:
+        reasons.append("retried after a failure (its RetryPolicy): " + "; ".join(
+            f"attempt {a.number} failed at entry {page.entry_link(a.outcome_seq or a.last)}"
+            for a in failed))
+    if reasons:
+        again = "<br>".join(reasons)
     elif s.deliveries > 1:
         again = "delivered again (no attempt was cut short)"
     else:
@@ -317,6 +330,95 @@ def _step_row(page: _Page, s: Step) -> str:
             f"<td class=n>{s.deliveries} ({attempts})</td><td class=wk>{workers}</td>"
             f"<td>{again}</td>"
             f"<td>{effects}</td><td>{_outcome(page, s)}</td></tr>")
+
+
+_STATE_WORDS = {"completed": "<span class=ok>completed</span>",
+                "failed": "<span class=bad>failed</span>",
+                "terminated": "<span class=bad>terminated</span>"}
+_RECEIVED_KINDS = (Kind.WORKFLOW_EVENT_RECEIVED, Kind.WORKFLOW_TIMER_FIRED,
+                   Kind.WORKFLOW_SUSPENDED, Kind.WORKFLOW_RESUMED, Kind.WORKFLOW_TERMINATED,
+                   Kind.WORKFLOW_CUSTOM_STATUS, Kind.WORKFLOW_CONTINUED_AS_NEW,
+                   Kind.WORKFLOW_SCHEDULED_CHILD)
+
+
+@dataclass
+class _Facts:
+    """What an instance's entries say of its workflow: name, how it ended, its parent,
+    its generations, and what reached it from outside or it started (children)."""
+
+    workflow: str | None = None
+    state: str = "not-ended"
+    parent: str | None = None
+    generations: int = 1
+    events: list[TimelineEntry] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, rows: Iterable[TimelineEntry]) -> _Facts:
+        facts = cls()
+        last = None
+        for e in rows:
+            if e.kind is None:
+                continue
+            last = e.kind
+            if e.kind == Kind.WORKFLOW_STARTED and facts.workflow is None:
+                name, link = e.data.get("workflow"), e.data.get("parent")
+                facts.workflow = name if isinstance(name, str) else None
+                if isinstance(link, Mapping) and isinstance(link.get("instance"), str):
+                    facts.parent = link["instance"]
+            elif e.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
+                facts.generations += 1
+            if e.kind in _RECEIVED_KINDS:
+                facts.events.append(e)
+        if last is not None:
+            facts.state = WORKFLOW_STATE.get(last, "not-ended")
+        return facts
+
+    def summary(self, known: set[str]) -> str:
+        """``name``, how it ended, its generations and parent, as one HTML phrase."""
+        text = (f"<b>{escape(self.workflow)}</b> " if self.workflow else "") + \
+            _STATE_WORDS.get(self.state, escape(self.state))
+        if self.generations > 1:
+            text += f", {self.generations} generations (continue-as-new)"
+        if self.parent is not None:
+            parent = (f"<a href='#{_anchor(self.parent)}'>{escape(self.parent)}</a>"
+                      if self.parent in known else escape(self.parent))
+            text += f", child of {parent}"
+        return text
+
+
+def _received(page: _Page, facts: _Facts) -> str:
+    """What reached the workflow from outside its code, its custom statuses, the children
+    it started and the generations it ended: one row each, linked to its entry."""
+    out = [f"<section class=received id='{page.anchor}-events'><h3>Workflow events</h3>"]
+    if not facts.events:
+        out.append("<p class=note>No external event, timer, suspend, resume, terminate, "
+                   "custom status, child workflow or continue-as-new.</p></section>")
+        return "".join(out)
+    out.append("<table><thead><tr><th>entry</th><th>what</th><th>details</th></tr></thead>"
+               "<tbody>")
+    for e in facts.events:
+        out.append(f"<tr><td>{page.entry_link(e.seq)}</td><td><code>{escape(str(e.kind))}"
+                   f"</code></td><td>{escape(_event_words(e))}</td></tr>")
+    out.append("</tbody></table></section>")
+    return "".join(out)
+
+
+def _event_words(e: TimelineEntry) -> str:
+    d = e.data
+    if e.kind == Kind.WORKFLOW_EVENT_RECEIVED:
+        return f"event {d.get('name')!r} received at {d.get('received_at')}"
+    if e.kind == Kind.WORKFLOW_TIMER_FIRED:
+        return f"timer {d.get('timer_id')} (due {d.get('fire_at')}) fired"
+    if e.kind == Kind.WORKFLOW_TERMINATED:
+        return (f"terminated by a client at {d.get('received_at')}"
+                + (" (with its children)" if d.get("recurse") else ""))
+    if e.kind in (Kind.WORKFLOW_SUSPENDED, Kind.WORKFLOW_RESUMED):
+        return f"{str(e.kind).split('.')[1]} by a client at {d.get('received_at')}"
+    if e.kind == Kind.WORKFLOW_CUSTOM_STATUS:
+        return "custom status set (value committed)"
+    if e.kind == Kind.WORKFLOW_SCHEDULED_CHILD:
+        return f"started child {d.get('child_workflow')!r} as {d.get('child_instance')}"
+    return "continued as new (next input committed; this generation's history signed)"
 
 
 def _effect(page: _Page, e: Effect) -> str:

@@ -49,10 +49,11 @@ class Builder:
 
     def step(self, task: int, activity: str, worker: str, *, attempt: int = 1,
              output: bytes | None = b'"ok"', finish: bool = True,
-             effect: str | None = None) -> dict[str, int]:
-        """One attempt at task ``task``: start, maybe an effect, maybe its completion."""
-        base = {"activity": activity, "task_id": task, "execution_id": f"exec-{task}",
-                "attempt": attempt}
+             effect: str | None = None, execution_id: str | None = None) -> dict[str, int]:
+        """One attempt at task ``task``: start, maybe an effect, maybe its completion
+        (``execution_id`` defaults to ``exec-<task>``; a retry keeps its call's)."""
+        base = {"activity": activity, "task_id": task,
+                "execution_id": execution_id or f"exec-{task}", "attempt": attempt}
         seqs = {"started": self.add("activity.started", worker, {"input": b'{"x":1}'},
                                     **base)}
         if effect is not None:

@@ -81,7 +81,7 @@ def test_the_picture_marks_the_crash_the_redelivery_and_the_duplicate() -> None:
     assert plotted.count('class="att w0') == 2 and plotted.count('class="att w1') == 1
     assert f"attempt on {A}" in svg and f"attempt on {B}" in svg
     steps = page[page.index("<h3>Steps"):page.index("<h3>Entries")]
-    assert "<b>yes</b>: attempt 1 on <span class=mono>host-a:111</span>" in steps
+    assert "<b>after a crash</b>: attempt 1 on <span class=mono>host-a:111</span>" in steps
     assert "DUPLICATE" in steps and "done 2×" in steps
 
 
@@ -162,3 +162,24 @@ def test_a_large_instance_is_bounded_and_the_page_says_so() -> None:
     assert "249 steps (work), each delivered once and completed" in page
     assert not set(hrefs(page)) - ids(page)
     assert len(page) < len(whole) / 4
+
+
+def test_a_retry_after_a_failure_is_not_called_a_crash_and_the_end_is_named() -> None:
+    """A RetryPolicy retry (attempt 1 failed, attempt 2 of the same execution completed)
+    reads as such; the workflow column says how it ended (issue #39)."""
+    b = Builder()
+    b.add("workflow.started", A, {"input": b"{}"}, workflow="review")
+    base = {"activity": "review", "task_id": 1, "execution_id": "exec-1", "attempt": 1}
+    first = b.add("activity.started", A, {"input": b"{}"}, **base)
+    failed = b.add("activity.failed", A, {"error": b"busy"}, started_seq=first,
+                   error_type="Busy", **base)
+    b.step(2, "review", A, attempt=2, execution_id="exec-1")  # the retry: a new task
+    b.add("workflow.terminated", None, received_at="2026-12-01T10:00:09Z", event_id=7,
+          recurse=False)
+    page = render({"r-1": b.entries}, report("r-1", len(b.entries)))
+    text = re.sub(r"<[^>]+>", "", page)
+    assert f"retried after a failure (its RetryPolicy): attempt 1 failed at entry {failed}" \
+        in text
+    assert "after a crash" not in text
+    assert "review terminated" in text  # the summary's workflow column
+    assert "terminated by a client at 2026-12-01T10:00:09Z" in text  # the events table
