@@ -42,7 +42,7 @@ def describe_event(event: Any) -> str:
         return (f"child workflow {ev.name!r} with {shown(value(ev.input))} "
                 f"(step #{event.eventId})")
     if kind == "timerCreated":
-        return f"timer firing at {when(event.timerCreated.fireAt)} (step #{event.eventId})"
+        return f"{_timer(event.timerCreated)} (step #{event.eventId})"
     if kind == "executionCompleted":
         return describe_end(event.executionCompleted)
     if kind in ("taskCompleted", "taskFailed", "childWorkflowInstanceCompleted",
@@ -86,10 +86,32 @@ def describe_action(action: Any) -> str:
         a = action.createChildWorkflow
         return f"child workflow {a.name!r} with {shown(value(a.input))} (step #{action.id})"
     if kind == "createTimer":
-        return f"timer firing at {when(action.createTimer.fireAt)} (step #{action.id})"
+        return f"{_timer(action.createTimer)} (step #{action.id})"
     if kind == "completeWorkflow":
         return describe_end(action.completeWorkflow)
     return f"{kind} action (step #{action.id})"
+
+
+_NO_TIMEOUT_YEAR = "9999-"
+"""The SDK waits for an event without a timeout by a timer due in year 9999."""
+
+
+def _timer(timer: Any) -> str:
+    """A timer (created event or action) in words, by what it is for: its origin says
+    whether it is a durable timer, an event's timeout or a retry's delay."""
+    due = when(timer.fireAt)
+    origin = timer.WhichOneof("origin")
+    if origin == "externalEvent":
+        name = timer.externalEvent.name
+        if due.startswith(_NO_TIMEOUT_YEAR):
+            return f"waiting for event {name!r} (no timeout)"
+        return f"waiting for event {name!r}, timing out at {due}"
+    if origin == "activityRetry":
+        return f"retry delay of an activity, until {due}"
+    if origin == "childWorkflowRetry":
+        return f"retry delay of child workflow {timer.childWorkflowRetry.instanceId!r}, " \
+               f"until {due}"
+    return f"timer firing at {due}"
 
 
 def describe_end(done: Any) -> str:

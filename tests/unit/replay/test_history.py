@@ -144,3 +144,26 @@ def test_an_edited_history_replays_to_a_verdict_or_is_an_input_error(
     assert result.outcome  # replay gave its verdict (ok, or the step where it diverged)
     if events == _golden_events():
         assert result.ok
+
+
+def test_a_timer_is_described_by_what_it_is_for() -> None:
+    """The SDK waits for an event with no timeout by a timer due in year 9999: a waiting
+    replay names the event instead (issue #39)."""
+    from histaudit import sdk
+    from histaudit.replay.describe import describe_event
+
+    def timer(seconds: int, **origin: Any) -> Any:
+        event = sdk.protos.HistoryEvent(eventId=3)
+        event.timerCreated.fireAt.FromSeconds(seconds)
+        for name, value in origin.items():
+            getattr(event.timerCreated, name).CopyFrom(value)
+        return event
+
+    forever = 253402300799  # 9999-12-31T23:59:59Z
+    approved = sdk.protos.TimerOriginExternalEvent(name="approved")
+    assert describe_event(timer(forever, externalEvent=approved)) == \
+        "waiting for event 'approved' (no timeout) (step #3)"
+    assert describe_event(timer(1_800_000_000, externalEvent=approved)) == \
+        "waiting for event 'approved', timing out at 2027-01-15T08:00:00Z (step #3)"
+    assert describe_event(timer(1_800_000_000)) == \
+        "timer firing at 2027-01-15T08:00:00Z (step #3)"
