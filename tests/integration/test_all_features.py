@@ -241,3 +241,18 @@ def test_the_report_names_each_workflow_its_end_its_parent_and_its_events(
                   "continued as new (next input committed"):
         assert words in text.replace("&#x27;", "'"), words
     assert re.search(r"timer \d+ \(due [0-9T:.Z-]+\) fired", text), text[:2000]
+
+
+def test_show_compact_aligns_its_columns_whatever_the_names(
+        done: tuple[Procurement, str, Any]) -> None:
+    """Every line's digest starts in the same column, long kinds and activity names too."""
+    rig, instance, _ = done
+    r = cli("show", f"{instance}-monitor", "--compact", "--db", rig.url, cwd=rig.tmp)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 20 and any("check_delivery #1" in ln for ln in lines)
+    import re
+
+    assert len({ln.rindex("  ") for ln in lines}) == 1, r.stdout  # the digest column
+    task_column = {re.match(r" *\d+  \S+ +", ln).end() for ln in lines}  # type: ignore[union-attr]
+    assert len(task_column) == 1, r.stdout

@@ -188,10 +188,14 @@ def _task(t: tl.TimelineEntry) -> str:
 
 def _compact(timeline: tl.Timeline, payloads: bool) -> None:
     """One line per entry, no header: greppable, and short enough for 80 columns."""
+    rows = [(t, "(malformed)" if t.error is not None else render.clip(t.kind, 40),
+             render.clip(_task(t), 40)) for t in timeline.entries]
+    # Columns as wide as their longest cell (each clipped to 40), so long names align.
     width = max((len(str(t.seq)) for t in timeline.entries), default=1)
-    for t in timeline.entries:
-        kind = "(malformed)" if t.error is not None else render.clip(t.kind, 40)
-        line = (f"{t.seq:>{width}}  {kind:<27}  {_task(t):<16}  "
+    kinds = max((len(kind) for _, kind, _ in rows), default=0)
+    tasks = max((len(task) for _, _, task in rows), default=0)
+    for t, kind, task in rows:
+        line = (f"{t.seq:>{width}}  {kind:<{kinds}}  {task:<{tasks}}  "
                 f"{render.short_digest(t.hash)}")
         if payloads:
             line += "".join(f"  {render.clip(name, 40)}={_payload_shown(v, 120)}"
