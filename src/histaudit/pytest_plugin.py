@@ -24,8 +24,10 @@ workflow input, JSON-serialisable), ``env`` (dict for the workers), ``engine_poi
 (default False), ``app_points`` (default True), ``points`` (only these), ``app`` (module
 holding the runtime), ``timeout`` (seconds, default 60), ``engine`` (``"durabletask"``,
 the default, or ``"daprd"``), ``resources`` (with daprd: a directory of component files,
-taken from the test file's directory first, like ``target``) and ``ignore`` (JSONPaths of
-output fields to leave out of comparisons) — ``crashtest``'s options of those names.
+taken from the test file's directory first, like ``target``), ``ignore`` (JSONPaths of
+output fields to leave out of comparisons) and ``events`` (``{name: data}``, raised on
+every run's instance in that order right after it is scheduled, as ``--event``) —
+``crashtest``'s options of those names.
 The clean run is shared by every test with the same arguments, also across pytest-xdist
 workers.
 
@@ -70,7 +72,7 @@ __all__ = ["PointResult", "assert_no_duplicate_effects", "assert_recovered"]
 
 MARKER = "crashmatrix"
 _ALLOWED = {"input", "env", "engine_points", "app_points", "points", "app", "timeout",
-            "engine", "resources", "ignore"}
+            "engine", "resources", "ignore", "events"}
 
 # One clean run per distinct marker configuration, for the whole session.
 _CLEAN: dict[tuple[Any, ...], CleanRun] = {}
@@ -143,19 +145,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         beside = base / str(kw["resources"])
         resources = str(beside) if beside.is_dir() else str(kw["resources"])
     ignore = tuple(str(p) for p in kw.get("ignore") or ())
+    raised = kw.get("events") or {}
+    if not isinstance(raised, dict):
+        raise pytest.UsageError(f"{where}: events is {{name: data}}, not {raised!r}")
     try:
+        events = tuple((str(name), json.dumps(data)) for name, data in raised.items())
         spec = CrashSpec(target=target, input=inp, app=app, env=dict(env), timeout=timeout,
-                         engine=engine, resources=resources, ignore=ignore)
-    except HistauditError as exc:
+                         engine=engine, resources=resources, ignore=ignore, events=events)
+    except (HistauditError, TypeError, ValueError) as exc:
         raise pytest.UsageError(f"{where}: {exc}") from None
     key = (target, json.dumps(inp, sort_keys=True, default=repr), app, env, timeout, engine,
-           resources, ignore)
+           resources, ignore, events)
     clean = _CLEAN.get(key)
     if clean is None:
         clean = _shared_clean(metafunc.config, key, lambda: ct.run_clean(spec))
         _CLEAN[key] = clean
-    points = select_points(kw["points"], clean.points, clean.aliases) if kw.get("points") \
-        else list(clean.points)
+    try:
+        points = select_points(kw["points"], clean.points, clean.aliases) \
+            if kw.get("points") else list(clean.points)
+    except HistauditError as exc:
+        raise pytest.UsageError(f"{where}: {exc}") from None
     kinds = [k for k, on in ((ct.KIND_APP, kw.get("app_points", True)),
                              (ct.KIND_ENGINE, kw.get("engine_points", False))) if on]
     cases = [_Case(spec, p, k, clean) for k in kinds for p in points]

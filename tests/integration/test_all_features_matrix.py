@@ -1,8 +1,9 @@
 """The all-features procurement agent (``apps/procurement_app.py``) crashed at every point
 it reaches, app and engine, on both engines (issue #39, item 6): the approval path driven
 by ``--event``, crash points inside children and inside every continued generation of the
-monitor swept by name, and not one false divergence. Cost: ≈ 65 s of CPU, 100 s of wall
-(measured: durabletask 46 s CPU / 37 s wall, daprd 9 s / 57 s, the timeout branch 10 s / 8 s).
+monitor swept by name, and not one false divergence. Cost: ≈ 85 s of CPU, 125 s of wall
+(measured: durabletask 46 s CPU / 37 s wall, daprd 9 s / 57 s, the timeout branch 10 s / 8 s,
+the pytest plugin 20 s / 19 s, the unreached point 2 s / 3 s).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from support.cli import cli
 
+pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
 
 APP = Path(__file__).resolve().parent / "apps" / "procurement_app.py"
@@ -79,3 +81,38 @@ def test_a_point_the_run_never_reached_is_an_error_naming_the_nearest(tmp_path: 
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "'after:step:2#2' is none of the" in r.stderr and "after:step:2" in r.stderr
+
+
+def test_the_pytest_plugin_raises_the_approval_and_crashes_behind_it(
+        pytester: pytest.Pytester) -> None:
+    """``@pytest.mark.crashmatrix(..., events={...})``: the approval path, from pytest; a
+    point that names nothing the run reached is a usage error naming the nearest."""
+    pytester.makepyfile(test_procurement=f"""
+        import pytest
+        from histaudit.pytest_plugin import assert_no_duplicate_effects, assert_recovered
+
+        @pytest.mark.crashmatrix({TARGET!r}, input={{"approval_timeout_s": 60}},
+                                 events={{"approved": {{"by": "ops-7"}}}},
+                                 points=["after:place_order", "after:check_delivery#4"])
+        def test_procurement(crash_outcome):
+            assert crash_outcome.output["decision"] == {{"by": "ops-7"}}
+            assert_recovered(crash_outcome)
+            assert_no_duplicate_effects(crash_outcome)
+        """)
+    result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    assert result.parseoutcomes().get("passed") == 2, result.stdout.str()
+    result.stdout.fnmatch_lines(["*test_procurement[[]after:place_order[]] PASSED*",
+                                 "*test_procurement[[]after:check_delivery#4[]] PASSED*"])
+    pytester.makepyfile(test_procurement=f"""
+        import pytest
+
+        @pytest.mark.crashmatrix({TARGET!r}, input={{"approval_timeout_s": 1}},
+                                 points=["after:step:2#2"])
+        def test_procurement(crash_outcome):
+            pass
+        """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret != 0
+    said = result.stdout.str() + result.stderr.str()
+    assert "UsageError" in said and "'after:step:2#2' is none of the 15 points the clean " \
+        "run reached; nearest: after:step:2" in said, said
