@@ -8,21 +8,44 @@ refuse the wait for a moment then, with an error that it and the SDK treat as fi
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 
-__all__ = ["wait_for_completion"]
+T = TypeVar("T")
+
+__all__ = ["wait_for_completion", "when_hosted"]
 
 # daprd's answer to a workflow call that reaches it after it dropped the workflow actor
 # types (the app's last worker connection closed) but before placement has taken the
 # table without them (docs/adr/0008-daprd.md).
 _NO_WORKER = "not registered"
+_NOT_HOSTED = "only possible on hosted actor types"
+"""daprd's answer to a reminder (a raised event) for a workflow actor type its actor
+table does not hold yet: a worker connected a moment ago, placement not yet told."""
 _NO_WORKER_RETRY_S = 0.2
 _SLICE_S = 10
 """Longest single wait: daprd answers a wait from a stream of the workflow actor's status,
 and a wait begun while the worker restarted once stayed unanswered for 300 s (a CI run),
 so a wait that times out is asked again, while time is left."""
+
+
+def when_hosted(call: Callable[[], T], timeout: float) -> T:
+    """``call()``, asked again while daprd answers that it does not host the workflow
+    actor types yet (:data:`_NO_WORKER`, :data:`_NOT_HOSTED`: the app's worker has just
+    connected or restarted), until ``timeout`` seconds are spent; any other error, and
+    that one past the timeout, is raised."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except grpc.RpcError as exc:
+            details = (exc.details() if isinstance(exc, grpc.Call) else str(exc)) or ""
+            if (_NO_WORKER not in details and _NOT_HOSTED not in details) \
+                    or deadline - time.monotonic() <= _NO_WORKER_RETRY_S:
+                raise
+        time.sleep(_NO_WORKER_RETRY_S)
 
 
 def wait_for_completion(client: Any, instance: str, timeout: float) -> Any:

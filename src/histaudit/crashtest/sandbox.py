@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .daprd import DaprdStack
+from .daprd_wait import when_hosted
 from .engine import EngineProcess
 from .spec import CrashSpec
 from .worker import WORKER_ERROR, WORKER_READY, ZYGOTE_READY
@@ -414,7 +416,9 @@ class Sandbox:
                                           instance_id=self.instance,
                                           start_at=datetime.now(UTC))
         for name, text in self.spec.events:
-            self.client.raise_workflow_event(self.instance, name, data=json.loads(text))
+            # daprd can refuse a raised event a moment after a worker connected
+            when_hosted(functools.partial(self.client.raise_workflow_event, self.instance,
+                                          name, data=json.loads(text)), self.spec.timeout)
 
     def state(self) -> RunState | None:
         try:

@@ -10,13 +10,14 @@ one worker restart.
 
 Points are named across processes by their *scoped* alias, ``name@<instance>/<task id>``
 (``<instance>/g<n>/<task id>`` in generation n ≥ 1 of a workflow that continued as new;
-:func:`histaudit.crash.crash_scope`): the sweep reuses the clean run's instance id (its
-engine and ledger are its own), so the clean run's scoped aliases name the same passes
-here. The list of aliases still to crash at is a file (``$HISTAUDIT_CRASH_SWEEP``); a
-worker crashes at the first one it reaches and notes it as fired; the harness takes it
-off the list before the next worker starts. App crashes use a new worker each time
-(spawned ahead and held, so its import overlaps the run before); engine crashes keep one
-worker and SIGKILL and restart the engine at each point.
+:func:`histaudit.crash.crash_scope`): the sweep's instance has an id of its own, so app
+state kept by instance id outside the sandbox is never shared with the clean run, and the
+clean run's aliases are renamed to it (a child's id made from its parent's is renamed
+with it) to name the same passes here. The list of aliases still to crash at is a file
+(``$HISTAUDIT_CRASH_SWEEP``); a worker crashes at the first one it reaches and notes it
+as fired; the harness takes it off the list before the next worker starts. App crashes
+use a new worker each time (spawned ahead and held, so its import overlaps the run
+before); engine crashes keep one worker and SIGKILL and restart the engine at each point.
 
 The completed sweep is judged like one crashed run (:func:`histaudit.crashtest.judge.judge`).
 A finding is *attributed* to the two crashes around its entry (the ledger's last ``seq``
@@ -268,7 +269,11 @@ def _sweep(spec: CrashSpec, clean: CleanRun, keys: dict[str, str], kind: CrashKi
     ev: Evidence | None = None
     try:
         with Sandbox(spec, lock_timeout=lock, label=f"sweep-{kind.value}", fork=True) as sb:
-            sb.instance = clean.instance  # so the clean run's scoped aliases apply here
+            # The sandbox's own instance id, never the clean run's, so app state kept by
+            # instance id outside the sandbox is not shared; the clean run's scoped aliases
+            # name its instance (a child's id made from it too), so they are renamed.
+            keys = {point: key.replace(clean.instance, sb.instance)
+                    for point, key in keys.items()}
             result = replace(result, instance=sb.instance)
             walk = _Walk(sb, keys, kind, on_crash, len(keys))
             sb.start_engine()
