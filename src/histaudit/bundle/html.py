@@ -18,21 +18,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
 import orjson
 
 from histaudit.ledger.checkpoint import Checkpoint
-from histaudit.ledger.kinds import WORKFLOW_STATE, Kind
 from histaudit.ledger.timeline import PayloadState, TimelineEntry, payload_refs
 from histaudit.verify.findings import Finding
 from histaudit.verify.report import Report
 
 from .steps import Effect, Run, Step, StepGroup, analyse, collapse
 from .timeline_svg import PALETTE, render_svg
+from .workflow_facts import WorkflowFacts, event_words
 
 __all__ = ["Limits", "render_html"]
 
@@ -150,10 +150,11 @@ def render_html(reports: Sequence[Report], *, origin: str, checkpoint: Checkpoin
         "<table class=summary><thead><tr><th>instance</th><th>workflow</th><th>entries</th>"
         "<th>status</th><th>findings</th></tr></thead><tbody>",
     ]
-    facts = {r.instance_id: _Facts.of((entries or {}).get(r.instance_id, ())) for r in reports}
+    facts = {r.instance_id: WorkflowFacts.of((entries or {}).get(r.instance_id, ()))
+             for r in reports}
     for r in reports:
         parts.append(f"<tr><td><a href='#{_anchor(r.instance_id)}'>{escape(r.instance_id)}"
-                     f"</a></td><td>{facts[r.instance_id].summary(set(facts))}</td>"
+                     f"</a></td><td>{_workflow(facts[r.instance_id], set(facts))}</td>"
                      f"<td class=n>{r.entries}</td><td>{_status(r)}</td>"
                      f"<td>{_counts(r.findings)}</td></tr>")
     parts.append("</tbody></table>")
@@ -215,13 +216,13 @@ def finding_entries(f: Finding) -> list[int]:
 
 
 def _instance(r: Report, rows: Sequence[TimelineEntry], *, with_payloads: bool,
-              limits: Limits, facts: _Facts, known: set[str]) -> str:
+              limits: Limits, facts: WorkflowFacts, known: set[str]) -> str:
     run = analyse(rows)
     page = _Page(r, rows, run, limits, with_payloads)
     out = [f"<section class=instance id='{page.anchor}'>"
            f"<h2>{escape(r.instance_id)} {_status(r)}</h2>"]
     if rows:
-        out.append(f"<p class=meta>Workflow {facts.summary(known)}. {len(rows)} entries, "
+        out.append(f"<p class=meta>Workflow {_workflow(facts, known)}. {len(rows)} entries, "
                    f"{rows[0].ts or '?'} to {rows[-1].ts or '?'} (UTC); {len(run.steps)} "
                    f"step(s), {len(run.workers)} worker process(es); verified: "
                    f"<code>{escape(r.mode)}</code>.</p>")
@@ -332,61 +333,14 @@ def _step_row(page: _Page, s: Step) -> str:
             f"<td>{effects}</td><td>{_outcome(page, s)}</td></tr>")
 
 
-_STATE_WORDS = {"completed": "<span class=ok>completed</span>",
-                "failed": "<span class=bad>failed</span>",
-                "terminated": "<span class=bad>terminated</span>"}
-_RECEIVED_KINDS = (Kind.WORKFLOW_EVENT_RECEIVED, Kind.WORKFLOW_TIMER_FIRED,
-                   Kind.WORKFLOW_SUSPENDED, Kind.WORKFLOW_RESUMED, Kind.WORKFLOW_TERMINATED,
-                   Kind.WORKFLOW_CUSTOM_STATUS, Kind.WORKFLOW_CONTINUED_AS_NEW,
-                   Kind.WORKFLOW_SCHEDULED_CHILD)
+def _workflow(facts: WorkflowFacts, known: set[str]) -> str:
+    """The workflow's summary, its parent linked when the page has it."""
+    parent = facts.parent
+    return facts.summary(None if parent is None or parent not in known
+                         else f"#{_anchor(parent)}")
 
 
-@dataclass
-class _Facts:
-    """What an instance's entries say of its workflow: name, how it ended, its parent,
-    its generations, and what reached it from outside or it started (children)."""
-
-    workflow: str | None = None
-    state: str = "not-ended"
-    parent: str | None = None
-    generations: int = 1
-    events: list[TimelineEntry] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, rows: Iterable[TimelineEntry]) -> _Facts:
-        facts = cls()
-        last = None
-        for e in rows:
-            if e.kind is None:
-                continue
-            last = e.kind
-            if e.kind == Kind.WORKFLOW_STARTED and facts.workflow is None:
-                name, link = e.data.get("workflow"), e.data.get("parent")
-                facts.workflow = name if isinstance(name, str) else None
-                if isinstance(link, Mapping) and isinstance(link.get("instance"), str):
-                    facts.parent = link["instance"]
-            elif e.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
-                facts.generations += 1
-            if e.kind in _RECEIVED_KINDS:
-                facts.events.append(e)
-        if last is not None:
-            facts.state = WORKFLOW_STATE.get(last, "not-ended")
-        return facts
-
-    def summary(self, known: set[str]) -> str:
-        """``name``, how it ended, its generations and parent, as one HTML phrase."""
-        text = (f"<b>{escape(self.workflow)}</b> " if self.workflow else "") + \
-            _STATE_WORDS.get(self.state, escape(self.state))
-        if self.generations > 1:
-            text += f", {self.generations} generations (continue-as-new)"
-        if self.parent is not None:
-            parent = (f"<a href='#{_anchor(self.parent)}'>{escape(self.parent)}</a>"
-                      if self.parent in known else escape(self.parent))
-            text += f", child of {parent}"
-        return text
-
-
-def _received(page: _Page, facts: _Facts) -> str:
+def _received(page: _Page, facts: WorkflowFacts) -> str:
     """What reached the workflow from outside its code, its custom statuses, the children
     it started and the generations it ended: one row each, linked to its entry."""
     out = [f"<section class=received id='{page.anchor}-events'><h3>Workflow events</h3>"]
@@ -398,27 +352,9 @@ def _received(page: _Page, facts: _Facts) -> str:
                "<tbody>")
     for e in facts.events:
         out.append(f"<tr><td>{page.entry_link(e.seq)}</td><td><code>{escape(str(e.kind))}"
-                   f"</code></td><td>{escape(_event_words(e))}</td></tr>")
+                   f"</code></td><td>{escape(event_words(e))}</td></tr>")
     out.append("</tbody></table></section>")
     return "".join(out)
-
-
-def _event_words(e: TimelineEntry) -> str:
-    d = e.data
-    if e.kind == Kind.WORKFLOW_EVENT_RECEIVED:
-        return f"event {d.get('name')!r} received at {d.get('received_at')}"
-    if e.kind == Kind.WORKFLOW_TIMER_FIRED:
-        return f"timer {d.get('timer_id')} (due {d.get('fire_at')}) fired"
-    if e.kind == Kind.WORKFLOW_TERMINATED:
-        return (f"terminated by a client at {d.get('received_at')}"
-                + (" (with its children)" if d.get("recurse") else ""))
-    if e.kind in (Kind.WORKFLOW_SUSPENDED, Kind.WORKFLOW_RESUMED):
-        return f"{str(e.kind).split('.')[1]} by a client at {d.get('received_at')}"
-    if e.kind == Kind.WORKFLOW_CUSTOM_STATUS:
-        return "custom status set (value committed)"
-    if e.kind == Kind.WORKFLOW_SCHEDULED_CHILD:
-        return f"started child {d.get('child_workflow')!r} as {d.get('child_instance')}"
-    return "continued as new (next input committed; this generation's history signed)"
 
 
 def _effect(page: _Page, e: Effect) -> str:
