@@ -256,3 +256,33 @@ def test_show_compact_aligns_its_columns_whatever_the_names(
     assert len({ln.rindex("  ") for ln in lines}) == 1, r.stdout  # the digest column
     task_column = {re.match(r" *\d+  \S+ +", ln).end() for ln in lines}  # type: ignore[union-attr]
     assert len(task_column) == 1, r.stdout
+
+
+def test_durable_timers_are_signed_when_created_and_when_fired(
+        done: tuple[Procurement, str, Any]) -> None:
+    rig, instance, _ = done
+    entries = _show(rig, instance)
+    created = [e["data"] for e in entries if e["kind"] == "workflow.scheduled_timer"]
+    fired = [e["data"] for e in entries if e["kind"] == "workflow.timer_fired"]
+    # the cooling-off timer, then the approval's timeout (the event won the race)
+    assert len(created) == 2 and all(c["fire_at"].endswith("Z") for c in created), created
+    assert [f["timer_id"] for f in fired] == [created[0]["task_id"]]
+    assert fired[0]["fire_at"] == created[0]["fire_at"]
+
+
+def test_replay_tree_replays_the_parent_and_every_child(
+        done: tuple[Procurement, str, Any]) -> None:
+    rig, instance, _ = done
+    r = cli("replay", instance, "--tree", "--workflow", f"{APP}:wfr", "--engine",
+            rig.engine.address, "--db", rig.url, "--json", cwd=rig.tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = valid("replay", json.loads(r.stdout))
+    assert doc["summary"]["histories"] == 4 and doc["summary"]["ok"] == 4
+    sources = [x["source"] for x in doc["results"]]  # depth first, in scheduling order
+    assert sources[0] == instance and sources[-1] == f"{instance}-monitor"
+    assert len(set(sources)) == 4 and all(x.startswith(f"{instance}-neg-") for x in sources[1:3])
+    monitor = next(x for x in doc["results"] if x["source"] == f"{instance}-monitor")
+    assert len(monitor["output_check"]["generations"]) == 3
+    r = cli("replay", instance, "--tree", "--workflow", f"{APP}:wfr", "--engine",
+            rig.engine.address, cwd=rig.tmp)
+    assert r.returncode == 2 and "--tree replays INSTANCE_ID's children" in r.stderr

@@ -20,7 +20,7 @@ STATE_WORDS = {"completed": "<span class=ok>completed</span>",
 RECEIVED_KINDS = (Kind.WORKFLOW_EVENT_RECEIVED, Kind.WORKFLOW_TIMER_FIRED,
                   Kind.WORKFLOW_SUSPENDED, Kind.WORKFLOW_RESUMED, Kind.WORKFLOW_TERMINATED,
                   Kind.WORKFLOW_CUSTOM_STATUS, Kind.WORKFLOW_CONTINUED_AS_NEW,
-                  Kind.WORKFLOW_SCHEDULED_CHILD)
+                  Kind.WORKFLOW_SCHEDULED_CHILD, Kind.WORKFLOW_SCHEDULED_TIMER)
 """The entries the report's "Workflow events" table lists."""
 
 
@@ -74,6 +74,8 @@ def event_words(e: TimelineEntry) -> str:
     d = e.data
     if e.kind == Kind.WORKFLOW_EVENT_RECEIVED:
         return f"event {d.get('name')!r} received at {d.get('received_at')}"
+    if e.kind == Kind.WORKFLOW_SCHEDULED_TIMER:
+        return f"timer {d.get('task_id')} created, due {d.get('fire_at')}"
     if e.kind == Kind.WORKFLOW_TIMER_FIRED:
         return f"timer {d.get('timer_id')} (due {d.get('fire_at')}) fired"
     if e.kind == Kind.WORKFLOW_TERMINATED:

@@ -30,6 +30,10 @@ from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS
               help="Fetch the histories from the engine (GetInstanceHistory).")
 @click.option("--all", "all_", is_flag=True,
               help="Every instance the engine knows (ListInstanceIDs); needs --engine.")
+@click.option("--tree", is_flag=True,
+              help="Also every child workflow below each INSTANCE_ID, as the ledger's "
+                   "signed workflow.scheduled_child entries name them; needs --engine and "
+                   "a ledger (--db).")
 @click.option("--history", "history_path", metavar="FILE|DIR",
               help="Read a saved history file, or every *.json history in a directory.")
 @click.option("--save", "save_file", metavar="FILE",
@@ -44,7 +48,7 @@ from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: one object for one history; {ok, results, summary} for more.")
 def replay(instance_ids: tuple[str, ...], workflow_refs: tuple[str, ...],
-           engine_addr: str | None, all_: bool, history_path: str | None,
+           engine_addr: str | None, all_: bool, tree: bool, history_path: str | None,
            save_file: str | None, db: str | None, keep_going: bool, timeout: float,
            as_json: bool) -> int:
     """Replay recorded histories against workflow code; exit 1 if one diverges or replays
@@ -67,6 +71,12 @@ def replay(instance_ids: tuple[str, ...], workflow_refs: tuple[str, ...],
         raise UsageError("give instance ids or --all, not both")
     if engine_addr and not (instance_ids or all_):
         raise UsageError("give the instances to fetch: INSTANCE_ID... or --all")
+    db = db or os.environ.get("HISTAUDIT_DB")
+    if tree and not (engine_addr and instance_ids and db):
+        raise UsageError("--tree replays INSTANCE_ID's children from the engine, as the "
+                         "ledger names them: give INSTANCE_ID..., --engine and --db")
+    if tree:
+        instance_ids = _trees(str(db), instance_ids)
     directory = bool(history_path) and Path(str(history_path)).is_dir()
     if (history_path and len(instance_ids) > 1) or (directory and instance_ids):
         raise UsageError("--history names the histories itself: give at most one "
@@ -85,11 +95,11 @@ def replay(instance_ids: tuple[str, ...], workflow_refs: tuple[str, ...],
                    for p in history_files(str(history_path))]
     else:
         sources = [(str(history_path), functools.partial(History.load, str(history_path)))]
-    single = len(sources) == 1 and not all_ and not directory
+    single = len(sources) == 1 and not all_ and not directory and not tree
     if save_file and not single:
         raise UsageError("--save writes one history: give one INSTANCE_ID or --history FILE")
 
-    with _ledger(db or os.environ.get("HISTAUDIT_DB"), workflow) as compare:
+    with _ledger(db, workflow) as compare:
         if single:
             return _one(sources[0], workflow, instance_ids[0] if instance_ids else None,
                         save_file, compare, as_json)
@@ -126,6 +136,17 @@ def _one(source: tuple[str, Callable[[], Any]], workflow: Any, instance_id: str 
         if compare is None:
             _echo(NOT_COMPARED.message)
     return EXIT_CLEAN if item else EXIT_FINDINGS
+
+
+def _trees(url: str, roots: tuple[str, ...]) -> tuple[str, ...]:
+    """Each root and the instances below it the ledger recorded, depth first, once."""
+    from histaudit.ledger.store import Ledger
+    from histaudit.verify.tree import instance_tree
+
+    with Ledger.open(url) as ledger:
+        found = [n.instance for root in roots for n in instance_tree(root, ledger.entries)
+                 if n.state != "not-recorded" or n.instance == root]
+    return tuple(dict.fromkeys(found))
 
 
 def _echo(text: str) -> None:

@@ -1,7 +1,8 @@
 """Audited workflows: every decision signed once, the first time it is made.
 
-A registered workflow records its start, each activity or child workflow it schedules,
-``continue_as_new``, and its completion or failure while *not* replaying, so the replays
+A registered workflow records its start, each activity, child workflow or durable timer
+it schedules, its custom status, ``continue_as_new``, and its completion or failure while
+*not* replaying, so the replays
 after a crash add nothing — with one exception. Decisions are not durable when they are
 recorded (see :data:`.recorder.MUST_BE_DURABLE`): a power loss can take the last few with
 it while the engine, which has them, carries on. So while replaying, a start or a
@@ -229,6 +230,21 @@ class AuditedWorkflowContext:
             inp = self._commit(text)
             self._decide(Kind.WORKFLOW_SCHEDULED_CHILD,
                          {**fields, "input": inp.ref, "input_digest": inp.digest}, inp)
+        return task
+
+    def create_timer(self, fire_at: Any) -> Any:
+        """Create a durable timer (``DaprWorkflowContext.create_timer``), signed as
+        ``workflow.scheduled_timer`` with its task id and due time; its firing is signed
+        as ``workflow.timer_fired`` when a turn carries it (:mod:`.received`)."""
+        task: Any = self._ctx.create_timer(fire_at)
+        if not self._recording:
+            return task
+        task_id, action = self._scheduled(task)
+        due = (action.createTimer.fireAt.ToJsonString()
+               if action is not None and action.HasField("createTimer") else None)
+        fields = {"task_id": task_id, "fire_at": due}
+        if self._needed(Kind.WORKFLOW_SCHEDULED_TIMER, fields):
+            self._decide(Kind.WORKFLOW_SCHEDULED_TIMER, fields)
         return task
 
     def set_custom_status(self, status: Any) -> None:

@@ -21,6 +21,7 @@ class Kind(enum.StrEnum):
     WORKFLOW_STARTED = "workflow.started"
     WORKFLOW_SCHEDULED_ACTIVITY = "workflow.scheduled_activity"
     WORKFLOW_SCHEDULED_CHILD = "workflow.scheduled_child"
+    WORKFLOW_SCHEDULED_TIMER = "workflow.scheduled_timer"
     WORKFLOW_CONTINUED_AS_NEW = "workflow.continued_as_new"
     WORKFLOW_CUSTOM_STATUS = "workflow.custom_status"
     WORKFLOW_COMPLETED = "workflow.completed"

@@ -99,7 +99,7 @@ class DecisionView:
 
 
 _DECISIONS = frozenset({Kind.WORKFLOW_STARTED, Kind.WORKFLOW_SCHEDULED_ACTIVITY,
-                        Kind.WORKFLOW_SCHEDULED_CHILD})
+                        Kind.WORKFLOW_SCHEDULED_CHILD, Kind.WORKFLOW_SCHEDULED_TIMER})
 
 
 def route_of(kind: str) -> int:
@@ -217,8 +217,8 @@ class Events:
 
     def decision(self, seq: int, kind: str, kid: str, data: Mapping[str, Any]) -> None:
         """A workflow decision, named as the same decision made again would be: a start
-        by its ``started_at`` (the engine's, kept across re-runs); a scheduled activity or
-        child by its kind and integer ``task_id`` (the workflow's sequence number) within
+        by its ``started_at`` (the engine's, kept across re-runs); a scheduled activity,
+        child or timer by its kind and integer ``task_id`` (the workflow's sequence number) within
         the generation that start opened. Without those (a legacy start, a hidden task id)
         it is not tracked. The execution id is no name: a re-run draws a new one."""
         if kind == Kind.WORKFLOW_STARTED:
@@ -232,8 +232,9 @@ class Events:
             tid = data.get("task_id")
             if self.generation is None or tid.__class__ is not int:
                 return
-            what = data.get("activity" if kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY
-                            else "child_workflow", "?")
+            what = ("a timer" if kind == Kind.WORKFLOW_SCHEDULED_TIMER else
+                    data.get("activity" if kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY
+                             else "child_workflow", "?"))
             ident = _ident(kind, self.generation, tid)
             label = f"{kind} of {what} (task {tid})"
             activity = (what if kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY
