@@ -241,6 +241,11 @@ def test_the_report_names_each_workflow_its_end_its_parent_and_its_events(
                   "continued as new (next input committed"):
         assert words in text.replace("&#x27;", "'"), words
     assert re.search(r"timer \d+ \(due [0-9T:.Z-]+\) fired", text), text[:2000]
+    tree = html[html.index("<h3>Workflow tree</h3>"):]
+    tree = tree[:tree.index("</section>")]
+    # the monitor's item sits inside the parent's, in a nested list
+    root, monitor = tree.index(f">{instance}</a>"), tree.index(f">{instance}-monitor</a>")
+    assert root < tree.index("<ul>", root) < monitor < tree.rindex("</ul>")
 
 
 def test_show_compact_aligns_its_columns_whatever_the_names(

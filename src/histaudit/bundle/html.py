@@ -158,6 +158,7 @@ def render_html(reports: Sequence[Report], *, origin: str, checkpoint: Checkpoin
                      f"<td class=n>{r.entries}</td><td>{_status(r)}</td>"
                      f"<td>{_counts(r.findings)}</td></tr>")
     parts.append("</tbody></table>")
+    parts.append(_tree(reports, facts))
     for r in reports:
         rows = list((entries or {}).get(r.instance_id, ()))
         parts.append(_instance(r, rows, with_payloads=with_payloads, limits=limits,
@@ -331,6 +332,39 @@ def _step_row(page: _Page, s: Step) -> str:
             f"<td class=n>{s.deliveries} ({attempts})</td><td class=wk>{workers}</td>"
             f"<td>{again}</td>"
             f"<td>{effects}</td><td>{_outcome(page, s)}</td></tr>")
+
+
+def _tree(reports: Sequence[Report], facts: Mapping[str, WorkflowFacts]) -> str:
+    """The bundle's workflows as a tree (parents by their children's signed link), when
+    a child of another instance here is in it; nothing otherwise."""
+    children: dict[str, list[str]] = {}
+    for r in reports:
+        parent = facts[r.instance_id].parent
+        if parent in facts:
+            children.setdefault(str(parent), []).append(r.instance_id)
+    if not children:
+        return ""
+    status = {r.instance_id: r for r in reports}
+    roots = [r.instance_id for r in reports if facts[r.instance_id].parent not in facts]
+    out = ["<section class=tree><h3>Workflow tree</h3><ul>"]
+    seen: set[str] = set()
+
+    def node(instance: str) -> None:
+        seen.add(instance)
+        out.append(f"<li><a href='#{_anchor(instance)}'>{escape(instance)}</a> "
+                   f"{_workflow(facts[instance], set())} {_status(status[instance])}")
+        below = [c for c in children.get(instance, ()) if c not in seen]
+        if below:
+            out.append("<ul>")
+            for child in sorted(below):
+                node(child)
+            out.append("</ul>")
+        out.append("</li>")
+
+    for root in sorted(roots):
+        node(root)
+    out.append("</ul></section>")
+    return "".join(out)
 
 
 def _workflow(facts: WorkflowFacts, known: set[str]) -> str:
