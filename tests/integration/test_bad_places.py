@@ -22,6 +22,7 @@ from histaudit.ledger.store import Ledger
 from support.bad_input import DB_COMMANDS, Ctx, append_kept_payload, keys_for, run
 from support.cli import cli, exits, one_error_line
 from support.ledgers import LedgerDb, append_order, write_lock_held
+from support.repo import REPO
 
 # --- 11. read-only ledgers: reads work, a write is refused naming why -----------------------
 
@@ -289,3 +290,36 @@ def test_checkpoint_note_onto_a_full_disk_leaves_the_ledger_unchanged(pg_url: st
     assert ctx.state() == before
 
 
+
+
+# --- small input files that are FIFOs (issue #40, item 5) --------------------------------
+
+FIFO_COMMANDS: dict[str, Callable[[Ctx, Path], list[str]]] = {
+    "verify --since-checkpoint": lambda c, f: ["verify", "--all", "--since-checkpoint",
+                                               str(f), "--db", c.url, "--trust",
+                                               str(c.trust)],
+    "checkpoint verify": lambda c, f: ["checkpoint", "verify", str(f), "--trust",
+                                       str(c.trust)],
+    "checkpoint cosign --witness-policy": lambda c, f: [
+        "checkpoint", "cosign", "--witness-policy", str(f), "--db", c.url, "--key",
+        str(c.key)],
+    "replay --history": lambda c, f: [
+        "replay", "--history", str(f), "--workflow",
+        f"{REPO / 'examples' / 'nondeterminism' / 'workflows.py'}:order"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(FIFO_COMMANDS))
+def test_a_fifo_with_no_writer_is_refused_at_once(command: str, tmp_path: Path) -> None:
+    """Each used to wait for a writer for ever; now one line, exit 2, nothing written."""
+    import os
+
+    ctx, _ = _sqlite_ctx(tmp_path)
+    fifo = tmp_path / "input.fifo"
+    os.mkfifo(fifo)
+    before = ctx.state()
+    began = time.monotonic()
+    r = cli(*FIFO_COMMANDS[command](ctx, fifo), cwd=tmp_path, timeout=30)
+    one_error_line(r, "is a FIFO, not a regular file")
+    assert time.monotonic() - began < 20
+    assert ctx.state() == before

@@ -20,6 +20,7 @@ from histaudit.ledger import chain
 from histaudit.ledger.keys import generate_keypair
 from histaudit.ledger.store import Ledger
 from support.cli import cli
+from support.ledgers import write_lock_held
 
 
 @pytest.fixture
@@ -82,11 +83,11 @@ def test_forked_and_execd_commands_agree(world: tuple[Path, str, Path, Path],
 
 def test_a_forked_command_past_its_timeout_is_killed(world: tuple[Path, str, Path, Path],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    tmp, url, _, trust = world
+    tmp, url, key, trust = world
     monkeypatch.setenv("HISTAUDIT_TEST_CLI", "fork")
-    fifo = tmp / "trust.fifo"  # opening a FIFO with no writer blocks the command
-    os.mkfifo(fifo)
-    with pytest.raises(subprocess.TimeoutExpired):
-        cli("verify", "o-1", "--db", url, "--trust", fifo, cwd=tmp, timeout=2)
+    # a write lock held elsewhere, and a minute's wait for it: the command blocks
+    with write_lock_held(url), pytest.raises(subprocess.TimeoutExpired):
+        cli("checkpoint", "--db", url, "--key", key, "--out", tmp / "cp.note", cwd=tmp,
+            env={"HISTAUDIT_LOCK_WAIT": "60"}, timeout=2)
     # The server is still there for the next command.
     assert cli("verify", "o-1", "--db", url, "--trust", trust, cwd=tmp).returncode == 0

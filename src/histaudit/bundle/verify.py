@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from histaudit.errors import FormatError, InputError, KeyMaterialError, SignatureError
+from histaudit.inputs import not_regular, open_nonblocking, read_up_to
 from histaudit.ledger import merkle
 from histaudit.ledger import records as rec
 from histaudit.ledger.checkpoint import Checkpoint, parse_note
@@ -76,11 +76,6 @@ class BundleResult:
         return [bundle, *self.reports, *tail]
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"))
-
-
 def _read(root: Path, name: str, limit: int, *, listed: int | None = None) -> bytes:
     """The bytes of bundle file ``name``: a regular file inside ``root``, at most ``limit``
     bytes (docs/bundle.md §9 step 5). FIFOs, devices, sockets, directories and symlinks
@@ -94,8 +89,8 @@ def _read(root: Path, name: str, limit: int, *, listed: int | None = None) -> by
         raise InputError(f"bundle file {name} is a symlink that leaves the bundle directory")
     try:
         _regular(name, os.stat(real).st_mode)  # names a socket, which open() cannot
-        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # opening a FIFO must not wait for a writer (it is refused below)
+        fd = open_nonblocking(real, follow=False)
     except FileNotFoundError:
         raise InputError(f"bundle file {name} is missing") from None
     except OSError as exc:
@@ -107,15 +102,11 @@ def _read(root: Path, name: str, limit: int, *, listed: int | None = None) -> by
             said = f", the signed manifest says {listed}" if listed is not None else ""
             raise InputError(f"bundle file {name} is {st.st_size} bytes{said}: larger than "
                              f"the {limit} bytes this verifier reads")
-        chunks, got = [], 0
-        while got <= limit and (chunk := os.read(fd, min(1 << 20, limit + 1 - got))):
-            chunks.append(chunk)
-            got += len(chunk)
+        data = read_up_to(fd, limit)
     except OSError as exc:
         raise InputError(f"bundle file {name}: {exc.strerror}") from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > limit:  # it grew while being read
         raise InputError(f"bundle file {name} is larger than {limit} bytes")
     return data
@@ -130,8 +121,8 @@ def read_listed(root: Path, name: str, meta: object) -> bytes:
 
 
 def _regular(name: str, mode: int) -> None:
-    if not stat.S_ISREG(mode):
-        what = next((w for test, w in _KINDS if test(mode)), "not a regular file")
+    what = not_regular(mode)
+    if what is not None:
         raise InputError(f"bundle file {name} is {what}, not a regular file")
 
 
