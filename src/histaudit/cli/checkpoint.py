@@ -28,6 +28,7 @@ from . import render
 from .options import (
     EXIT_CLEAN,
     EXIT_FINDINGS,
+    Seconds,
     db_option,
     key_option,
     read_file,
@@ -89,7 +90,7 @@ _POLICY_HELP = ("Witness policy file (C2SP tlog-policy lines: witness NAME VKEY 
 @click.option("--witness-policy", "policy_file", metavar="FILE", required=True,
               envvar="HISTAUDIT_WITNESS_POLICY", help=_POLICY_HELP)
 @click.option("--out", "out_file", metavar="FILE", help="Also write the cosigned note to FILE.")
-@click.option("--timeout", type=click.FloatRange(0.1, 300), default=10.0, show_default=True,
+@click.option("--timeout", type=Seconds(0.1, 300), default=10.0, show_default=True,
               metavar="S", help="Seconds to wait for each witness.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: {ok, origin, size, root, root_hex, note, "

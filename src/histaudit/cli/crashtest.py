@@ -10,7 +10,7 @@ import click
 from histaudit.errors import UsageError
 
 from . import render
-from .options import write_file
+from .options import Seconds, write_file
 
 
 @click.command("crashtest")
@@ -43,9 +43,9 @@ from .options import write_file
 @click.option("--engine-crash", is_flag=True, help="Crash the engine (not the app) at the "
               "points.")
 @click.option("--no-engine-points", is_flag=True, help="App crashes only.")
-@click.option("--timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+@click.option("--timeout", type=Seconds(1, 3600), default=60.0, show_default=True,
               help="Seconds a run may take to crash, and then to complete.")
-@click.option("--lock-timeout", type=click.FloatRange(0.1, 600), default=3.0,
+@click.option("--lock-timeout", type=Seconds(0.1, 600), default=3.0,
               show_default=True, metavar="SECONDS", help="The engine's work-item lock in "
               "engine-crash runs on durabletask (daprd has its own): how long a restarted "
               "engine waits before it dispatches the interrupted step again (keep it above "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -40,6 +41,19 @@ def write_file(path: str, data: bytes) -> None:
             fh.write(data)
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror}") from None
+
+
+class Seconds(click.FloatRange):
+    """A duration in seconds within ``[low, high]``: click's FloatRange, which lets
+    ``nan`` through (no comparison with it is true), refusing every value that is not a
+    finite number."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return number
 
 
 class Timestamp(click.ParamType):  # type: ignore[type-arg]  # generic in click>=8.2 only

@@ -15,7 +15,7 @@ import click
 from histaudit.errors import UsageError
 
 from . import render
-from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS
+from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS, Seconds
 
 
 @click.command("replay")
@@ -43,7 +43,7 @@ from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS
                    "signed ones (default $HISTAUDIT_DB when set; without one, not compared).")
 @click.option("--keep-going", is_flag=True,
               help="Replay every history, not only up to the first failure.")
-@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
+@click.option("--timeout", type=Seconds(0.1, 3600), default=10.0, show_default=True,
               help="Seconds to wait for the engine.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: one object for one history; {ok, results, summary} for more.")

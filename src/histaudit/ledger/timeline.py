@@ -26,7 +26,8 @@ PayloadLookup = Callable[[str], tuple[bytes, bytes] | None]
 
 _FAMILIES = sorted({k.value.split(".", 1)[0] for k in Kind})
 # entry numbers fit in 64 bits, so 20 digits at most (and int() refuses 4,300 and more)
-_SEQ = re.compile(r"(\d{0,20})\.\.(\d{0,20})|(\d{1,20})")
+_SEQ = re.compile(r"([0-9]{0,20})\.\.([0-9]{0,20})|([0-9]{1,20})")
+r"""ASCII digits only: ``\d`` would take ``٣`` (Arabic-Indic three) too, which int() reads."""
 
 
 def kinds_named(name: str) -> tuple[str, ...]:

@@ -53,6 +53,11 @@ def test_cli_replay_clean_diverged_and_json(tmp_path: Path) -> None:
       "--engine", "127.0.0.1:1"], "--engine HOST:PORT or --history FILE"),
     (["--workflow", "examples.nondeterminism.workflows:order"],
      "--engine HOST:PORT or --history FILE"),
+    # nan passed click's range check and failed later as "unreachable", exit 1 (#40)
+    (["--workflow", "examples.nondeterminism.workflows:order", "--history", "ORDER",
+      "--timeout", "nan"], "'nan' is not a number of seconds"),
+    (["--workflow", "examples.nondeterminism.workflows:order", "--history", "ORDER",
+      "--timeout", "inf"], "3600"),
 ])
 def test_cli_replay_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str],
                                                  needle: str) -> None:

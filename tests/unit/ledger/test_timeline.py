@@ -27,7 +27,8 @@ def test_seq_ranges(text: str, bounds: tuple[int | None, int | None]) -> None:
 
 
 @pytest.mark.parametrize("text", ["..", "3-5", "a..b", "1...3", "-1..2", "5..3", "0..", "",
-                                  "9" * 5000, "1.." + "9" * 5000, "1" * 21])
+                                  "9" * 5000, "1.." + "9" * 5000, "1" * 21,
+                                  "\u0663", "1..\u0663", "\uff13"])  # Arabic-Indic, fullwidth 3
 def test_bad_seq_ranges(text: str) -> None:
     with pytest.raises(UsageError, match="--seq"):
         parse_seq_range(text)
