@@ -458,5 +458,7 @@ def test_bundle_carries_its_cosignatures(rig: Rig, start_witness: StartWitness) 
     lacking = cli("verify", "--bundle", newer, "--trust", rig.pub, "--witness-policy", policy,
                   "--json", cwd=rig.tmp)
     assert lacking.returncode == 1, lacking.stderr
-    codes = {f["code"] for r in json.loads(lacking.stdout)["reports"] for f in r["findings"]}
+    doc = json.loads(lacking.stdout)
+    codes = {f["code"] for r in doc["reports"] for f in r["findings"]}
     assert codes == {"witness-quorum-missing"}
+    assert doc["ok"] is False  # it said true with exit 1 (issue #40, item 1)

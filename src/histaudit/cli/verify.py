@@ -246,7 +246,9 @@ def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
         # The proof's report is the last of all_reports(); in JSON it sits in
         # since_checkpoint, as for a ledger (schemas/verify-bundle.output.schema.json).
         proof = reports[-1] if result.consistency is not None else None
-        render.emit_json({"bundle": path, "ok": result.ok,
+        # ok covers every report shown, the witness policy's too (it was left out: a
+        # bundle short of its quorum said "ok": true and exited 1)
+        render.emit_json({"bundle": path, "ok": result.ok and all(r.ok for r in reports),
                           "checkpoint": {"size": result.checkpoint.size,
                                          "origin": result.checkpoint.origin},
                           "reports": [r.to_json() for r in reports
