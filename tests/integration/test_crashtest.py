@@ -302,6 +302,15 @@ def _bad_cases(tmp: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
         "resources-actor-store": ([f"{TRIAGE}:triage", "--input", ticket, "--engine", "daprd",
                                    "--resources", str(clashing)], {},
                                   "statestore.yaml is the name of the actor state store"),
+        # refused before the run, not after it (issue #40, item 9); the engine given here
+        # cannot start, so a check made after the clean run would say that instead
+        "junit-unwritable": ([f"{TRIAGE}:triage", "--input", ticket, "--junit",
+                              str(tmp / "no-dir" / "m.xml")],
+                             {"HISTAUDIT_ENGINE_BIN": str(fake_engine)},
+                             f"cannot write {tmp / 'no-dir' / 'm.xml'}"),
+        "json-unwritable": ([f"{TRIAGE}:triage", "--input", ticket, "--json", str(empty)],
+                            {"HISTAUDIT_ENGINE_BIN": str(fake_engine)},
+                            f"cannot write {empty}: Is a directory"),
     }
 
 

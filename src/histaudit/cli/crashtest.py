@@ -10,7 +10,7 @@ import click
 from histaudit.errors import UsageError
 
 from . import render
-from .options import Seconds, write_file
+from .options import Seconds, check_writable, write_file
 
 
 @click.command("crashtest")
@@ -77,6 +77,9 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
     inp = ct.parse_input(input_json)
     env = ct.parse_env(env_pairs)
     events = ct.parse_events(event_pairs)
+    for out in (junit_file, json_file):  # before the run, not after it
+        if out:
+            check_writable(out)
 
     began = time.monotonic()
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from typing import Any
 
 import click
@@ -41,6 +43,21 @@ def write_file(path: str, data: bytes) -> None:
             fh.write(data)
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def check_writable(path: str) -> None:
+    """Refuse an output file that :func:`write_file` could not write, before a long run
+    that ends by writing it: opened for appending (nothing it holds changes), and removed
+    again when this made it."""
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror}") from None
+    if not existed:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 class Seconds(click.FloatRange):
