@@ -9,7 +9,10 @@ or forked (a copy appended differently, same origin and key), is refused by the 
 and reported with one line and exit 1; a quorum of two with one witness down fails
 closed; the cosignatures are stored append-only beside the checkpoint (a table both
 dialects guard), and a cosigned note verifies with C2SP reference code (Go's sumdb/note
-and torchwood's policy check), not only with histaudit's.
+and torchwood's policy check), not only with histaudit's. A hostile witness
+(``support/hostile_witness.py``: not HTTP, a 70 kB status line, 101 headers, a truncated or
+bad chunk, an answer trickled a byte every 2 s) is unreachable on one line within
+``--timeout``. Cost of the hostile cases: ≈ 3 s of CPU and 6 s of wall.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +43,7 @@ from histaudit.witness.client import add_checkpoint, request_body
 from histaudit.witness.cosign import cosign
 from histaudit.witness.policy import read_policy
 from support.cli import cli, exits, one_error_line, verification_failed
+from support.hostile_witness import ANSWERS, hostile_witness
 from support.ledgers import LedgerDb
 from support.repo import REPO, SCHEMAS
 from support.witness import Witness, start_witness, write_policy
@@ -462,3 +467,21 @@ def test_bundle_carries_its_cosignatures(rig: Rig, start_witness: StartWitness) 
     codes = {f["code"] for r in doc["reports"] for f in r["findings"]}
     assert codes == {"witness-quorum-missing"}
     assert doc["ok"] is False  # it said true with exit 1 (issue #40, item 1)
+
+
+@pytest.mark.parametrize("answer", sorted(ANSWERS))
+def test_a_witness_answering_garbage_or_trickling_is_unreachable_in_bounded_time(
+        sqlite_rig: Rig, start_witness: StartWitness, answer: str) -> None:
+    """Each was a Python traceback, or ran far past ``--timeout`` (issue #40, items 2-3):
+    now the witness is unreachable, said on one line, within the timeout."""
+    w = start_witness("witness.test/one")
+    rig = sqlite_rig
+    with hostile_witness(answer) as url:
+        policy = rig.tmp / "hostile.txt"
+        policy.write_text(f"log {rig.log_vkey}\nwitness w1 {w.vkey} {url}\n"
+                          f"group witnesses all w1\nquorum witnesses\n", encoding="utf-8")
+        began = time.monotonic()
+        failed = rig.cosign(policy, "--timeout", "3")
+        took = time.monotonic() - began
+    verification_failed(failed, "quorum not met", "witness w1: unreachable")
+    assert "Traceback" not in failed.stderr and took < 10, (took, failed.stderr)

@@ -10,6 +10,9 @@ for a request it cannot read. Only the standard library's ``urllib`` is used.
 from __future__ import annotations
 
 import base64
+import http.client
+import queue
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -37,7 +40,23 @@ def request_body(old_size: int, proof: Sequence[bytes], note: bytes) -> bytes:
 
 
 def add_checkpoint(url: str, body: bytes, *, timeout: float) -> Answer:
-    """POST ``body`` to ``{url}add-checkpoint``; never raises for network trouble."""
+    """POST ``body`` to ``{url}add-checkpoint``; never raises for network trouble.
+
+    ``timeout`` bounds the whole exchange — connecting, sending, the status line, the
+    headers and the body — not each socket operation: a witness that trickles its answer
+    a byte at a time is given up at the deadline. The exchange runs in a daemon thread
+    that is left to its socket's own timeout once the deadline has passed.
+    """
+    done: queue.SimpleQueue[Answer] = queue.SimpleQueue()
+    threading.Thread(target=lambda: done.put(_exchange(url, body, timeout)), daemon=True,
+                     name="histaudit-witness").start()
+    try:
+        return done.get(timeout=timeout)
+    except queue.Empty:
+        return Answer(0, b"", f"no complete answer within {timeout:g}s")
+
+
+def _exchange(url: str, body: bytes, timeout: float) -> Answer:
     req = urllib.request.Request(url + "add-checkpoint", data=body, method="POST",
                                  headers={"Content-Type": "text/plain; charset=utf-8"})
     try:
@@ -46,11 +65,14 @@ def add_checkpoint(url: str, body: bytes, *, timeout: float) -> Answer:
     except urllib.error.HTTPError as exc:
         try:
             data = exc.read(_MAX_ANSWER)
-        except OSError:
+        except (OSError, http.client.HTTPException):
             data = b""
         return Answer(exc.code, data)
     except urllib.error.URLError as exc:
         reason = exc.reason
         return Answer(0, b"", str(getattr(reason, "strerror", None) or reason))
+    except http.client.HTTPException as exc:  # a status line, header or chunk not HTTP
+        return Answer(0, b"", f"not an HTTP answer: {type(exc).__name__}"
+                              + (f" ({str(exc)[:80]!r})" if str(exc) else ""))
     except (OSError, ValueError) as exc:  # timeouts, resets, a bad URL
         return Answer(0, b"", str(exc) or type(exc).__name__)
