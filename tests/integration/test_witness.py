@@ -485,3 +485,21 @@ def test_a_witness_answering_garbage_or_trickling_is_unreachable_in_bounded_time
         took = time.monotonic() - began
     verification_failed(failed, "quorum not met", "witness w1: unreachable")
     assert "Traceback" not in failed.stderr and took < 10, (took, failed.stderr)
+
+
+def test_a_witness_url_with_credentials_never_shows_them(
+        sqlite_rig: Rig, start_witness: StartWitness) -> None:
+    """The password of a witness URL was in the error line and in --json (issue #40,
+    item 4); now shown as ***, whatever the witness answers."""
+    w = start_witness("witness.test/one")
+    rig = sqlite_rig
+    with hostile_witness("not-http") as url:
+        policy = rig.tmp / "secret.txt"
+        secret_url = url.replace("http://", "http://w:S3cretTok3n@")
+        policy.write_text(f"log {rig.log_vkey}\nwitness w1 {w.vkey} {secret_url}\n"
+                          f"group witnesses all w1\nquorum witnesses\n", encoding="utf-8")
+        said = rig.cosign(policy, "--timeout", "3")
+        as_json = rig.cosign(policy, "--timeout", "3", "--json")
+    verification_failed(said, "witness w1: unreachable", "w:***@")
+    for r in (said, as_json):
+        assert r.returncode == 1 and "S3cretTok3n" not in r.stdout + r.stderr, r.stderr

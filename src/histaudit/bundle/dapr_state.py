@@ -23,10 +23,10 @@ import binascii
 import re
 import sqlite3
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from histaudit.errors import InputError
 from histaudit.ledger.store.pgsession import catalog_first
+from histaudit.urls import shown_url, without_secrets
 from histaudit.verify.dapr_history import ROW_NAME, DaprWorkflowRows
 
 __all__ = ["is_postgres_url", "read_workflow_rows"]
@@ -36,7 +36,6 @@ _TABLE = re.compile(rf"{_IDENT}\Z")
 _PG_TABLE = re.compile(rf"(?:{_IDENT}\.)?{_IDENT}\Z")  # state.postgresql allows schema.table
 _PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 _PG_CONNECT_TIMEOUT_S = 10
-_PASSWORD_PARAM = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
 
 _Row = tuple[object, object, object]  # key, value, is-binary flag
 
@@ -82,25 +81,11 @@ def _sqlite_rows(path: Path, table: str, suffix: str) -> list[_Row]:
         conn.close()
 
 
-def _shown(url: str) -> str:
-    """``url`` fit for an error message: any password (in the authority or a
-    ``password=`` parameter) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is not None:
-            user, host = parts.netloc.rsplit("@", 1)
-            parts = parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}")
-        query = _PASSWORD_PARAM.sub(r"\1***", parts.query)
-        return urlunsplit(parts._replace(query=query))
-    except ValueError:
-        return "the PostgreSQL URL"
-
-
 def _pg_rows(url: str, table: str, suffix: str) -> list[_Row]:
     import psycopg
     from psycopg import sql
 
-    shown = _shown(url)
+    shown = shown_url(url)
     if not _PG_TABLE.match(table):
         raise InputError(f"bad table name {table!r}")
     scheme, rest = url.split("://", 1)
@@ -111,7 +96,8 @@ def _pg_rows(url: str, table: str, suffix: str) -> list[_Row]:
         conn = psycopg.connect(conninfo, connect_timeout=_PG_CONNECT_TIMEOUT_S,
                                application_name="histaudit dapr-verify")
     except (psycopg.Error, ValueError) as exc:
-        raise InputError(f"state store {shown}: {_first_line(exc)}") from None
+        raise InputError(f"state store {shown}: "
+                         f"{without_secrets(_first_line(exc), url)}") from None
     try:
         catalog_first(conn)  # the store's owner's functions never stand in for pg_catalog's
         conn.read_only = True  # every transaction READ ONLY: the server refuses writes
@@ -134,7 +120,8 @@ def _pg_rows(url: str, table: str, suffix: str) -> list[_Row]:
                             "WHERE strpos(key, %s) > 0").format(ident)
             return list(conn.execute(query, (suffix,)).fetchall())
     except psycopg.Error as exc:
-        raise InputError(f"state store {shown}: {_first_line(exc)}") from None
+        raise InputError(f"state store {shown}: "
+                         f"{without_secrets(_first_line(exc), url)}") from None
     finally:
         conn.close()
 
@@ -153,7 +140,7 @@ def read_workflow_rows(db_path: str | Path, instance: str, *, app_id: str | None
     suffix = f"||{instance}||"
     where: str | Path
     if is_postgres_url(db_path):
-        where = _shown(str(db_path))
+        where = shown_url(str(db_path))
         rows = _pg_rows(str(db_path), table, suffix)
     else:
         where = Path(db_path)

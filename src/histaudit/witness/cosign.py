@@ -27,6 +27,7 @@ from histaudit.ledger.checkpoint import (
     with_lines,
 )
 from histaudit.ledger.keys import Signer
+from histaudit.urls import shown_url, without_secrets
 
 from .client import Answer, add_checkpoint, request_body
 from .policy import PolicyVerdict, PolicyWitness, WitnessPolicy
@@ -153,8 +154,9 @@ def _submit(witness: PolicyWitness, cp: Checkpoint, tree: merkle.Tree, guess: in
 def _judge(witness: PolicyWitness, cp: Checkpoint, answer: Answer, old: int) -> WitnessOutcome:
     status = answer.status
     if status == 0:
-        return _out(witness, UNREACHABLE, f"unreachable at {witness.url} ({answer.unreachable})",
-                    old)
+        url = witness.url or ""
+        return _out(witness, UNREACHABLE, f"unreachable at {shown_url(url)} "
+                    f"({without_secrets(answer.unreachable, url)})", old)
     if status == 200:
         text = note_text(cp.note)
         for raw in answer.body.split(b"\n"):

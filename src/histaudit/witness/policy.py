@@ -29,6 +29,7 @@ from histaudit.ledger.checkpoint import (
     signature_lines,
     verify_cosignature,
 )
+from histaudit.urls import shown_url
 from histaudit.verify.findings import Finding
 from histaudit.verify.report import Report, Scope
 
@@ -230,8 +231,8 @@ def _witness_url(url: str, where: str) -> str:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"{where}: witness URL {url[:80]!r} is not an http(s) URL with a "
-                         f"host and a valid port")
+        raise InputError(f"{where}: witness URL {shown_url(url)[:80]!r} is not an http(s) "
+                         f"URL with a host and a valid port")
     return url if url.endswith("/") else url + "/"
 
 

@@ -10,7 +10,6 @@ import functools
 import logging
 import math
 import os
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from histaudit.errors import StoreError
 from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
+from histaudit.urls import shown_url
 
 from .columns import _text
 from .pgsession import catalog_first
@@ -87,10 +87,7 @@ def lock_wait_from_env() -> float:
 
 
 def _redact_url(url: str) -> str:
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return "<unparseable URL>"
+    return shown_url(url)
 
 
 OnLockWait = Callable[[], None]
@@ -179,9 +176,7 @@ class Ledger:
         try:
             parsed = sa.engine.make_url(url)
         except (ArgumentError, ValueError):
-            # Unparseable, so not redactable by SQLAlchemy: cut any user:password@ part.
-            scrubbed = re.sub(r"(?<=://)[^/@]*@", "***@", url)
-            raise StoreError(f"ledger URL {scrubbed!r} is not a database URL") from None
+            raise StoreError(f"ledger URL {shown!r} is not a database URL") from None
         backend = parsed.get_backend_name()
         if backend not in _DRIVERS:
             raise StoreError(f"ledger URL {shown}: only sqlite and postgresql are supported")
