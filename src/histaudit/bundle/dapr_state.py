@@ -23,6 +23,7 @@ import binascii
 import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from histaudit.errors import InputError
 from histaudit.ledger.store.pgsession import catalog_first
@@ -33,6 +34,9 @@ __all__ = ["is_postgres_url", "read_workflow_rows"]
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _TABLE = re.compile(rf"{_IDENT}\Z")
+_VIRTUAL = re.compile(r"\s*create\s+virtual\s", re.IGNORECASE)
+MAX_STATE_BYTES = 1 << 30
+"""Most key and value bytes read for one instance from a Dapr state store (1 GiB)."""
 _PG_TABLE = re.compile(rf"(?:{_IDENT}\.)?{_IDENT}\Z")  # state.postgresql allows schema.table
 _PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 _PG_CONNECT_TIMEOUT_S = 10
@@ -72,13 +76,39 @@ def _sqlite_rows(path: Path, table: str, suffix: str) -> list[_Row]:
     except sqlite3.Error as exc:
         raise InputError(f"state store {path}: {exc}") from None
     try:
+        # The table must store its rows: a view (an endless recursive one ran for ever
+        # and took gigabytes), a virtual table or a generated column computes them.
+        found = conn.execute(
+            "SELECT m.type, m.sql, (SELECT count(*) FROM pragma_table_xinfo(m.name) "
+            "WHERE hidden <> 0) FROM sqlite_master m WHERE lower(m.name) = lower(?) "
+            "AND m.type IN ('table', 'view')", (table,)).fetchone()
+        if found is not None and (found[0] != "table" or found[2]
+                                  or _VIRTUAL.match(str(found[1] or ""))):
+            what = ("a view" if found[0] != "table" else "a virtual table"
+                    if _VIRTUAL.match(str(found[1] or "")) else "computed (generated columns)")
+            raise InputError(f"state store {path}: table {table!r} is {what}, not a stored "
+                             f"table: refused")
         # instr() rather than LIKE: an instance id may hold % or _.
-        return list(conn.execute(f"SELECT key, value, is_binary FROM {table} "  # checked
-                                 "WHERE instr(key, ?) > 0", (suffix,)).fetchall())
+        return _bounded(conn.execute(f"SELECT key, value, is_binary FROM {table} "  # checked
+                                     "WHERE instr(key, ?) > 0", (suffix,)), str(path))
     except sqlite3.Error as exc:
         raise InputError(f"state store {path}: {exc}") from None
     finally:
         conn.close()
+
+
+def _bounded(cursor: Any, where: str) -> list[_Row]:
+    """The cursor's rows, refused past :data:`MAX_STATE_BYTES` of keys and values."""
+    rows: list[_Row] = []
+    size = 0
+    while batch := cursor.fetchmany(256):
+        for row in batch:
+            size += sum(len(v) for v in row[:2] if isinstance(v, str | bytes))
+            if size > MAX_STATE_BYTES:
+                raise InputError(f"state store {where}: the instance's rows exceed "
+                                 f"{MAX_STATE_BYTES} bytes: refused")
+            rows.append(row)
+    return rows
 
 
 def _pg_rows(url: str, table: str, suffix: str) -> list[_Row]:
@@ -110,6 +140,11 @@ def _pg_rows(url: str, table: str, suffix: str) -> list[_Row]:
                 raise InputError(f"state store {shown}: no table {table!r} with a value "
                                  "column (not a state.postgresql store, or another "
                                  "tableName: --table)")
+            relkind = conn.execute("SELECT c.relkind FROM pg_class c WHERE c.oid = "
+                                   "to_regclass(%s)", (ident.as_string(conn),)).fetchone()
+            if relkind is not None and relkind[0] not in ("r", "p"):
+                raise InputError(f"state store {shown}: {table!r} is not a stored table "
+                                 f"(relkind {relkind[0]!r}): refused")
             if kind[0] != "jsonb":
                 raise InputError(f"state store {shown}: table {table!r} keeps values as "
                                  f"{kind[0]}, not jsonb: not a state.postgresql v1 store")
@@ -118,7 +153,7 @@ def _pg_rows(url: str, table: str, suffix: str) -> list[_Row]:
             query = sql.SQL("SELECT key, CASE WHEN isbinary THEN value #>> '{{}}' "
                             "ELSE value::text END, isbinary FROM {} "
                             "WHERE strpos(key, %s) > 0").format(ident)
-            return list(conn.execute(query, (suffix,)).fetchall())
+            return _bounded(conn.execute(query, (suffix,)), shown)
     except psycopg.Error as exc:
         raise InputError(f"state store {shown}: "
                          f"{without_secrets(_first_line(exc), url)}") from None
