@@ -92,8 +92,11 @@ def _guarded(executor: Any, exempt: set[str]) -> Callable[..., Any]:
     """The executor's ``run_tool`` (a coroutine function) with each call of a tool not in
     ``exempt`` inside the side effect ``tool:<name>`` of the running activity. The name is
     the tool's own (``write_note``), whichever spelling the LLM asked for (``WriteNote``:
-    dapr-agents matches names without case and underscores)."""
+    dapr-agents matches names without case and underscores). Guarding an executor again
+    (``audit_agent`` called twice on one agent) wraps its own ``run_tool`` once more, with
+    the new ``exempt`` set: a tool call is never nested in two side effects of one key."""
     run_tool = executor.run_tool
+    run_tool = getattr(run_tool, "_histaudit_unguarded", run_tool)
 
     async def run_guarded(tool_name: str, *args: Any, **kwargs: Any) -> Any:
         found = executor.get_tool(tool_name)
@@ -106,6 +109,7 @@ def _guarded(executor: Any, exempt: set[str]) -> Callable[..., Any]:
             effect.result = await run_tool(tool_name, *args, **kwargs)
         return effect.result
 
+    run_guarded._histaudit_unguarded = run_tool  # type: ignore[attr-defined]
     return run_guarded
 
 
