@@ -4,12 +4,13 @@ outside its code, or that it started, in words (:func:`event_words`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
 
-from histaudit.ledger.kinds import WORKFLOW_STATE, Kind
+from histaudit.ledger.kinds import Kind
 from histaudit.ledger.timeline import TimelineEntry
+from histaudit.verify.tree import WorkflowSummary
 
 __all__ = ["RECEIVED_KINDS", "STATE_WORDS", "WorkflowFacts", "event_words"]
 
@@ -37,24 +38,16 @@ class WorkflowFacts:
 
     @classmethod
     def of(cls, rows: Iterable[TimelineEntry]) -> WorkflowFacts:
-        facts = cls()
-        last = None
+        summary = WorkflowSummary()  # the tree's own fold (verify --tree)
+        events = []
         for e in rows:
             if e.kind is None:
                 continue
-            last = e.kind
-            if e.kind == Kind.WORKFLOW_STARTED and facts.workflow is None:
-                name, link = e.data.get("workflow"), e.data.get("parent")
-                facts.workflow = name if isinstance(name, str) else None
-                if isinstance(link, Mapping) and isinstance(link.get("instance"), str):
-                    facts.parent = link["instance"]
-            elif e.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
-                facts.generations += 1
+            summary.add(e.seq, e.kind, e.data)
             if e.kind in RECEIVED_KINDS:
-                facts.events.append(e)
-        if last is not None:
-            facts.state = WORKFLOW_STATE.get(last, "not-ended")
-        return facts
+                events.append(e)
+        return cls(summary.workflow, summary.state, summary.signed_parent,
+                   summary.generations, events)
 
     def summary(self, parent_href: str | None = None) -> str:
         """``name``, how it ended, its generations and parent (linked to

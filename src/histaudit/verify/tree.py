@@ -8,15 +8,15 @@ chain for is still a node (``not-recorded``): verifying it gives ``instance-miss
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from histaudit.errors import FormatError
 from histaudit.ledger.kinds import WORKFLOW_STATE, Kind
 from histaudit.ledger.records import StoredEntry, parse_entry
 
-__all__ = ["MAX_TREE", "TreeNode", "instance_tree"]
+__all__ = ["MAX_TREE", "TreeNode", "WorkflowSummary", "instance_tree"]
 
 MAX_TREE = 10_000
 """Most instances one tree walks (a child that names its ancestor cannot loop it)."""
@@ -69,33 +69,53 @@ def instance_tree(root: str, entries_of: Callable[[str], Iterable[StoredEntry]]
     return nodes
 
 
+@dataclass
+class WorkflowSummary:
+    """What one instance's entries say of its workflow, folded entry by entry (:meth:`add`,
+    in chain order): its name and signed parent (its first ``workflow.started``), its
+    generations, the children it scheduled and, from its last entry, its state. Shared by
+    the tree and the bundle report."""
+
+    workflow: str | None = None
+    signed_parent: str | None = None
+    generations: int = 1
+    children: dict[str, int] = field(default_factory=dict)
+    """Child instance -> the seq of the ``workflow.scheduled_child`` that first named it."""
+    last_kind: str | None = None
+
+    def add(self, seq: int, kind: str, data: Mapping[str, Any]) -> None:
+        self.last_kind = kind
+        if kind == Kind.WORKFLOW_STARTED and self.workflow is None:
+            name, link = data.get("workflow"), data.get("parent")
+            self.workflow = name if isinstance(name, str) else None
+            if isinstance(link, Mapping) and isinstance(link.get("instance"), str):
+                self.signed_parent = link["instance"]
+        elif kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
+            self.generations += 1
+        elif kind == Kind.WORKFLOW_SCHEDULED_CHILD:
+            child = data.get("child_instance")
+            if isinstance(child, str) and child:
+                self.children.setdefault(child, seq)
+
+    @property
+    def state(self) -> str:
+        """``list``'s ``workflow`` column for its last entry (``not-ended`` without one)."""
+        return WORKFLOW_STATE.get(self.last_kind, "not-ended") if self.last_kind \
+            else "not-ended"
+
+
 def _node(instance: str, depth: int, parent: str | None, seq: int | None,
           rows: Iterable[StoredEntry]) -> tuple[TreeNode, list[tuple[str, int]]]:
-    workflow = signed_parent = None
-    last_kind = None
-    generations, count = 1, 0
-    children: dict[str, int] = {}
+    summary = WorkflowSummary()
+    count = 0
     for row in rows:
         count += 1
         try:
             entry = parse_entry(row.body)
         except FormatError:
             continue
-        last_kind = entry.kind
-        if entry.kind == Kind.WORKFLOW_STARTED and workflow is None:
-            name = entry.data.get("workflow")
-            workflow = name if isinstance(name, str) else None
-            link = entry.data.get("parent")
-            if isinstance(link, dict) and isinstance(link.get("instance"), str):
-                signed_parent = link["instance"]
-        elif entry.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
-            generations += 1
-        elif entry.kind == Kind.WORKFLOW_SCHEDULED_CHILD:
-            child = entry.data.get("child_instance")
-            if isinstance(child, str) and child:
-                children.setdefault(child, entry.seq)
-    state = ("not-recorded" if count == 0 else
-             WORKFLOW_STATE.get(last_kind, "not-ended") if last_kind else "not-ended")
-    return (TreeNode(instance, depth, parent, seq, workflow, state, generations, count,
-                     signed_parent),
-            list(children.items()))
+        summary.add(entry.seq, entry.kind, entry.data)
+    state = "not-recorded" if count == 0 else summary.state
+    return (TreeNode(instance, depth, parent, seq, summary.workflow, state,
+                     summary.generations, count, summary.signed_parent),
+            list(summary.children.items()))
