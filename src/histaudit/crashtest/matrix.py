@@ -66,6 +66,7 @@ from .results import (
     MatrixResult,
     PointResult,
     one_line,
+    with_restarts,
 )
 from .sandbox import RunError, RunState, Sandbox
 from .spec import CrashSpec
@@ -177,6 +178,7 @@ def _crash_once(spec: CrashSpec, clean: CleanRun, point: str, kind: CrashKind) -
                                ignore=clean.ignore)
                 if result.outcome in (FAILED, DIVERGED) and sb.workers:
                     result = replace(result, log_tail=sb.last_tail())
+            result = with_restarts(result, len(sb.engine_restarts))
     except EngineError as exc:
         result = replace(result, detail=f"engine: {one_line(str(exc))[:300]}")
     except Exception as exc:  # noqa: BLE001 - one point's trouble must not end the matrix

@@ -36,10 +36,15 @@ def render(result: MatrixResult, console: Any = None) -> None:
         table.add_row(p.point, p.kind.value, Text(p.outcome.value, style=style),
                       ", ".join(p.codes) or "-", f"{p.wall:.1f}s")
     console.print(table)
-    look = [p for p in result.points if p.outcome != IDENTICAL]
+    look = [p for p in result.points if p.outcome != IDENTICAL or p.engine_restarts]
     for p in look:
         console.print(f"{p.point} ({p.kind}): {p.outcome} — {p.detail}")
         console.print(f"  rerun: {p.rerun}")
+    restarts = sum(p.engine_restarts for p in result.points)
+    if restarts:
+        console.print(f"daprd stranded a workflow {restarts} time(s) after a crash (the "
+                      "dapr 1.18.3 deadlock of docs/adr/0008-daprd.md); each time the "
+                      "harness restarted daprd, as an operator would, and judged the end")
     if clean.not_reached:
         console.print("declared but never reached in the clean run: "
                       + ", ".join(clean.not_reached))

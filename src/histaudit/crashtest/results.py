@@ -29,7 +29,7 @@ import enum
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from histaudit.verify.findings import EffectRef, Finding, Severity
@@ -40,7 +40,7 @@ from .spec import CrashSpec
 __all__ = [
     "DIVERGED", "FAILED", "FINDINGS", "IDENTICAL", "KIND_APP", "KIND_ENGINE", "OUTCOMES",
     "STUCK", "CleanRun", "CrashKind", "MatrixResult", "Outcome", "PointResult",
-    "assert_no_duplicate_effects", "assert_recovered",
+    "assert_no_duplicate_effects", "assert_recovered", "with_restarts",
 ]
 
 
@@ -203,6 +203,8 @@ class PointResult:
     diff: tuple[str, ...] = ()
     instance: str | None = None
     log_tail: str = ""
+    engine_restarts: int = 0
+    """Times the harness restarted a stranded daprd after this crash (ADR 0008)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", CrashKind(self.kind))
@@ -247,7 +249,20 @@ class PointResult:
                 "effects": self.effects, "diff": list(self.diff),
                 "findings": _finding_docs(self.findings),
                 "instance": self.instance, "wall_s": round(self.wall, 3),
-                "rerun": self.rerun}
+                "engine_restarts": self.engine_restarts, "rerun": self.rerun}
+
+
+def with_restarts(result: PointResult, restarts: int) -> PointResult:
+    """``result`` noting that the harness restarted a stranded daprd ``restarts`` times
+    after its crash (the dapr 1.18.3 deadlock of ADR 0008); the outcome stays what the
+    run's end shows."""
+    if restarts == 0:
+        return result
+    note = ("daprd stranded the workflow after the crash (the dapr 1.18.3 deadlock, "
+            "docs/adr/0008-daprd.md) and the harness restarted it"
+            + (f" {restarts} times" if restarts > 1 else ""))
+    return replace(result, engine_restarts=restarts,
+                   detail=f"{result.detail}; {note}" if result.detail else note)
 
 
 @dataclass(frozen=True, kw_only=True)

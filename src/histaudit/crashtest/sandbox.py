@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .daprd import DaprdStack
-from .daprd_wait import when_hosted
+from .daprd_wait import stranded, when_hosted
 from .engine import EngineProcess
 from .spec import CrashSpec
 from .worker import WORKER_ERROR, WORKER_READY, ZYGOTE_READY
@@ -47,6 +47,8 @@ TERMINAL = ("COMPLETED", "FAILED", "TERMINATED")
 """Workflow runtime statuses after which nothing more happens."""
 
 _POLL_S = 0.1
+_STRAND_CHECK_S = 2.0
+_STRAND_LOG_BYTES = 256 * 1024
 _TAIL_CHARS = 1500
 
 # Workers still running when the interpreter exits are killed (engines are, by engine.py).
@@ -279,6 +281,58 @@ def _create_ledger(url: str) -> None:
     Ledger.open(url, create=True).close()
 
 
+class _EventRaiser:
+    """Raises a run's external events (``--event``), in order, on a thread of its own.
+
+    The run's first crash can come before they are delivered: a worker that dies a few
+    milliseconds after the instance is scheduled leaves daprd with no host for the
+    workflow actor ("did not find address for actor"), and an engine killed at its first
+    point is down. The harness restarts the worker or the engine only after it sees the
+    crash, so a raise that waited in line would wait for ever; here each event is asked
+    again (:func:`~histaudit.crashtest.daprd_wait.when_hosted`) while the run goes on, and
+    lands once a worker hosts the instance again. :attr:`error` says why one never did.
+    """
+
+    def __init__(self, address: str, instance: str, events: tuple[tuple[str, str], ...],
+                 timeout: float) -> None:
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._raise_all, daemon=True,
+                                        args=(address, instance, events, timeout),
+                                        name=f"events-{instance}")
+        self._thread.start()
+
+    def _raise_all(self, address: str, instance: str, events: tuple[tuple[str, str], ...],
+                   timeout: float) -> None:
+        import dapr.ext.workflow as wf
+
+        host, port = address.rsplit(":", 1)
+        client = wf.DaprWorkflowClient(host=host, port=port,
+                                       logger_options=_quiet_logger_options())
+        try:
+            for name, text in events:
+                try:
+                    when_hosted(functools.partial(client.raise_workflow_event, instance, name,
+                                                  data=json.loads(text)), timeout, self._stop)
+                except Exception as exc:  # noqa: BLE001 - reported as the run's failure
+                    if not self._stop.is_set():
+                        self.error = f"event {name!r} was never raised: {_one_line(exc)}"
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _one_line(exc: BaseException) -> str:
+    details = exc.details() if hasattr(exc, "details") else None
+    text = details if isinstance(details, str) and details else str(exc)
+    return f"{type(exc).__name__}: {' '.join(text.split())[:300]}"
+
+
 class Sandbox:
     """One run's world: engine, ledger, key pair, data directory, workers, client."""
 
@@ -290,6 +344,10 @@ class Sandbox:
         self.dir = Path(tempfile.mkdtemp(prefix=f"histaudit-crashtest-{label}-"))
         self.workers: list[Worker] = []
         self._client: Any = None
+        self._events: _EventRaiser | None = None
+        self.engine_restarts: list[float] = []
+        """When (``time.monotonic()``) the run restarted a stranded daprd."""
+        self._log_start = 0
         self._forking = fork
         self._zygote_proc: Zygote | None = None
         self.fork_refused: str | None = None
@@ -334,7 +392,13 @@ class Sandbox:
         (on daprd: daprd alone; placement and scheduler keep running, as in a cluster)."""
         self.reset_client()
         self.engine.kill()
+        self._note_log_start()
         self.engine.start()
+
+    def _note_log_start(self) -> None:
+        if isinstance(self.engine, DaprdStack):
+            with contextlib.suppress(OSError):
+                self._log_start = self.engine.log_path.stat().st_size
 
     @property
     def env(self) -> dict[str, str]:
@@ -415,10 +479,23 @@ class Sandbox:
         self.client.schedule_new_workflow(self.spec.workflow, input=self.spec.input,
                                           instance_id=self.instance,
                                           start_at=datetime.now(UTC))
-        for name, text in self.spec.events:
-            # daprd can refuse a raised event a moment after a worker connected
-            when_hosted(functools.partial(self.client.raise_workflow_event, self.instance,
-                                          name, data=json.loads(text)), self.spec.timeout)
+        if self.spec.events:
+            self._events = _EventRaiser(self.engine.address, self.instance, self.spec.events,
+                                        self.spec.timeout)
+
+    def _restart_if_stranded(self, daprd: DaprdStack) -> None:
+        """Restart daprd when its log since its last start shows the dapr 1.18.3
+        deadlock that strands every workflow (:func:`~.daprd_wait.stranded`, ADR 0008), as
+        an operator would; the restart is noted in :attr:`engine_restarts`."""
+        try:
+            with open(daprd.log_path, "rb") as fh:
+                fh.seek(max(self._log_start, fh.seek(0, os.SEEK_END) - _STRAND_LOG_BYTES))
+                log = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return
+        if stranded(log):
+            self.engine_restarts.append(time.monotonic())
+            self.kill_engine_and_restart()
 
     def state(self) -> RunState | None:
         try:
@@ -441,7 +518,13 @@ class Sandbox:
         """
         deadline = time.monotonic() + timeout
         last: RunState | None = None
+        next_check = time.monotonic() + _STRAND_CHECK_S
         while True:
+            if self._events is not None and self._events.error is not None:
+                raise RunError(self._events.error)
+            if isinstance(self.engine, DaprdStack) and time.monotonic() >= next_check:
+                next_check = time.monotonic() + _STRAND_CHECK_S
+                self._restart_if_stranded(self.engine)
             if watch is not None and watch():
                 return None
             st = self.state()
@@ -454,6 +537,8 @@ class Sandbox:
             time.sleep(_POLL_S)
 
     def close(self) -> None:
+        if self._events is not None:
+            self._events.close()
         for worker in self.workers:
             worker.kill()
         if self._zygote_proc is not None:

@@ -80,6 +80,7 @@ from .results import (
     Outcome,
     PointResult,
     one_line,
+    with_restarts,
 )
 from .sandbox import RunError, RunState, Sandbox
 from .spec import CrashSpec
@@ -125,6 +126,14 @@ class SweepRun:
     resumed: tuple[float, ...] = ()
     """Seconds from each crash until work went on: the next worker connected (app), the
     engine back (engine)."""
+    restarts: tuple[float, ...] = ()
+    """Seconds since the sweep began at which the harness restarted a stranded daprd."""
+
+    def restarts_after(self, n: int) -> int:
+        """Restarts of a stranded daprd between crash ``n`` (1-based) and the next."""
+        begin = self.crashes[n - 1].at
+        end = self.crashes[n].at if n < len(self.crashes) else float("inf")
+        return sum(1 for t in self.restarts if begin <= t < end)
 
     def around(self, finding: Finding) -> tuple[str | None, str | None]:
         """The crashes on either side of ``finding``'s entry: the one after which it was
@@ -265,6 +274,7 @@ def _sweep(spec: CrashSpec, clean: CleanRun, keys: dict[str, str], kind: CrashKi
                          rerun="", clean_effects=dict(clean.effects))
     lock = spec.lock_timeout if kind == KIND_ENGINE else None
     walk: _Walk | None = None
+    restarts: tuple[float, ...] = ()
     state: RunState | None = None
     ev: Evidence | None = None
     try:
@@ -290,6 +300,9 @@ def _sweep(spec: CrashSpec, clean: CleanRun, keys: dict[str, str], kind: CrashKi
                                  detail=f"not complete {spec.timeout:g}s after the last "
                                         f"crash (status {status or 'unknown'})",
                                  log_tail=sb.last_tail())
+            if walk is not None:
+                restarts = tuple(t - walk.began for t in sb.engine_restarts)
+                result = with_restarts(result, len(restarts))
     except EngineError as exc:
         result = replace(result, detail=f"engine: {one_line(str(exc))[:300]}")
     crashes = tuple(walk.crashes) if walk else ()
@@ -297,7 +310,8 @@ def _sweep(spec: CrashSpec, clean: CleanRun, keys: dict[str, str], kind: CrashKi
     stopped = None if finished or not crashes else crashes[-1].point
     return SweepRun(kind=kind, crashes=crashes, result=replace(
         result, wall=time.monotonic() - began), stopped_at=stopped,
-        wall=time.monotonic() - began, resumed=tuple(walk.resumed) if walk else ())
+        wall=time.monotonic() - began, resumed=tuple(walk.resumed) if walk else (),
+        restarts=restarts)
 
 
 # --- a sweep, checked --------------------------------------------------------------------
@@ -315,7 +329,7 @@ def _swept(point: str, kind: CrashKind, run: SweepRun, spec: CrashSpec) -> Point
     else:
         note = f"; the sweep ended {outcome}: see {run.result.point!r}"
         effects = dict(run.result.effects)
-    return PointResult(point=point, kind=kind, outcome=IDENTICAL,
+    return with_restarts(PointResult(point=point, kind=kind, outcome=IDENTICAL,
                        detail=f"recovered in the sweep (crash {n} of {len(run.crashes)})"
                               + note,
                        rerun=spec.rerun_command(point, engine_crash=kind == KIND_ENGINE),
@@ -323,7 +337,7 @@ def _swept(point: str, kind: CrashKind, run: SweepRun, spec: CrashSpec) -> Point
                        output=run.result.output, output_matches=run.result.output_matches,
                        effects=effects, clean_effects=dict(run.result.clean_effects),
                        findings=run.info_around(point),
-                       instance=run.result.instance)
+                       instance=run.result.instance), run.restarts_after(n))
 
 
 def sweep_points(spec: CrashSpec, clean: CleanRun, points: Sequence[str], kind: CrashKind,
