@@ -313,9 +313,17 @@ def test_cosignatures_are_append_only(rig: Rig, start_witness: StartWitness) -> 
             with pytest.raises(sa.exc.DBAPIError, match="append-only"):
                 db.script(stmt)
         assert db.run("SELECT count(*) FROM histaudit_cosignatures")[0][0] == 1
-    # A second row for the same witness key and size is refused by the store, not replaced.
+    # The same row again is refused by the store, not replaced; another line of the same
+    # witness key is a row of its own (which one counts is the readers' rule).
+    kh = w.vkey.split("+")[1]
+    with LedgerDb(rig.url) as db:
+        (stored,) = db.run("SELECT line FROM histaudit_cosignatures")[0]
     with Ledger.open(rig.url) as ledger, ledger.write("test") as tx:
-        assert tx.add_cosignature(5, "witness.test/one", w.vkey.split("+")[1], b"x\n") is False
+        assert tx.add_cosignature(5, "witness.test/one", kh, bytes(stored)) is False
+        assert tx.add_cosignature(5, "witness.test/one", kh, b"x\n") is True
+    with LedgerDb(rig.url) as db, pytest.raises(sa.exc.DBAPIError):
+        db.run("INSERT INTO histaudit_cosignatures (size, witness, key_hash, line) "
+               "VALUES (5, 'witness.test/one', :kh, :line)", kh=kh, line=bytes(stored))
     with pytest.raises(StoreError, match="no checkpoint of size 99"), \
             Ledger.open(rig.url) as ledger, ledger.write("test") as tx:
         tx.add_cosignature(99, "w", "00000000", b"x\n")
@@ -333,6 +341,99 @@ def test_a_ledger_made_before_cosignatures_gets_the_table(rig: Rig,
     exits(rig.cosign(rig.policy([w], 1)))
     with LedgerDb(rig.url) as db:
         assert db.run("SELECT count(*) FROM histaudit_cosignatures")[0][0] == 1
+        with pytest.raises(sa.exc.DBAPIError, match="append-only"):
+            db.script("DELETE FROM histaudit_cosignatures")
+
+
+def _forged_line(name: str, key_hash: str) -> bytes:
+    """A cosignature line of the right shape for ``name``'s key that no witness made."""
+    blob = bytes.fromhex(key_hash) + (1_700_000_000).to_bytes(8, "big") + os.urandom(64)
+    return f"— {name} {base64.b64encode(blob).decode()}\n".encode()
+
+
+def test_rows_the_witness_did_not_write_never_keep_its_cosignature_out(
+        rig: Rig, start_witness: StartWitness, cosigcheck: Path) -> None:
+    """Issue #40, item 8: rows written first for the next checkpoint's size by a role that
+    can only insert — a forged cosignature of the right shape, and one whose line starts
+    with a newline — neither displace the witness's real cosignature nor reach a note."""
+    w = start_witness("witness.test/one")
+    rig.register(w)
+    policy = rig.policy([w], 1)
+    kh, size = w.vkey.split("+")[1], rig.size()
+    forged = _forged_line("witness.test/one", kh)
+    with LedgerDb(rig.url) as db:
+        for line in (forged, b"\n" + forged):
+            db.run("INSERT INTO histaudit_cosignatures (size, witness, key_hash, line) "
+                   "VALUES (:size, 'witness.test/one', :kh, :line)", size=size, kh=kh,
+                   line=line)
+    note = rig.tmp / "cosigned.note"
+    r = rig.cosign(policy, "--out", note)
+    assert r.returncode == 0, r.stderr
+    warning = r.stderr.strip()
+    assert warning.count("\n") == 0 and "2 stored cosignature row(s)" in warning, warning
+    assert "does not verify over the checkpoint" in warning
+    assert "is not one cosignature line" in warning
+    (line,) = _cosig_lines(r.stdout)
+    assert line != forged
+    with LedgerDb(rig.url) as db:
+        lines = {bytes(row[0]) for row in db.run(
+            "SELECT line FROM histaudit_cosignatures WHERE size = :size", size=size)}
+    assert lines == {forged, b"\n" + forged, line}  # the witness's row stored beside them
+    ok = subprocess.run([str(cosigcheck), str(policy), str(note)], capture_output=True,
+                        text=True, timeout=30, check=False)
+    assert ok.returncode == 0 and ok.stdout.split() == ["ok", rig.origin, str(size), "1"], \
+        ok.stderr
+    again = rig.cosign(policy)  # a rerun stores nothing more and prints the same note
+    assert again.returncode == 0 and _cosig_lines(again.stdout) == [line]
+
+    # export leaves out the malformed row (a note verify could not read) and, with no
+    # policy to judge it by, keeps the forged one of the right shape beside the real one:
+    # verify --bundle then reads the note and names the forged line (exit 1, not 2).
+    bundle = rig.tmp / "bundle"
+    exported = cli("export", "--out", bundle, "--db", rig.url, "--key", rig.key, "--trust",
+                   rig.pub, cwd=rig.tmp)
+    assert exported.returncode == 0 and "1 stored cosignature row(s)" in exported.stderr
+    assert "is not one cosignature line" in exported.stderr
+    assert set(_cosig_lines((bundle / "checkpoint.note").read_text())) == {line, forged}
+    judged = cli("verify", "--bundle", bundle, "--trust", rig.pub, "--witness-policy",
+                 policy, "--json", cwd=rig.tmp)
+    assert judged.returncode == 1, judged.stderr
+    codes = {f["code"] for r in json.loads(judged.stdout)["reports"] for f in r["findings"]}
+    assert codes == {"cosignature-invalid"}
+    # with the policy, export carries the witness's own line only, and the bundle verifies
+    judged_bundle = rig.tmp / "judged"
+    exported = cli("export", "--out", judged_bundle, "--db", rig.url, "--key", rig.key,
+                   "--trust", rig.pub, "--witness-policy", policy, cwd=rig.tmp)
+    assert exported.returncode == 0 and "2 stored cosignature row(s)" in exported.stderr
+    assert _cosig_lines((judged_bundle / "checkpoint.note").read_text()) == [line]
+    exits(cli("verify", "--bundle", judged_bundle, "--trust", rig.pub, "--witness-policy",
+              policy, cwd=rig.tmp))
+
+
+def test_a_ledger_keyed_one_row_per_witness_is_rekeyed_with_its_rows(
+        rig: Rig, start_witness: StartWitness) -> None:
+    """A ledger of a histaudit before issue #40 keyed cosignatures by (size, witness,
+    key hash): its first write rekeys the table, rows and guards kept."""
+    w = start_witness("witness.test/one")
+    rig.register(w)
+    exits(rig.cosign(rig.policy([w], 1)))
+    blob = "BYTEA" if rig.url.startswith("postgresql") else "BLOB"
+    with LedgerDb(rig.url) as db:
+        old = db.rows("SELECT size, witness, key_hash, line FROM histaudit_cosignatures")
+        db.script("DROP TABLE histaudit_cosignatures",
+                  f"CREATE TABLE histaudit_cosignatures (size BIGINT NOT NULL, witness TEXT "
+                  f"NOT NULL, key_hash VARCHAR(8) NOT NULL, line {blob} NOT NULL, "
+                  f"PRIMARY KEY (size, witness, key_hash))")
+        db.run("INSERT INTO histaudit_cosignatures VALUES (:s, :w, :k, :l)",
+               s=old[0][0], w=old[0][1], k=old[0][2], l=old[0][3])
+    rig.append(1, tag="b")
+    exits(rig.cosign(rig.policy([w], 1)))  # a write: the guards are brought up to date
+    with LedgerDb(rig.url) as db:
+        pk = sa.inspect(db.engine).get_pk_constraint("histaudit_cosignatures")
+        assert pk["constrained_columns"] == ["size", "witness", "key_hash", "line"]
+        rows = db.rows("SELECT size, witness, key_hash, line FROM histaudit_cosignatures "
+                       "ORDER BY size")
+        assert rows[0] == old[0] and [r[0] for r in rows] == [5, 6]
         with pytest.raises(sa.exc.DBAPIError, match="append-only"):
             db.script("DELETE FROM histaudit_cosignatures")
 

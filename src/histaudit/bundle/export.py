@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from histaudit.ledger.store import Ledger
 from histaudit.verify.progress import Progress, Tally
 from histaudit.verify.report import Report
 from histaudit.verify.verifier import verify_chain
+from histaudit.witness.policy import WitnessPolicy, counted_cosignatures
 
 from .envelope import BUNDLE_VERSION, MANIFEST_TYPE, b64, pae
 from .staging import StagedOutput
@@ -64,14 +65,21 @@ class ExportResult:
     instances: int
     entries: int
     bytes: int
+    cosignatures_ignored: tuple[str, ...] = ()
+    """Stored cosignature rows of the checkpoint left out, and why (not histaudit's)."""
 
 
 def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str], *,
            signer: Signer, trust: TrustStore, since: str | None = None,
            until: str | None = None, with_payloads: bool = False,
            html: bool = True, progress: Progress | None = None,
-           dapr: DaprSource | None = None) -> ExportResult:
+           dapr: DaprSource | None = None,
+           witnesses: WitnessPolicy | None = None) -> ExportResult:
     """Write a bundle of ``instances`` (all instances when empty) to directory ``out``.
+
+    The checkpoint note carries the stored witness cosignatures of its size that count
+    (:func:`~histaudit.witness.policy.counted_cosignatures`): those that verify under the
+    ``witnesses`` policy, or with none every one of a cosignature's shape.
 
     ``progress(done, total)`` is told how far the bundle is: the ledger's leaves hashed
     for the inclusion proofs, then the instances' entries written.
@@ -95,24 +103,41 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
             raise InputError(f"instance {rec.shown_id(instance)} has no signed head or no "
                              f"entries")
     counts: dict[str, int] = {}
+    ignored: list[str] = []
+
+    def cosigned(cp: Checkpoint) -> bytes:
+        # Witness cosignatures stored for this size go with the note (docs/bundle.md
+        # §4.4): `checkpoint cosign` just before an export, with no append between, gives
+        # them. Only rows that count do: a malformed row written by something else would
+        # make a note no verifier reads.
+        counted = counted_cosignatures(((w, kh, line) for size, w, kh, line
+                                        in ledger.cosignatures() if size == cp.size),
+                                       cp.note, witnesses)
+        ignored.extend(counted.ignored)
+        return with_lines(cp.note, list(counted.lines))
+
     # Dapr's rows are read before the checkpoint, and outside its transaction: a bad
     # store is refused before anything is written.
     extra = _dapr_files(dapr, chosen) if dapr is not None else {}
     staged = StagedOutput(out, lambda cp: _bundle_files(ledger, chosen, heads, cp, signer,
                                                         trust, since, until, with_payloads,
-                                                        html, counts, progress, extra),
+                                                        html, counts, progress, extra,
+                                                        cosigned),
                           what="bundle", directory=True)
     make_checkpoint(ledger, signer, output=staged)
-    return ExportResult(Path(out), len(chosen), counts["entries"], staged.written)
+    return ExportResult(Path(out), len(chosen), counts["entries"], staged.written,
+                        tuple(ignored))
 
 
 def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.StoredHead | None],
                   cp: Checkpoint, signer: Signer, trust: TrustStore, since: str | None,
                   until: str | None, with_payloads: bool, html: bool,
                   counts: dict[str, int], progress: Progress | None,
-                  extra: Mapping[str, bytes]) -> dict[str, bytes]:
+                  extra: Mapping[str, bytes],
+                  cosigned: Callable[[Checkpoint], bytes]) -> dict[str, bytes]:
     """Every file of the bundle, the manifest last, for the signed checkpoint ``cp``;
-    ``extra`` (Dapr's rows) is listed and hashed in the manifest like the others."""
+    ``extra`` (Dapr's rows) is listed and hashed in the manifest like the others;
+    ``cosigned(cp)`` is the note with its cosignatures."""
     tally = Tally(progress)
     if progress is not None:
         wanted = set(chosen)
@@ -121,10 +146,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
         tally.tell()
     tree = merkle.Tree([merkle.leaf_hash(body)
                         for _, body in tally.count(ledger.leaves(below=cp.size))])
-    # Witness cosignatures stored for this size go with the note (docs/bundle.md §4.4):
-    # `checkpoint cosign` just before an export, with no append between, gives them.
-    cosigs = [line for size, _, _, line in ledger.cosignatures() if size == cp.size]
-    files: dict[str, bytes] = {"checkpoint.note": with_lines(cp.note, cosigs), **extra}
+    files: dict[str, bytes] = {"checkpoint.note": cosigned(cp), **extra}
     entry_lines, head_lines, payload_lines = [], [], []
     summaries, kids = [], {signer.kid}
     reports: list[Report] = []

@@ -116,6 +116,10 @@ def cosign_command(db: str | None, key: str | None, policy_file: str, out_file: 
     signer = signer_from_env(key)
     with _open(db) as ledger:
         result = cosign(ledger, signer, policy, timeout=timeout)
+    if result.ignored:
+        click.echo(f"warning: {len(result.ignored)} stored cosignature row(s) of the "
+                   f"checkpoint do not count and were left out, written by something other "
+                   f"than histaudit: {'; '.join(result.ignored)}", err=True)
     if out_file and result.ok:
         write_file(out_file, result.note)
     if as_json:

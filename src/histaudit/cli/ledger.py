@@ -209,13 +209,18 @@ def _signed_entry(ledger: Ledger, instance: str, seq: int) -> rec.Entry:
               help="With --dapr-state: the app whose rows to read; its SPIFFE ID must sign.")
 @click.option("--dapr-table", "dapr_table", default="state", show_default=True,
               metavar="NAME", help="With --dapr-state: the state table (tableName).")
+@click.option("--witness-policy", "witness_policy", metavar="FILE",
+              help="Carry only the stored witness cosignatures that verify under this "
+                   "policy (without it: every one of a cosignature's shape).")
 def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until: str | None,
            with_payloads: bool, db: str | None, key: str | None, trust: str | None,
            dapr_state: str | None = None, trust_anchors: str | None = None,
-           dapr_app_id: str | None = None, dapr_table: str = "state") -> int:
+           dapr_app_id: str | None = None, dapr_table: str = "state",
+           witness_policy: str | None = None) -> int:
     """Write a self-contained signed bundle of INSTANCE_IDS (default: all) for auditors."""
     from histaudit.bundle.export import DaprSource
     from histaudit.bundle.export import export as write_bundle
+    from histaudit.witness.policy import read_policy
 
     dapr = None
     if dapr_state is None:
@@ -227,6 +232,7 @@ def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until
         dapr = DaprSource(dapr_state, read_file(trust_anchors, "trust anchors"),
                           app_id=dapr_app_id, table=dapr_table)
 
+    witnesses = read_policy(witness_policy) if witness_policy is not None else None
     signer = signer_from_env(key)
     keys = trust_store(trust)
     if signer.kid not in keys:
@@ -235,7 +241,11 @@ def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until
     with _open(db) as ledger, Meter(f"exporting to {shown}") as meter:
         result = write_bundle(ledger, instance_ids, out_dir, signer=signer, trust=keys,
                               since=since, until=until, with_payloads=with_payloads,
-                              progress=meter.callback, dapr=dapr)
+                              progress=meter.callback, dapr=dapr, witnesses=witnesses)
     click.echo(f"exported {result.instances} instance(s), {result.entries} entries, "
                f"{result.bytes} bytes to {result.path}")
+    if result.cosignatures_ignored:
+        click.echo(f"warning: {len(result.cosignatures_ignored)} stored cosignature row(s) "
+                   f"of the checkpoint left out, written by something other than histaudit: "
+                   f"{'; '.join(result.cosignatures_ignored)}", err=True)
     return EXIT_CLEAN

@@ -227,8 +227,9 @@ def read_cosignature(line: bytes) -> Cosignature | None:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    if not text.startswith(SIG_PREFIX) or not text.endswith("\n") or text.count(" ") != 2:
-        return None
+    if (not text.startswith(SIG_PREFIX) or not text.endswith("\n") or text.count(" ") != 2
+            or "\n" in text[:-1]):
+        return None  # one line: a stored row is not split by a newline of its own
     _, name, blob_b64 = text[:-1].split(" ")
     blob = _b64(blob_b64)
     if blob is None or len(blob) != 4 + 8 + 64:

@@ -6,7 +6,8 @@ consistency proof from the size that witness last cosigned (remembered from the 
 cosignatures; a 409 answer names the size it has, and the request is sent again with a
 proof from there). Cosignatures that verify are stored in ``histaudit_cosignatures``
 beside the checkpoint, and the cosigned note — the checkpoint note with every stored
-cosignature line of that size appended — is judged by the policy. A witness that has seen
+cosignature line of that size that counts (:func:`stored_cosignatures`) appended — is
+judged by the policy. A witness that has seen
 a larger tree, or refuses the proof, contradicts the ledger: the result is then not ok,
 whatever the quorum says.
 """
@@ -30,12 +31,12 @@ from histaudit.ledger.keys import Signer
 from histaudit.urls import shown_url, without_secrets
 
 from .client import Answer, add_checkpoint, request_body
-from .policy import PolicyVerdict, PolicyWitness, WitnessPolicy
+from .policy import Counted, PolicyVerdict, PolicyWitness, WitnessPolicy, counted_cosignatures
 
 if TYPE_CHECKING:
     from histaudit.ledger.store import Ledger
 
-__all__ = ["CosignResult", "WitnessOutcome", "cosign", "cosigned_note"]
+__all__ = ["CosignResult", "WitnessOutcome", "cosign", "stored_cosignatures"]
 
 DEFAULT_TIMEOUT = 10.0
 _MAX_TRIES = 3
@@ -64,6 +65,9 @@ class CosignResult:
     """The checkpoint note with every stored cosignature line of its size."""
     outcomes: tuple[WitnessOutcome, ...]
     verdict: PolicyVerdict
+    ignored: tuple[str, ...] = ()
+    """Stored cosignature rows of this size that do not count, and why (one phrase each):
+    written by something other than histaudit, left out of the note."""
 
     @property
     def contradicted(self) -> tuple[WitnessOutcome, ...]:
@@ -89,9 +93,12 @@ class CosignResult:
         return "; ".join([head, *parts])
 
 
-def cosigned_note(ledger: Ledger, size: int, note: bytes) -> bytes:
-    """``note`` (the stored checkpoint of ``size``) with every stored cosignature of it."""
-    return with_lines(note, [line for s, _, _, line in ledger.cosignatures() if s == size])
+def stored_cosignatures(ledger: Ledger, size: int, note: bytes,
+                        policy: WitnessPolicy | None = None) -> Counted:
+    """The stored cosignatures of the checkpoint ``note`` of ``size`` that count
+    (:func:`~histaudit.witness.policy.counted_cosignatures`: the one rule)."""
+    return counted_cosignatures(((w, kh, line) for s, w, kh, line in ledger.cosignatures()
+                                 if s == size), note, policy)
 
 
 def cosign(ledger: Ledger, signer: Signer, policy: WitnessPolicy, *,
@@ -112,17 +119,23 @@ def cosign(ledger: Ledger, signer: Signer, policy: WitnessPolicy, *,
         outcomes = list(pool.map(
             lambda w: _submit(w, cp, tree, seen.get((w.key.name, w.key.key_hash.hex()), 0),
                               timeout), targets))
-    fresh = [o for o in outcomes if o.line is not None]
+    # A witness's fresh cosignature is stored unless one of its key already counts for
+    # this size: a row that does not count (forged, malformed) never keeps it out.
+    have = {(c.name, c.key_hash) for c in map(read_cosignature, stored_cosignatures(
+        ledger, cp.size, cp.note, policy).lines) if c is not None}
+    by_name = {w.name: w for w in targets}
+    fresh = [o for o in outcomes if o.line is not None and (
+        by_name[o.witness].key.name, by_name[o.witness].key.key_hash) not in have]
     if fresh:
-        by_name = {w.name: w for w in targets}
         with ledger.write("storing witness cosignatures") as tx:
             for o in fresh:
                 key = by_name[o.witness].key
                 assert o.line is not None
                 tx.add_cosignature(cp.size, key.name, key.key_hash.hex(), o.line)
-    note = cosigned_note(ledger, cp.size, cp.note)
+    counted = stored_cosignatures(ledger, cp.size, cp.note, policy)
+    note = with_lines(cp.note, list(counted.lines))
     return CosignResult(checkpoint=cp, note=note, outcomes=tuple(outcomes),
-                        verdict=policy.judge(note))
+                        verdict=policy.judge(note), ignored=counted.ignored)
 
 
 def _submit(witness: PolicyWitness, cp: Checkpoint, tree: merkle.Tree, guess: int,

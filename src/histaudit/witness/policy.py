@@ -16,7 +16,7 @@ fails into findings (``witness-quorum-missing``, ``cosignature-invalid``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -33,8 +33,8 @@ from histaudit.urls import shown_url
 from histaudit.verify.findings import Finding
 from histaudit.verify.report import Report, Scope
 
-__all__ = ["Group", "PolicyVerdict", "PolicyWitness", "WitnessPolicy", "read_policy",
-           "witness_findings", "witness_report"]
+__all__ = ["Counted", "Group", "PolicyVerdict", "PolicyWitness", "WitnessPolicy",
+           "counted_cosignatures", "read_policy", "witness_findings", "witness_report"]
 
 LEDGER = "ledger"
 POLICY_LIMIT = 1 << 20
@@ -210,6 +210,54 @@ class WitnessPolicy:
             return name in cosigned
         group = self.groups[name]
         return sum(self._holds(m, cosigned) for m in group.members) >= group.threshold
+
+
+@dataclass(frozen=True)
+class Counted:
+    """The stored cosignature lines of one checkpoint that count, and why the others do
+    not (one phrase each, for a warning)."""
+
+    lines: tuple[bytes, ...]
+    ignored: tuple[str, ...]
+
+
+def counted_cosignatures(rows: Iterable[tuple[str, str, bytes]], note: bytes,
+                         policy: WitnessPolicy | None = None) -> Counted:
+    """Which stored cosignature rows (witness, key hash hex, line) of ``note``'s checkpoint
+    count: the one rule every reader of the table follows (``checkpoint cosign``,
+    ``export``), so a row written by anything but histaudit — the INSERT-only writer role
+    can add one — never displaces a witness's real cosignature nor reaches a note.
+
+    A row counts when its line is one cosignature/v1 line naming the row's own witness and
+    key hash, and, when ``policy`` knows that witness key, verifies over the note's exact
+    text; of the verified rows of one witness key the first (in the order given) is kept.
+    A line no policy key can check (no policy, or a witness outside it) is kept on its
+    shape alone, every such line: which of them is the witness's is for ``verify
+    --witness-policy`` to tell.
+    """
+    text = note_text(note)
+    keys = {} if policy is None else {
+        (w.key.name, w.key.key_hash): w.key for w in policy.witnesses.values()}
+    lines: list[bytes] = []
+    ignored: list[str] = []
+    kept: set[tuple[str, bytes]] = set()
+    for name, key_hash, line in rows:
+        cosig = read_cosignature(line)
+        why = None
+        if cosig is None:
+            why = "is not one cosignature line"
+        elif (cosig.name, cosig.key_hash.hex()) != (name, key_hash):
+            why = "names another witness key than its row"
+        elif (cosig.name, cosig.key_hash) in keys and not verify_cosignature(
+                text, cosig, keys[(cosig.name, cosig.key_hash)]):
+            why = "does not verify over the checkpoint"
+        if why is not None:
+            ignored.append(f"a row for witness {name[:80]!r} {why}")
+        elif cosig is not None and (cosig.name, cosig.key_hash) not in kept:
+            if (cosig.name, cosig.key_hash) in keys:
+                kept.add((cosig.name, cosig.key_hash))
+            lines.append(line)
+    return Counted(tuple(lines), tuple(ignored))
 
 
 def read_policy(path: str) -> WitnessPolicy:

@@ -54,15 +54,18 @@ checkpoints = sa.Table(
     sa.Column("root", sa.String(64), nullable=False),
     sa.Column("note", sa.LargeBinary, nullable=False),
 )
-# Witness cosignatures of a stored checkpoint (docs/format.md §12): one row per witness
-# key per checkpoint size, the exact signature line the witness returned. A separate,
-# append-only table: the checkpoint row itself is never updated to gain them.
+# Witness cosignatures of a stored checkpoint (docs/format.md §12): the exact signature
+# line a witness returned, under its checkpoint size, witness name and key hash. A
+# separate, append-only table: the checkpoint row itself is never updated to gain them.
+# The line is part of the key: a row that is not the witness's (the INSERT-only writer
+# role can add one) must not keep its real cosignature out; which row counts is decided
+# by whoever reads them (witness/policy.py counted_cosignatures).
 cosignatures = sa.Table(
     "histaudit_cosignatures", metadata,
     sa.Column("size", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("witness", sa.Text, primary_key=True),
     sa.Column("key_hash", sa.String(8), primary_key=True),
-    sa.Column("line", sa.LargeBinary, nullable=False),
+    sa.Column("line", sa.LargeBinary, primary_key=True),
 )
 
 HEAD_MISMATCH = "histaudit head must match its signed body and the newest entry"
@@ -120,7 +123,8 @@ _SQLITE_TRIGGERS = [
     """CREATE TRIGGER IF NOT EXISTS histaudit_cosignatures_no_replace BEFORE INSERT
        ON histaudit_cosignatures
        WHEN EXISTS (SELECT 1 FROM histaudit_cosignatures WHERE size = NEW.size
-                    AND witness = NEW.witness AND key_hash = NEW.key_hash)
+                    AND witness = NEW.witness AND key_hash = NEW.key_hash
+                    AND line = NEW.line)
        BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
     """CREATE TRIGGER IF NOT EXISTS histaudit_payloads_no_update BEFORE UPDATE
        ON histaudit_payloads
@@ -223,10 +227,13 @@ def _pg_guards(conn: Connection) -> list[str]:
 def _install_guards(conn: Connection, *, upgrade: bool = False) -> None:
     """Create the append-only triggers (``upgrade``: replace outdated ones first).
 
-    Also the one migration there is: a ledger made before witness cosignatures gets the
-    (empty) ``histaudit_cosignatures`` table here, before its triggers are created.
+    Also the two migrations there are: a ledger made before witness cosignatures gets the
+    (empty) ``histaudit_cosignatures`` table here, before its triggers are created, and one
+    whose table is keyed without the line is rekeyed (:func:`_rekey_cosignatures`).
     """
     cosignatures.create(conn, checkfirst=True)
+    if _cosignatures_keyed_old(conn):
+        _rekey_cosignatures(conn)
     if conn.dialect.name == "postgresql":
         # CREATE OR REPLACE: installing is idempotent, and it is also the upgrade.
         # text() escapes the '%' in the PL/pgSQL RAISE format for psycopg's pyformat
@@ -240,10 +247,36 @@ def _install_guards(conn: Connection, *, upgrade: bool = False) -> None:
         conn.execute(sa.text(stmt))
 
 
+def _cosignatures_keyed_old(conn: Connection) -> bool:
+    """True when the cosignatures table is keyed without its line (histaudit before
+    issue #40): one row per witness key and size, the first written kept for good."""
+    pk = sa.inspect(conn).get_pk_constraint(cosignatures.name)
+    return "line" not in (pk.get("constrained_columns") or ())
+
+
+def _rekey_cosignatures(conn: Connection) -> None:
+    """Key the cosignatures table by its line too, rows kept (PostgreSQL alters the key;
+    SQLite cannot, so the table is copied into a new one, whose triggers
+    :func:`_install_guards` then creates: the old ones go with the old table)."""
+    if conn.dialect.name == "postgresql":
+        pk = sa.inspect(conn).get_pk_constraint(cosignatures.name)["name"]
+        quoted = '"' + str(pk).replace('"', '""') + '"'
+        conn.execute(sa.text(f"ALTER TABLE histaudit_cosignatures DROP CONSTRAINT {quoted}, "
+                             f"ADD PRIMARY KEY (size, witness, key_hash, line)"))
+        return
+    conn.exec_driver_sql("ALTER TABLE histaudit_cosignatures "
+                         "RENAME TO histaudit_cosignatures_rekeyed")
+    cosignatures.create(conn)
+    conn.exec_driver_sql("INSERT INTO histaudit_cosignatures (size, witness, key_hash, line) "
+                         "SELECT size, witness, key_hash, line "
+                         "FROM histaudit_cosignatures_rekeyed")
+    conn.exec_driver_sql("DROP TABLE histaudit_cosignatures_rekeyed")
+
+
 def _guards_outdated(conn: Connection) -> bool:
     """True when the head trigger exists but is an older histaudit's, or the ledger predates
-    the cosignatures table (see :meth:`Ledger._upgrade_guards`)."""
-    if not sa.inspect(conn).has_table(cosignatures.name):
+    the cosignatures table or its present key (see :meth:`Ledger._upgrade_guards`)."""
+    if not sa.inspect(conn).has_table(cosignatures.name) or _cosignatures_keyed_old(conn):
         return True
     if conn.dialect.name == "postgresql":
         found = conn.execute(sa.text(

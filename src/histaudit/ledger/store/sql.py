@@ -94,9 +94,9 @@ _QMARK = Statements(
     insert_checkpoint="INSERT INTO histaudit_checkpoints (size, root, note) VALUES (?, ?, ?)",
     checkpoints="SELECT size, note FROM histaudit_checkpoints ORDER BY size",
     cosignatures="SELECT size, witness, key_hash, line FROM histaudit_cosignatures "
-                 "ORDER BY size, witness, key_hash",
+                 "ORDER BY size, witness, key_hash, line",
     cosignature_at="SELECT 1 FROM histaudit_cosignatures WHERE size = ? AND witness = ? "
-                   "AND key_hash = ?",
+                   "AND key_hash = ? AND line = ?",
     insert_cosignature="INSERT INTO histaudit_cosignatures (size, witness, key_hash, line) "
                        "VALUES (?, ?, ?, ?)",
     instances="SELECT instance, count(*), max(seq), min(leaf), max(leaf) FROM histaudit_entries "

@@ -172,13 +172,14 @@ class WriteTx:
                              f"histaudit (compare it with the checkpoints you kept)")
 
     def add_cosignature(self, size: int, witness: str, key_hash: str, line: bytes) -> bool:
-        """Store a witness's cosignature line of the checkpoint of ``size``, unless one by
-        that witness key is stored already (the first is kept: rows are never replaced);
-        True when stored. The checkpoint must be stored."""
+        """Store a witness's cosignature line of the checkpoint of ``size``, unless that very
+        line is stored already (rows are never replaced; which of several lines by one
+        witness key counts is the readers' rule, witness/policy.py); True when stored. The
+        checkpoint must be stored."""
         self._cur.execute(self._sql.checkpoint_at, (size,))
         if self._cur.fetchone() is None:
             raise StoreError(f"no checkpoint of size {size} is stored to add a cosignature to")
-        self._cur.execute(self._sql.cosignature_at, (size, witness, key_hash))
+        self._cur.execute(self._sql.cosignature_at, (size, witness, key_hash, line))
         if self._cur.fetchone() is not None:
             return False
         self._cur.execute(self._sql.insert_cosignature, (size, witness, key_hash, line))
