@@ -34,6 +34,12 @@ class StoreError(HistauditError):
     """The ledger database cannot be opened, is not a histaudit ledger, or refused a write."""
 
 
+class StoreUnavailableError(StoreError):
+    """The ledger's database server could not be reached, or dropped the connection in the
+    middle of a transaction (a restart, a failover): a write may or may not have committed,
+    and the same call may succeed once the server is back."""
+
+
 class EngineError(HistauditError):
     """The Dapr workflow engine could not be found, started or reached."""
 

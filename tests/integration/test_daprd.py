@@ -274,7 +274,11 @@ def test_app_sigkill_and_restart_while_daprd_keeps_running(agent: Agent,
     assert all(ran[s] == 1 for s in cut if s != max(cut))  # finished steps replayed
     assert len(agent.lines("reports_sent.txt")) == 1
     assert agent.verify(instance, "--engine", stack.address) == 0
-    assert agent.codes(instance) <= {"activity-reexecuted"}
+    # The step in flight ran again (activity-reexecuted) if the kill cut it. A kill that
+    # lands inside a workflow turn, after the worker signed the turn's decision but before
+    # daprd stored the turn, makes the next worker make that decision again as new work:
+    # decision-resigned (info), the truth of what happened (a CI run, 2026-12-06).
+    assert agent.codes(instance) <= {"activity-reexecuted", "decision-resigned"}
 
 
 def test_a_wait_begun_before_the_next_worker_connects_sees_the_agent_finish(

@@ -186,6 +186,20 @@ class PostgresServer:
             self.stop()
             raise
 
+    def restart(self, down: float = 0.0) -> None:
+        """Shut the server down (fast: every session is cut) and start it again on the
+        same port and data ``down`` seconds later, as a restart or a failover looks to a
+        client."""
+        proc = self._proc
+        if proc is None or self._base is None or proc.poll() is not None:
+            raise PostgresError("PostgreSQL is not running")
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        time.sleep(down)
+        bin_dir = self._bin_dir or find_postgres_bin()
+        if not self._spawn(bin_dir, self._base / "data", self._base / "sock"):
+            raise PostgresError(f"PostgreSQL could not bind 127.0.0.1:{self._port} again")
+
     def stop(self, timeout: float = 15.0) -> None:
         """Shut the server down (fast, then immediate, then SIGKILL) and delete its files."""
         proc, self._proc = self._proc, None

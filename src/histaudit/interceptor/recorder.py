@@ -46,6 +46,8 @@ from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 from histaudit.ledger.writer import GroupWriter
 
+from .late import LateRecords
+
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "ENABLED_ENV", "MUST_BE_DURABLE", "AuditRecorder",
            "Payload", "audit_enabled", "max_payload_bytes", "payload_digest", "sdk_decode",
            "sdk_json", "worker_id"]
@@ -276,6 +278,8 @@ class AuditRecorder:
         return recorder
 
     def _setup(self, keep_payloads: bool) -> None:
+        self.late = LateRecords()
+        """Workflow ends the ledger could not take when they were made (:mod:`.late`)."""
         self.keep_payloads = keep_payloads
         self._bound: _Bound | None = None
         self._secret = functools.lru_cache(maxsize=4096)(self._derive_secret)
@@ -398,7 +402,8 @@ class AuditRecorder:
 
         Used only to count and look up; the verifier is what reports a malformed entry.
         """
-        for row in self.ledger.entries(instance):
+        rows = self.ledger.ride_out(lambda: list(self.ledger.entries(instance)))
+        for row in rows:
             try:
                 yield rec.parse_entry(row.body)
             except HistauditError:
@@ -428,14 +433,20 @@ class AuditRecorder:
             slot.step = step
             if known is not None and known(slot.state):
                 return answer(slot.state)
-            for row in self.ledger.entries(instance, after_seq=slot.seq):
-                slot.seq = max(slot.seq, row.seq)
-                try:
-                    entry = rec.parse_entry(row.body)
-                except HistauditError:
-                    continue  # counted nowhere; the verifier reports it
-                step(slot.state, entry)
-            return answer(slot.state)
+            state = slot.state
+
+            def catch_up() -> None:
+                # made again after a dropped connection: from the last row it folded
+                for row in self.ledger.entries(instance, after_seq=slot.seq):
+                    slot.seq = max(slot.seq, row.seq)
+                    try:
+                        entry = rec.parse_entry(row.body)
+                    except HistauditError:
+                        continue  # counted nowhere; the verifier reports it
+                    step(state, entry)
+
+            self.ledger.ride_out(catch_up)
+            return answer(state)
 
     def _slot(self, instance: str, name: str) -> _Fold:
         with self._folds_lock:
@@ -514,7 +525,7 @@ class AuditRecorder:
         commitment = ref.get("c")
         if not isinstance(commitment, str):
             return False, None
-        stored = self.ledger.payload(commitment)
+        stored = self.ledger.ride_out(lambda: self.ledger.payload(commitment))
         if stored is None:
             return False, None
         salt, raw = stored

@@ -30,11 +30,17 @@ from dapr.ext.workflow import DaprWorkflowContext
 from histaudit import history_file, sdk
 from histaudit.ledger.kinds import Kind
 
+from .late import LateRecord
 from .recorder import AuditRecorder, Payload, decision_token, sdk_json, worker_id
 
 __all__ = ["AuditedWorkflowContext", "audit_workflow"]
 
 log = logging.getLogger("histaudit.interceptor")
+
+_RECORD_LATE = frozenset({Kind.WORKFLOW_COMPLETED, Kind.WORKFLOW_FAILED,
+                          Kind.WORKFLOW_CONTINUED_AS_NEW})
+"""Decisions no later turn replays: one the ledger cannot take when it is made is kept
+and recorded once the ledger answers again (:mod:`.late`)."""
 
 def _engine_time(ctx: Any) -> str | None:
     """The workflow's replay-safe clock now (the engine's time of the turn), ISO 8601."""
@@ -110,13 +116,22 @@ class AuditedWorkflowContext:
         record = {"workflow": self._workflow, **data, "worker": worker_id()}
         if self.is_replaying:
             record["replayed"] = True
+        token = decision_token(kind, data, self._generation)
         try:
             self._recorder.append(self.instance_id, kind, record, *payloads)
         except Exception as exc:  # noqa: BLE001 - see the class docstring
-            log.warning("histaudit: could not record %s for workflow %s: %s", kind,
-                        self.instance_id, exc)
+            if kind not in _RECORD_LATE:
+                log.warning("histaudit: could not record %s for workflow %s: %s", kind,
+                            self.instance_id, exc)  # the next turn's replay records it
+                return
+            log.warning("histaudit: could not record %s for workflow %s, will record it "
+                        "once the ledger answers: %s", kind, self.instance_id, exc)
+            recorder, instance = self._recorder, self.instance_id
+            recorder.late.add(LateRecord(
+                instance, kind,
+                append=lambda: recorder.append(instance, kind, record, *payloads),
+                held=lambda: token is not None and recorder.has_decision(instance, token)))
             return
-        token = decision_token(kind, data, self._generation)
         if token is not None:
             self._recorder.noted_decision(self.instance_id, token)
 

@@ -29,7 +29,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from histaudit.errors import StoreUnavailableError
+
 from . import records as rec
+from .canonical import canonical_bytes
 from .chain import Item, PayloadRows, append_many
 from .keys import Signer
 from .store import Ledger
@@ -110,9 +113,17 @@ class GroupWriter:
 
     def _commit(self, batch: list[_Request]) -> None:
         durable = any(r.durable for r in batch)
+        items = [r.item for r in batch]
         try:
-            entries = append_many(self.ledger, [r.item for r in batch], signer=self.signer,
-                                  durable=durable)
+            # A database server away for a moment is waited for (outage.py); a try whose
+            # connection dropped is made again only if it did not commit after all.
+            entries = self.ledger.ride_out(
+                lambda: append_many(self.ledger, items, signer=self.signer, durable=durable),
+                landed=lambda: _landed(self.ledger, items))
+        except StoreUnavailableError as exc:  # away for longer than the wait: all fail
+            for req in batch:
+                req.error = exc
+            return
         except Exception as exc:  # noqa: BLE001 - retried one by one below
             if len(batch) == 1:
                 batch[0].error = exc
@@ -123,3 +134,28 @@ class GroupWriter:
         self.batches += 1
         for req, entry in zip(batch, entries, strict=True):
             req.entry = entry
+
+
+def _landed(ledger: Ledger, items: list[Item]) -> list[rec.Entry] | None:
+    """The entries ``items`` were stored as, when the try whose connection dropped did
+    commit; None when it did not. A batch commits whole and nothing is appended to an
+    instance between its entries, so it landed exactly when each instance's newest
+    entries are its items, kind and data (canonical bytes) alike. (An identical record
+    already at the tip would be taken for it: storing it again would only repeat it.)"""
+    by_instance: dict[str, list[int]] = {}
+    for n, item in enumerate(items):
+        by_instance.setdefault(item.instance, []).append(n)
+    found: dict[int, rec.Entry] = {}
+    for instance, ns in by_instance.items():
+        head = ledger.head(instance)
+        if head is None:
+            return None
+        first = head.seq - len(ns) + 1
+        for seq, n in zip(range(first, head.seq + 1), ns, strict=True):
+            row = ledger.entry_at(instance, seq) if seq >= 1 else None
+            entry = rec.parse_entry(row.body) if row is not None else None
+            if entry is None or entry.kind != items[n].kind or canonical_bytes(
+                    dict(entry.data)) != canonical_bytes(dict(items[n].data)):
+                return None
+            found[n] = entry
+    return [found[n] for n in range(len(items))]

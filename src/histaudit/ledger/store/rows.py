@@ -13,17 +13,19 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
-from histaudit.errors import StoreError
+from histaudit.errors import StoreError, StoreUnavailableError
 from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 from histaudit.urls import shown_url
 
 from .columns import _text
+from .outage import Outage, outage_wait_from_env
 from .pgsession import catalog_first
 from .schema import _guards_outdated, _install_guards, meta_table, metadata, not_stored_tables
 from .snapshot import Snapshot
@@ -35,6 +37,7 @@ from .sqlite import (
     _sqlite_path,
     _sqlite_target,
     _why_unwritable,
+    unwritable_files,
 )
 from .writetx import TipMemo, WriteTx
 
@@ -91,6 +94,7 @@ def _redact_url(url: str) -> str:
 
 
 OnLockWait = Callable[[], None]
+T = TypeVar("T")
 
 
 PING_AFTER_IDLE_SECONDS = 1.0
@@ -152,10 +156,22 @@ class Ledger:
         file or directory that does not allow writing (it was opened for reading)."""
         self.lock_wait: float | None = None
         self.on_lock_wait: OnLockWait | None = None
+        self.sqlite_file: Path | None = None
+        """The SQLite database file (None: PostgreSQL, or an in-memory database)."""
         self._guards_checked = False
         self._sql = statements(self.dialect)
         self._writers = WriterConnections(db) if self.dialect == "sqlite" else None
         self._tips = TipMemo()  # the bodies this ledger wrote last: WriteTx.tips
+        self.outage = Outage(_redact_url(url), 0.0)
+        """How calls wait through a moment when the database server is away
+        (:meth:`ride_out`); :meth:`open` sets the wait from the environment."""
+
+    def ride_out(self, fn: Callable[[], T], *, landed: Callable[[], T | None] | None = None
+                 ) -> T:
+        """``fn()``, made again while the database server is unreachable, for up to
+        ``outage.wait`` seconds (see :mod:`histaudit.ledger.store.outage`; ``landed`` is
+        for a write that may have committed before its connection dropped)."""
+        return self.outage.call(fn, landed=landed)
 
     # -- opening ----------------------------------------------------------------------
 
@@ -199,6 +215,7 @@ class Ledger:
                 raise StoreError(f"ledger {shown}: {_one_line(exc)}") from None
             ledger = cls(db, url)
             ledger.lock_wait, ledger.on_lock_wait = lock_wait, on_lock_wait
+            ledger.outage = Outage(shown, outage_wait_from_env())
             try:
                 ledger._prepare(create=create)
             except (SQLAlchemyError, OverflowError) as exc:
@@ -210,6 +227,7 @@ class Ledger:
                     last += f" ({_why_unwritable(_sqlite_path(parsed))})"
                 raise StoreError(f"ledger {shown}: {last}") from None
             if backend == "sqlite":
+                ledger.sqlite_file = _sqlite_path(parsed)
                 ledger.read_only = read_only if mode == "rw" else (
                     read_only or _why_unwritable(_sqlite_path(parsed)))
             return ledger
@@ -294,11 +312,16 @@ class Ledger:
         errors = self._db_errors()
         try:
             raw = self.db.raw_connection()
-        except SQLAlchemyError as exc:
-            raise StoreError(failed(exc)) from None
+        except errors as exc:  # the pool's own reconnect raises the driver's error as is
+            gone = self.dialect == "postgresql" and isinstance(
+                exc, (sa.exc.OperationalError, self.db.dialect.loaded_dbapi.OperationalError))
+            raise (StoreUnavailableError if gone else StoreError)(failed(exc)) from None
         try:
             yield raw
         except errors as exc:
+            if _connection_lost(raw):
+                raw.invalidate()  # not back into the pool (nor reset there, with a traceback)
+                raise StoreUnavailableError(failed(exc)) from None
             raise StoreError(failed(exc)) from None
         finally:
             _rollback(raw, self.dialect == "sqlite")
@@ -449,6 +472,8 @@ class Ledger:
         write, NORMAL for one that rides on the next durable commit (set only when the
         connection's last write used the other)."""
         assert self._writers is not None
+        if self.sqlite_file is not None and (why := unwritable_files(self.sqlite_file)):
+            raise StoreError(failed(StoreError(why)))
         errors = self._db_errors()
         try:
             held = self._writers.get()
@@ -527,6 +552,13 @@ class Ledger:
         # lock_timeout also bounds advisory locks; 0 would mean "wait forever".
         cur.execute(f"SET LOCAL lock_timeout = {max(1, int(self.lock_wait * 1000))}")
         cur.execute(_APPEND_LOCK, lock)
+
+
+def _connection_lost(raw: Any) -> bool:
+    """Whether the driver connection under ``raw`` is gone (psycopg marks it broken or
+    closed when the server went away): a failure then says nothing about the statement."""
+    conn = getattr(raw, "dbapi_connection", None)
+    return bool(getattr(conn, "broken", False) or getattr(conn, "closed", False))
 
 
 def _rollback(raw: Any, sqlite: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sqlite3
 import threading
@@ -85,6 +86,23 @@ def _why_unwritable(path: Path | None) -> str:
             f"{path.name}-shm (read-only or immutable)")
 
 
+def unwritable_files(path: Path) -> str:
+    """Why SQLite could not write the database file ``path`` or its ``-wal`` and ``-shm``
+    files (those that exist); '' when it can.
+
+    Asked before every write. SQLite maps the ``-shm`` file into memory; when the database
+    file cannot be written, no checkpoint empties the WAL, and once the WAL outgrows what
+    the mapped index holds, SQLite touches pages an immutable ``-shm`` could not grow to
+    and the process dies of SIGBUS (measured: an appender killed after ≈ 4,000 commits
+    with ``chattr +i`` on the database and its ``-shm``). Refused first, the write fails
+    with a StoreError instead, and nothing is written.
+    """
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if not os.access(file, os.W_OK) and (file == path or file.exists()):
+            return f"the file {file} cannot be written (read-only or immutable)"
+    return ""
+
+
 def _sqlite_lock_held(raw: Any, busy_ms: int) -> bool:
     """Does another connection hold the SQLite write lock right now? (Asks without waiting.)
 
@@ -103,14 +121,53 @@ def _sqlite_lock_held(raw: Any, busy_ms: int) -> bool:
         cur.close()
 
 
+class _GuardedConnection(sqlite3.Connection):
+    """A pysqlite connection that is left open, for the life of the process, when its
+    database's ``-shm`` file can no longer be written.
+
+    Closing a WAL connection writes to the mapped ``-shm``; on a file made immutable
+    meanwhile the kernel answers that write with SIGBUS (a shared mapping's write fault on
+    an immutable file), and the process dies inside SQLite. Such a connection is not
+    closed, and not freed either (its reference count is raised for good, so neither the
+    garbage collector nor interpreter shutdown runs SQLite's close on it): the operating
+    system releases it when the process ends. Writes are refused before they reach it
+    (:func:`unwritable_files`)."""
+
+    shm: Path | None = None
+    # Bound now: a connection freed at interpreter shutdown may outlive the modules.
+    _incref = staticmethod(ctypes.pythonapi.Py_IncRef)
+    _py_object = ctypes.py_object
+    _access, _writable = staticmethod(os.access), os.W_OK
+
+    def _kept_open(self) -> bool:
+        """Pin this connection when its -shm cannot be written (True: it stays open)."""
+        shm = self.shm
+        if shm is None or self._access(shm, self._writable) or not shm.exists():
+            return False
+        self._incref(self._py_object(self))
+        return True
+
+    def close(self) -> None:
+        if not self._kept_open():
+            super().close()
+
+    def __del__(self) -> None:
+        # Freed without close() (a pool dropped, the interpreter exiting): raising the
+        # count here keeps the object, so SQLite's close never runs on it.
+        self._kept_open()
+
+
 def _sqlite_engine(parsed: sa.URL, mode: str, *, create: bool, busy: float) -> Engine:
+    path = parsed.database or ""
+    file = _sqlite_path(parsed)
+    factory = type("_GuardedConnection", (_GuardedConnection,),
+                   {"shm": file.with_name(file.name + "-shm") if file is not None else None})
     if mode != "rw":
         # SQLite's own URI form (SQLAlchemy passes "file:..." with uri=True through).
-        path = parsed.database or ""
         flag = "immutable=1" if mode == "immutable" else "mode=ro"
         parsed = parsed.set(database=f"file:{quote(path)}?{flag}",
                             query={**parsed.query, "uri": "true"})
-    engine = sa.create_engine(parsed, connect_args={"timeout": busy})
+    engine = sa.create_engine(parsed, connect_args={"timeout": busy, "factory": factory})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
