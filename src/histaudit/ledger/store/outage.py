@@ -27,7 +27,8 @@ from typing import TypeVar
 
 from histaudit.errors import StoreError, StoreUnavailableError
 
-__all__ = ["DEFAULT_OUTAGE_WAIT_SECONDS", "OUTAGE_WAIT_ENV", "Outage", "outage_wait_from_env"]
+__all__ = ["DEFAULT_OUTAGE_WAIT_SECONDS", "OUTAGE_WAIT_ENV", "Outage", "outage_wait_from_env",
+           "seconds_from_env"]
 
 T = TypeVar("T")
 
@@ -42,20 +43,25 @@ _LONGEST_PAUSE_S = 2.0
 _log = logging.getLogger("histaudit")
 
 
-def outage_wait_from_env() -> float:
-    """``$HISTAUDIT_STORE_OUTAGE_WAIT`` in seconds, or the default; StoreError when it is
-    not a number of seconds from 0 to 3600."""
-    text = os.environ.get(OUTAGE_WAIT_ENV, "").strip()
+def seconds_from_env(name: str, default: float, most: float) -> float:
+    """``$name`` as seconds from 0 to ``most``, or ``default`` when unset or blank;
+    StoreError when it is anything else (nan, inf and words included)."""
+    text = os.environ.get(name, "").strip()
     if not text:
-        return DEFAULT_OUTAGE_WAIT_SECONDS
+        return default
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not 0 <= value <= 3600:
-        raise StoreError(f"{OUTAGE_WAIT_ENV}={text[:40]!r} is not a number of seconds "
-                         f"between 0 and 3600")
+    if not 0 <= value <= most:
+        raise StoreError(f"{name}={text[:40]!r} is not a number of seconds between 0 and "
+                         f"{most:g}")
     return value
+
+
+def outage_wait_from_env() -> float:
+    """``$HISTAUDIT_STORE_OUTAGE_WAIT`` in seconds (0 to 3600), or the default."""
+    return seconds_from_env(OUTAGE_WAIT_ENV, DEFAULT_OUTAGE_WAIT_SECONDS, 3600)
 
 
 class Outage:

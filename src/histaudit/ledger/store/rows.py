@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import os
 import time
 import uuid
@@ -25,7 +24,7 @@ from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 from histaudit.urls import shown_url
 
 from .columns import _text
-from .outage import Outage, outage_wait_from_env
+from .outage import Outage, outage_wait_from_env, seconds_from_env
 from .pgsession import catalog_first
 from .schema import _guards_outdated, _install_guards, meta_table, metadata, not_stored_tables
 from .snapshot import Snapshot
@@ -76,17 +75,7 @@ def resolve_url(url: str | None) -> str:
 def lock_wait_from_env() -> float:
     """Seconds a writing CLI command waits for the write lock: $HISTAUDIT_LOCK_WAIT or
     :data:`DEFAULT_LOCK_WAIT_SECONDS`; a value that is not 0..86400 seconds is an error."""
-    text = os.environ.get(LOCK_WAIT_ENV, "").strip()
-    if not text:
-        return DEFAULT_LOCK_WAIT_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= 86400:
-        raise StoreError(f"{LOCK_WAIT_ENV}={text[:40]!r} is not a number of seconds "
-                         f"between 0 and 86400")
-    return value
+    return seconds_from_env(LOCK_WAIT_ENV, DEFAULT_LOCK_WAIT_SECONDS, 86400)
 
 
 def _redact_url(url: str) -> str:
