@@ -42,6 +42,7 @@ _RECORD_LATE = frozenset({Kind.WORKFLOW_COMPLETED, Kind.WORKFLOW_FAILED,
 """Decisions no later turn replays: one the ledger cannot take when it is made is kept
 and recorded once the ledger answers again (:mod:`.late`)."""
 
+
 def _engine_time(ctx: Any) -> str | None:
     """The workflow's replay-safe clock now (the engine's time of the turn), ISO 8601."""
     try:
