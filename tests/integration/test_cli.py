@@ -36,7 +36,7 @@ def one_report(result: subprocess.CompletedProcess[str]) -> Any:
     """The one report of ``verify INSTANCE_ID --json`` ({ok, reports, since_checkpoint})."""
     doc = as_json(result)
     assert set(doc) == {"ok", "reports", "since_checkpoint", "tree"} and len(doc["reports"]) == 1
-    assert doc["since_checkpoint"] is None and doc["ok"] is doc["reports"][0]["ok"]
+    assert doc["since_checkpoint"] is None and doc["ok"] is (result.returncode == 0)
     return doc["reports"][0]
 
 
@@ -179,6 +179,10 @@ def test_behaviour_info_exits_0_by_default_and_1_with_fail_on_info(world: World)
     r = cli(*base, "--fail-on", "info", "--json", cwd=world.tmp)
     exits(r, 1)
     assert one_report(r)["findings"][0]["code"] == "activity-reexecuted"
+    # "ok" agrees with the exit status whatever --fail-on says (issue #40): it said true
+    # beside exit 1; the report's own "ok" (no error finding) stays true
+    assert one_report(r)["ok"] is True and json.loads(r.stdout)["ok"] is False
+    assert json.loads(cli(*base, "--json", cwd=world.tmp).stdout)["ok"] is True
 
 
 def test_tampered_body_exits_1_and_names_the_entry(world: World) -> None:

@@ -208,8 +208,11 @@ def _show(reports: list[Report], as_json: bool, *, old: Checkpoint | None,
     INSTANCE_ID, --tree or --all (none for --since-checkpoint alone), the proof apart,
     and with --tree the tree."""
     every = [*reports, *([consistency] if consistency is not None else [])]
+    code = _exit_code(every, fail_on)
     if as_json:
-        render.emit_json({"ok": all(r.ok for r in every),
+        # "ok" is the exit status's verdict (issue #40): with --fail-on warning, a warning
+        # makes it false, as it makes the exit status 1
+        render.emit_json({"ok": code == EXIT_CLEAN and all(r.ok for r in every),
                           "reports": [r.to_json() for r in reports],
                           "since_checkpoint": _since_json(old, consistency),
                           "tree": None if tree is None else [n.to_json() for n in tree]})
@@ -217,7 +220,7 @@ def _show(reports: list[Report], as_json: bool, *, old: Checkpoint | None,
         if tree is not None:
             click.echo("\n".join(render.escape(line) for line in _tree_lines(tree, reports)))
         render.reports(every)
-    return _exit_code(every, fail_on)
+    return code
 
 
 def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
@@ -248,7 +251,8 @@ def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
         proof = reports[-1] if result.consistency is not None else None
         # ok covers every report shown, the witness policy's too (it was left out: a
         # bundle short of its quorum said "ok": true and exited 1)
-        render.emit_json({"bundle": path, "ok": result.ok and all(r.ok for r in reports),
+        render.emit_json({"bundle": path, "ok": result.ok and all(r.ok for r in reports)
+                          and _exit_code(reports, fail_on) == EXIT_CLEAN,
                           "checkpoint": {"size": result.checkpoint.size,
                                          "origin": result.checkpoint.origin},
                           "reports": [r.to_json() for r in reports
