@@ -11,7 +11,7 @@ DAPRD  := .tools/daprd/bin/daprd
 
 WITNESS := .tools/bin/.litewitness-v0.9.0
 
-.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd demo-agent bench engine daprd witness postgres chromium venv lint clean
+.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd demo-agent bench engine daprd witness postgres chromium softhsm venv lint clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -49,6 +49,10 @@ postgres:
 chromium:
 	scripts/ensure-chromium.sh
 
+# The PKCS#11 signer's tests sign inside a real SoftHSM2 token (Debian's package).
+softhsm:
+	scripts/ensure-softhsm.sh
+
 # Four xdist workers on two cores: many tests wait (engine round trips, app restarts,
 # fsync) while others compute; each worker starts its own PostgreSQL server and engines on
 # free ports. Tests are dealt out one by one, longest kinds first (tests/conftest.py), and
@@ -68,7 +72,7 @@ SDK_TESTS = tests/agents tests/unit tests/integration/test_interceptor.py tests/
     tests/integration/test_dapr_crosscheck.py tests/integration/test_durability.py \
     tests/integration/test_stateful_history.py tests/integration/test_received_events.py \
     tests/integration/test_all_features.py
-test: venv $(VENV118)/.installed engine daprd witness postgres chromium
+test: venv $(VENV118)/.installed engine daprd witness postgres chromium softhsm
 	$(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST) --ignore=tests/agents $(PYTEST_ARGS)
 	@echo "the SDK-dependent tests again, and the agent tests, on dapr 1.18 + dapr-ext-workflow 1.18:"
 	$(PYTEST_ENV) $(VENV118)/bin/python -m pytest -q $(PYTEST_XDIST) $(SDK_TESTS)
@@ -117,7 +121,7 @@ lint: venv
 # against same-run baselines, JSON + PNG in benchmarks/results/ (benchmarks/README.md).
 # The built 1M-entry verify ledger is kept in BENCH_CACHE between runs.
 BENCH_CACHE ?= /var/tmp/histaudit-bench
-bench: venv $(VENV118)/.installed engine daprd postgres
+bench: venv $(VENV118)/.installed engine daprd postgres softhsm
 	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PYTEST_ENV) $(PY) benchmarks/run.py --ledger-cache $(BENCH_CACHE) $(BENCH_ARGS)
 

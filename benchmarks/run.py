@@ -47,17 +47,19 @@ from bench_common import (
 add_repo_paths()
 
 ALL = ("sqlite", "pg", "verify", "many", "memory", "growth", "interceptor", "crashtest",
-       "agent", "profile")
+       "agent", "signers", "profile")
 MIX_VERSION = 2  # bump when bench_synth.workload changes, to invalidate cached ledgers
 
 PRESETS = {
     # quick: minutes on 2 cores; full: the sizes (10k / 100k / 1M entries)
     "quick": {"entries": 100_000, "sqlite_rounds": 5, "n_append": 600, "n_commit": 600,
+              "signers_rounds": 3, "signers_n": 400,
               "n_sign": 5000, "pg_rounds": 3, "pg_seconds": 2.5, "verify_rounds": 3,
               "full_rounds": 2, "n_ed": 3000, "growth_rounds": 3,
               "interceptor_n": 100, "interceptor_rounds": 3, "crashtest_steps": [10, 30],
               "many_instances": 1000, "many_rounds": 2, "agent_rounds": 2, "agent_turns": 3},
     "full": {"entries": 1_000_000, "sqlite_rounds": 5, "n_append": 2000, "n_commit": 2000,
+             "signers_rounds": 5, "signers_n": 2000,
              "n_sign": 10000, "pg_rounds": 3, "pg_seconds": 5.0, "verify_rounds": 3,
              "full_rounds": 1, "n_ed": 5000, "growth_rounds": 5,
              "interceptor_n": 200, "interceptor_rounds": 3, "crashtest_steps": [10, 30, 100],
@@ -424,6 +426,19 @@ def _rows_many(m: dict[str, Any], rows: list[list[str]]) -> None:
                  "(info)", ""])
 
 
+def _rows_signers(m: dict[str, Any], rows: list[list[str]]) -> None:
+    s = m["series"]
+    rows.append(["8a", "appends one at a time, key in a PKCS#11 token (SoftHSM2) ÷ key file",
+                 fmt_num(_med(s, "hsm_one"), "/s"), fmt_num(_med(s, "file_one"), "/s"),
+                 _cell(s, "one_ratio"), "(info)", ""])
+    rows.append(["8b", f"  grouped ({m['params']['threads']} threads, GroupWriter)",
+                 fmt_num(_med(s, "hsm_group"), "/s"), fmt_num(_med(s, "file_group"), "/s"),
+                 _cell(s, "group_ratio"), "(info)", ""])
+    rows.append(["8c", "  signatures per grouped entry (entry + its instance's head), "
+                       "token ÷ key file", fmt_num(_med(s, "signatures_per_entry"), ""),
+                 fmt_num(_med(s, "file_signatures_per_entry"), ""), "", "same", ""])
+
+
 def _rows_memory(m: dict[str, Any], rows: list[list[str]]) -> None:
     n = m["big_entries"]
     over = m["peak_default_big_mb"] / T_RSS_MIB
@@ -521,7 +536,8 @@ def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 ("pg", "ratios", _rows_pg), ("verify", "default", _rows_verify),
                 ("many", "series", _rows_many),
                 ("memory", "summary", None), ("interceptor", "variants", _rows_interceptor),
-                ("crashtest", "sizes", _rows_crashtest), ("agent", "delays", _rows_agent)]
+                ("crashtest", "sizes", _rows_crashtest), ("agent", "delays", _rows_agent),
+                ("signers", "series", _rows_signers)]
     for name, key, fn in sections:
         if name not in f:
             continue
@@ -818,6 +834,16 @@ def main(argv: list[str]) -> int:
                 log("how reading one instance scales with its size")
                 figs["profile"]["stream"] = bench_profile.stream_experiments(db, sizes)
                 timings["profile"] = round(time.perf_counter() - t0, 1)
+        if "signers" in which:
+            import bench_signers
+
+            log("figure 8: appends with the key in a PKCS#11 token (SoftHSM2) vs a key file")
+            t0 = time.perf_counter()
+            d = workdir / "signers"
+            d.mkdir(exist_ok=True)
+            figs["signers"] = bench_signers.run(d, rounds=preset["signers_rounds"],
+                                                n=preset["signers_n"])
+            timings["signers"] = round(time.perf_counter() - t0, 1)
         if "many" in which:
             import bench_many
 

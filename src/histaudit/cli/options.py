@@ -22,8 +22,9 @@ trust_option = click.option("--trust", metavar="PATH", envvar="HISTAUDIT_TRUST",
                                  "(default $HISTAUDIT_TRUST).")
 # The value is a path; key text given instead is refused unshown (Signer.load).
 key_option = click.option("--key", metavar="PATH", envvar="HISTAUDIT_KEY",
-                          help="Path of the private signing key file (default "
-                               "$HISTAUDIT_KEY; a path, never the key itself).")
+                          help="Path of the private signing key file, or the pkcs11: URI of "
+                               "a key in a PKCS#11 token (default $HISTAUDIT_KEY; a path or "
+                               "URI, never the key itself).")
 
 
 def trust_store(path: str | None) -> TrustStore:

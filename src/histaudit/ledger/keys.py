@@ -249,10 +249,15 @@ def is_key_material(text: str) -> bool:
 
 
 def signer_from_env(path: str | os.PathLike[str] | None = None) -> Signer:
-    """The signing key from ``path``, else ``$HISTAUDIT_KEY``; a clear error if neither."""
+    """The signing key from ``path``, else ``$HISTAUDIT_KEY``; a clear error if neither.
+    A ``pkcs11:`` URI names a key held in a PKCS#11 token (:mod:`.pkcs11`)."""
     chosen = path or os.environ.get("HISTAUDIT_KEY")
     if not chosen:
         raise KeyMaterialError("no signing key: pass --key PATH or set HISTAUDIT_KEY")
+    if os.fspath(chosen).startswith("pkcs11:"):  # a key in a token (ledger/pkcs11.py)
+        from .pkcs11 import Pkcs11Signer
+
+        return Pkcs11Signer(os.fspath(chosen))
     return Signer.load(chosen)
 
 
@@ -260,6 +265,25 @@ def generate_keypair(out_dir: str | os.PathLike[str], *, name: str = "histaudit"
                      not_before: str | None = None,
                      not_after: str | None = None) -> tuple[Path, Path, Signer]:
     """Write ``NAME.key`` (mode 0600, created exclusively) and ``NAME.pub.json``."""
+    signer = Signer.generate()
+    priv_path = Path(out_dir) / f"{name}{PRIVATE_SUFFIX}"
+    pub_path = _write_key_files(signer, out_dir, name, not_before, not_after,
+                                private=(priv_path, signer.private_pem()))
+    return priv_path, pub_path, signer
+
+
+def export_public_key(signer: Signer, out_dir: str | os.PathLike[str], *, name: str,
+                      not_before: str | None = None, not_after: str | None = None) -> Path:
+    """Write ``NAME.pub.json`` (created exclusively) for ``signer``'s public key: how a
+    key that lives outside any file (a PKCS#11 token) gets into a trust store."""
+    return _write_key_files(signer, out_dir, name, not_before, not_after, private=None)
+
+
+def _write_key_files(signer: Signer, out_dir: str | os.PathLike[str], name: str,
+                     not_before: str | None, not_after: str | None, *,
+                     private: tuple[Path, bytes] | None) -> Path:
+    """Check the name and validity window, then write the public key file of ``signer``
+    (and ``private``, the private key file and its PEM, mode 0600), all or none."""
     if not _KEY_NAME.fullmatch(name):
         raise KeyMaterialError(f"key name {name!r} must be 1-100 letters, digits, '.', '_' or '-' "
                          f"and start with a letter or digit")
@@ -277,22 +301,21 @@ def generate_keypair(out_dir: str | os.PathLike[str], *, name: str = "histaudit"
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise KeyMaterialError(f"cannot create key directory {out}: {exc.strerror}") from None
-    signer = Signer.generate()
-    priv_path, pub_path = out / f"{name}{PRIVATE_SUFFIX}", out / f"{name}{PUBLIC_SUFFIX}"
-    for existing in (priv_path, pub_path):
+    pub_path = out / f"{name}{PUBLIC_SUFFIX}"
+    files = [] if private is None else [(private[0], private[1], 0o600)]
+    for existing in [*(f[0] for f in files), pub_path]:  # the private key's name first
         if existing.exists():
             raise KeyMaterialError(f"{existing} already exists; refusing to overwrite a key")
     public = PublicKey(kid=signer.kid, raw=signer.public.raw, name=name,
                        not_before=not_before, not_after=not_after)
+    files.append((pub_path, orjson.dumps(public.to_json(), option=orjson.OPT_INDENT_2) + b"\n",
+                  0o644))
     try:
-        _write_new_files(out, [
-            (priv_path, signer.private_pem(), 0o600),
-            (pub_path, orjson.dumps(public.to_json(), option=orjson.OPT_INDENT_2) + b"\n",
-             0o644)])
+        _write_new_files(out, files)
     except OSError as exc:
-        raise KeyMaterialError(f"cannot write key pair {name} in {out}: "
-                               f"{exc.strerror or exc}; nothing was written") from None
-    return priv_path, pub_path, signer
+        raise KeyMaterialError(f"cannot write key {'pair ' if private else ''}{name} in "
+                               f"{out}: {exc.strerror or exc}; nothing was written") from None
+    return pub_path
 
 
 def _write_new_files(directory: Path, files: list[tuple[Path, bytes, int]]) -> None:

@@ -1,0 +1,142 @@
+"""Figure 8: appends/s with the signing key in a PKCS#11 token (SoftHSM2) against the same
+appends with a key file, in the same run (issue #42, item 1).
+
+Each round, in one process and one directory, alternates slices of four measurements
+(rotating order, as figure 1 does, so both signers sample the same disk drift):
+
+* ``file_one`` / ``hsm_one``: ``chain.append``, one at a time, durable, round-robin over
+  8 instances, signed by the key file's key (libsodium) or inside the token (CKM_EDDSA);
+* ``file_group`` / ``hsm_group``: ``GroupWriter`` from 8 threads at once, each its own
+  instance, durable: the interceptor's path, where concurrent appends share a commit.
+
+Ratios per round: token ÷ key file, one at a time and grouped. ``signatures_per_entry``
+counts each signer's signatures over its grouped appends: an entry is signed once and a
+batch signs one head per instance it touched (here every thread has its own instance, so
+2 per entry), the same for both signers: the token adds no signature.
+
+Needs SoftHSM2 (``make softhsm``) and python-pkcs11 (the ``hsm`` extra). The token lives in
+the run's work directory (its own SOFTHSM2_CONF), with a key pair generated inside it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+from bench_common import Series, Timing, log, measure
+
+from histaudit.ledger import chain
+from histaudit.ledger.keys import Signer
+from histaudit.ledger.store import Ledger
+from histaudit.ledger.writer import GroupWriter
+
+MODULE = os.environ.get("SOFTHSM2_MODULE", "/usr/lib/softhsm/libsofthsm2.so")
+_PIN = "bench-pin"
+_THREADS = 8
+_SLICES = 5
+
+
+class _Counting:
+    """A signer that counts its signatures (the token's calls), signing with ``inner``."""
+
+    def __init__(self, inner: Signer) -> None:
+        self.inner, self.calls = inner, 0
+        self.kid, self.public = inner.kid, inner.public
+
+    def sign(self, message: bytes) -> bytes:
+        self.calls += 1
+        return self.inner.sign(message)
+
+
+def _token(workdir: Path) -> str:
+    """A SoftHSM2 token in ``workdir`` with an Ed25519 key pair made inside it; its URI."""
+    tokens = workdir / "tokens"
+    tokens.mkdir(parents=True, exist_ok=True)
+    conf = workdir / "softhsm2.conf"
+    conf.write_text(f"directories.tokendir = {tokens}\nobjectstore.backend = file\n"
+                    f"log.level = ERROR\n")
+    os.environ["SOFTHSM2_CONF"] = str(conf)  # read once, when this process loads the module
+    subprocess.run(["softhsm2-util", "--init-token", "--free", "--label", "bench", "--pin",
+                    _PIN, "--so-pin", "so-" + _PIN], check=True, capture_output=True)
+    import pkcs11
+    from pkcs11 import Attribute, KeyType
+    from pkcs11.util.ec import encode_named_curve_parameters
+
+    with pkcs11.lib(MODULE).get_token(token_label="bench").open(user_pin=_PIN,
+                                                                 rw=True) as session:
+        session.create_domain_parameters(
+            KeyType.EC_EDWARDS,
+            {Attribute.EC_PARAMS: encode_named_curve_parameters("1.3.101.112")},
+            local=True).generate_keypair(store=True, label="ledger")
+    pin = workdir / "pin"
+    pin.write_text(_PIN)
+    pin.chmod(0o600)
+    return f"pkcs11:token=bench;object=ledger?module-path={MODULE}&pin-source=file:{pin}"
+
+
+def _one(ledger: Ledger, signer: Any, n: int, tag: str) -> int:
+    for i in range(n):
+        chain.append(ledger, f"{tag}-{i % 8}", "activity.completed", {"i": i, "out": "x" * 64},
+                     signer=signer)
+    return n
+
+
+def _group(ledger: Ledger, signer: Any, n: int, tag: str) -> int:
+    writer = GroupWriter(ledger, signer)
+
+    def work(t: int) -> None:
+        for i in range(n // _THREADS):
+            writer.append(f"{tag}-g{t}", "activity.completed", {"i": i, "out": "x" * 64})
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(_THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return (n // _THREADS) * _THREADS
+
+
+def run(workdir: Path, *, rounds: int, n: int) -> dict[str, Any]:
+    from histaudit.ledger.pkcs11 import Pkcs11Signer
+
+    uri = _token(workdir)
+    hsm = _Counting(Pkcs11Signer(uri))
+    keyfile = _Counting(Signer.generate())
+    series = {k: Series() for k in ("file_one", "hsm_one", "file_group", "hsm_group",
+                                    "one_ratio", "group_ratio", "signatures_per_entry",
+                                    "file_signatures_per_entry")}
+    per = max(_THREADS, n // _SLICES)
+    for r in range(rounds):
+        with Ledger.open(f"sqlite:///{workdir / f'signers-{r}.db'}", create=True) as ledger:
+            done: dict[str, list[Timing]] = {k: [] for k in
+                                             ("file_one", "hsm_one", "file_group", "hsm_group")}
+            calls = {"hsm_group": 0, "file_group": 0}
+            for s in range(_SLICES):
+                order = [("file_one", keyfile, _one), ("hsm_one", hsm, _one),
+                         ("file_group", keyfile, _group), ("hsm_group", hsm, _group)]
+                order = order[s % 4:] + order[:s % 4]
+                for name, signer, fn in order:
+                    before, tag = signer.calls, f"{name}-{r}-{s}"
+                    t = measure(lambda fn=fn, signer=signer, tag=tag: fn(ledger, signer, per,
+                                                                         tag))
+                    done[name].append(t)
+                    if name in calls:
+                        calls[name] += signer.calls - before
+            rate = {k: sum(t.ops for t in v) / sum(t.wall for t in v) for k, v in done.items()}
+        for k, v in rate.items():
+            series[k].add(v)
+        series["one_ratio"].add(rate["hsm_one"] / rate["file_one"])
+        series["group_ratio"].add(rate["hsm_group"] / rate["file_group"])
+        signed = {k: calls[k] / sum(t.ops for t in done[k]) for k in calls}
+        series["signatures_per_entry"].add(signed["hsm_group"])
+        series["file_signatures_per_entry"].add(signed["file_group"])
+        log(f"  round {r + 1}/{rounds}: one at a time {rate['hsm_one']:.0f} vs "
+            f"{rate['file_one']:.0f} appends/s, grouped {rate['hsm_group']:.0f} vs "
+            f"{rate['file_group']:.0f}; signatures per grouped entry "
+            f"{signed['hsm_group']:.3f} vs {signed['file_group']:.3f}")
+    return {"params": {"rounds": rounds, "appends_per_measure": per * _SLICES,
+                       "threads": _THREADS, "module": MODULE},
+            "series": {k: v.to_json() for k, v in series.items()}}

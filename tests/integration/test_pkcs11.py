@@ -1,0 +1,140 @@
+"""Signing keys held in a PKCS#11 token (issue #42, item 1), on a real SoftHSM2 token
+(Debian's softhsm2, `make softhsm`) and the real engine.
+
+Each test gets a token of its own (its own SoftHSM2 configuration and token directory)
+holding an Ed25519 key pair generated inside it, so no private key ever exists as a file:
+* an audited workflow signs its ledger in the token, the public key is exported from the
+  token into a trust store, and `verify --all --full` proves the ledger with that alone;
+* every wrong way to name the key (PIN wrong, PIN in the URI, PIN file others can read,
+  no such token, key, or module, a URI without a key label) is one line, exit 2, the PIN
+  shown nowhere, and the ledger unchanged.
+
+All PKCS#11 work happens in child processes (the app, the CLI, the key generator): a
+PKCS#11 library reads its configuration once per process. Cost: ≈ 4 s of CPU, 8 s of wall.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from histaudit.crashtest.engine import EngineProcess
+from histaudit.ledger.store import Ledger
+from support.apps import AppProcess, AppRig
+from support.cli import cli, exits, one_error_line
+from support.ledgers import read_entries
+
+pytestmark = [pytest.mark.engine]
+
+MODULE = os.environ.get("SOFTHSM2_MODULE", "/usr/lib/softhsm/libsofthsm2.so")
+PIN = "s3cr3t-4711"
+APP = Path(__file__).resolve().parent / "apps" / "outage_app.py"
+
+KEYGEN = """
+import sys, pkcs11
+from pkcs11 import Attribute, KeyType
+from pkcs11.util.ec import encode_named_curve_parameters
+token = pkcs11.lib(sys.argv[1]).get_token(token_label="histaudit")
+with token.open(user_pin=sys.argv[2], rw=True) as session:
+    params = session.create_domain_parameters(
+        KeyType.EC_EDWARDS, {Attribute.EC_PARAMS: encode_named_curve_parameters("1.3.101.112")},
+        local=True)
+    params.generate_keypair(store=True, label="ledger")
+"""
+
+
+@dataclass
+class Token:
+    tmp: Path
+    env: dict[str, str]
+    pin_file: Path
+
+    def uri(self, token: str = "histaudit", key: str = "ledger", *, module: str = MODULE,
+            pin: str | None = None) -> str:
+        return (f"pkcs11:token={token};object={key}?module-path={module}"
+                f"&pin-source=file:{pin or self.pin_file}")
+
+
+@pytest.fixture
+def token(tmp_path: Path) -> Token:
+    conf, tokens = tmp_path / "softhsm2.conf", tmp_path / "tokens"
+    tokens.mkdir()
+    conf.write_text(f"directories.tokendir = {tokens}\nobjectstore.backend = file\n"
+                    f"log.level = ERROR\n")
+    env = {**os.environ, "SOFTHSM2_CONF": str(conf)}
+    subprocess.run(["softhsm2-util", "--init-token", "--free", "--label", "histaudit",
+                    "--pin", PIN, "--so-pin", "so-" + PIN], env=env, check=True,
+                   capture_output=True, timeout=30)
+    subprocess.run([sys.executable, "-c", KEYGEN, MODULE, PIN], env=env, check=True,
+                   capture_output=True, timeout=30)
+    pin_file = tmp_path / "hsm.pin"
+    pin_file.write_text(PIN + "\n")
+    pin_file.chmod(0o600)
+    return Token(tmp_path, {"SOFTHSM2_CONF": str(conf)}, pin_file)
+
+
+def test_a_ledger_signed_in_the_token_verifies_with_only_its_exported_public_key(
+        token: Token, engine: EngineProcess) -> None:
+    url = f"sqlite:///{token.tmp / 'ledger.db'}"
+    Ledger.open(url, create=True).close()
+    with AppRig(engine) as rig:
+        app = rig.add_app(AppProcess(
+            engine, [APP], log=token.tmp / "app.log", ready="APP READY", ready_timeout=60,
+            env={"HISTAUDIT_DB": url, "HISTAUDIT_KEY": token.uri(), "PYTHONUNBUFFERED": "1",
+                 **token.env}))
+        app.start()
+        instance = rig.schedule("chain", {"n": 5, "pause": 0})
+        state = rig.wait(instance, timeout=60)
+        assert state.runtime_status.name == "COMPLETED", app.tail()
+        assert json.loads(state.serialized_output) == {"x": 5}
+    exported = cli("keys", "export-public", "--key", token.uri(), "--out", "trust",
+                   "--name", "hsm", cwd=token.tmp, env=token.env)
+    exits(exported)
+    kid = exported.stdout.split()[2]
+    doc = json.loads((token.tmp / "trust" / "hsm.pub.json").read_text())
+    assert doc["kid"] == kid
+    entries = read_entries(url, instance)
+    assert len(entries) >= 12 and {e.kid for e in entries} == {kid}
+    exits(cli("checkpoint", "--db", url, "--key", token.uri(), cwd=token.tmp, env=token.env))
+    proved = cli("verify", "--all", "--full", "--json", "--db", url, "--trust", "trust",
+                 cwd=token.tmp)
+    exits(proved)
+    assert json.loads(proved.stdout)["ok"] is True
+    # no private key anywhere: nothing written holds one
+    for path in token.tmp.rglob("*"):
+        if path.is_file() and "tokens" not in path.parts:
+            assert b"PRIVATE KEY" not in path.read_bytes(), path
+    assert not list(token.tmp.rglob("*.key"))
+
+
+def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
+        token: Token) -> None:
+    url = f"sqlite:///{token.tmp / 'ledger.db'}"
+    Ledger.open(url, create=True).close()
+    wrong_pin, open_pin = token.tmp / "wrong.pin", token.tmp / "open.pin"
+    wrong_pin.write_text("0000\n")
+    wrong_pin.chmod(0o600)
+    open_pin.write_text(PIN + "\n")
+    open_pin.chmod(0o644)
+    cases = {
+        token.uri(pin=str(wrong_pin)): "the PIN is wrong",
+        token.uri().replace(f"pin-source=file:{token.pin_file}", f"pin-value={PIN}"):
+            "pin-value is refused",
+        token.uri(pin=str(open_pin)): "readable by others",
+        token.uri(token="nope"): "token 'nope' is not in module",
+        token.uri(key="nokey"): "no Ed25519 key pair labelled 'nokey'",
+        token.uri(module=str(token.tmp / "nope.so")): "cannot load it",
+        f"pkcs11:token=histaudit?module-path={MODULE}": "must name token=LABEL and object",
+    }
+    for uri, needle in cases.items():
+        r = cli("checkpoint", "--db", url, "--key", uri, cwd=token.tmp, env=token.env)
+        line = one_error_line(r, needle)
+        assert PIN not in line and PIN not in r.stdout
+    with Ledger.open(url) as ledger:
+        assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
