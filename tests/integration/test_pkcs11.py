@@ -138,3 +138,26 @@ def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
         assert PIN not in line and PIN not in r.stdout
     with Ledger.open(url) as ledger:
         assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
+
+
+FORKED = """
+import os, sys
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from histaudit.ledger.keys import signer_from_env
+signer = signer_from_env(sys.argv[1])
+signer.sign(b"parent")
+pid = os.fork()
+if pid == 0:  # the child opens its own session; the module's login outlived the fork
+    Ed25519PublicKey.from_public_bytes(signer.public.raw).verify(signer.sign(b"child"),
+                                                                  b"child")
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_worker_signs_with_the_parent_signer(token: Token) -> None:
+    run = subprocess.run([sys.executable, "-c", FORKED, token.uri()],
+                         env={**os.environ, **token.env}, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert run.returncode == 0 and run.stdout.strip() == "0", run.stderr[-2000:]

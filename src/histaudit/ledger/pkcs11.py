@@ -133,7 +133,10 @@ class Pkcs11Signer(Signer):
                                    f"({type(exc).__name__})") from None
         try:
             token = lib.get_token(token_label=self._token)
-            session = token.open(user_pin=self._pin)
+            try:
+                session = token.open(user_pin=self._pin)
+            except pkcs11.UserAlreadyLoggedIn:  # a fork: the module's login outlived it
+                session = token.open()
         except pkcs11.NoSuchToken:
             raise KeyMaterialError(f"{where} is not in module {self._module}") from None
         except pkcs11.PinIncorrect:
