@@ -12,7 +12,7 @@ Everything runs the installed console script in a subprocess, like a user would.
 file: bad databases, URLs, trust stores, keys and command lines, and corrupt files under
 the writing commands; ``support/bad_input.py`` names the other three and holds what they
 share.
-Cost: ≈ 70 s of CPU (463 tests; most are one forked command each).
+Cost: ≈ 76 s of CPU (501 tests; most are one forked command each).
 """
 from __future__ import annotations
 

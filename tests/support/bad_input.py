@@ -15,10 +15,12 @@ Everything runs the installed console script (:func:`support.cli.cli`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,7 +147,23 @@ DB_COMMANDS: dict[str, Callable[[Ctx], list[str]]] = {
     "show": lambda c: ["show", "order-1", "--db", c.url],
     "redact": lambda c: ["redact", "order-1", "--seq", "1", "--field", "input", "--db", c.url,
                          "--key", str(c.key)],
+    "retention apply": lambda c: ["retention", "apply", "--policy", str(_erase_all(c)),
+                                  "--now", "2999-01-01T00:00:00Z", "--db", c.url,
+                                  "--key", str(c.key)],
 }
+
+
+@functools.cache
+def _erase_all_policy() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="histaudit-bad-input-")) / "erase-all.policy.json"
+    path.write_text('{"version": 1, "payloads": [{"kinds": ["*"], "keep_days": 0}]}')
+    return path
+
+
+def _erase_all(_c: Ctx) -> Path:
+    """A retention policy that would erase every payload, written once per process outside
+    every test's directory (whose files must stay byte-identical)."""
+    return _erase_all_policy()
 TRUST_COMMANDS = ("verify", "verify --all", "list --trust")
 
 
