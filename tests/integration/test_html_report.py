@@ -15,10 +15,7 @@ Content-Security-Policy violation, so a stylesheet the policy blocked fails the 
 from __future__ import annotations
 
 import io
-import os
 import re
-import shutil
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,6 +35,7 @@ from histaudit.ledger.checkpoint import Checkpoint
 from histaudit.ledger.keys import generate_keypair
 from histaudit.verify.report import Report
 from support.apps import AppProcess, AppRig
+from support.chromium import chromium
 from support.cli import cli, exits
 
 # one xdist worker builds the module fixtures (reports) once (tests/conftest.py)
@@ -46,31 +44,9 @@ pytestmark = [pytest.mark.engine, pytest.mark.crash, pytest.mark.xdist_group("ht
 APP = Path(__file__).resolve().parents[2] / "examples" / "triage" / "app.py"
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 WIDTH = 1280
-CHROMIUM_TIMEOUT_S = 120
 
 
-# --- Chromium -------------------------------------------------------------------------
-
-def chromium_binary() -> str:
-    found = os.environ.get("CHROMIUM") or shutil.which("chromium") or \
-        shutil.which("chromium-browser")
-    if not found:
-        pytest.fail("headless Chromium is needed for the report tests: run "
-                    "scripts/ensure-chromium.sh (Debian's chromium package)", pytrace=False)
-    return found
-
-
-def chromium(page: Path, *flags: str, profile: Path) -> subprocess.CompletedProcess[str]:
-    """Run headless Chromium on ``page`` with ``flags``; its own profile dir, so parallel
-    test workers never share one; root needs ``--no-sandbox``."""
-    argv = [chromium_binary(), "--headless", "--no-sandbox", "--disable-gpu",
-            "--no-first-run", "--disable-extensions", "--hide-scrollbars",
-            "--enable-logging=stderr", "--v=0", f"--user-data-dir={profile}", *flags,
-            page.resolve().as_uri()]
-    r = subprocess.run(argv, capture_output=True, text=True, errors="replace",
-                       timeout=CHROMIUM_TIMEOUT_S, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
+# --- Chromium: support/chromium.py -------------------------------------------------
 
 
 def console_problems(stderr: str) -> list[str]:

@@ -25,6 +25,7 @@ from .keys import keys
 from .ledger import export, list_, redact
 from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS
 from .replay import replay
+from .report import report
 from .retention import retention
 from .show import show
 from .verify import verify
@@ -53,8 +54,8 @@ def cli() -> None:
     """Signed, hash-chained audit ledger for Dapr Workflow, and its verifier."""
 
 
-for command in (keys, verify, export, checkpoint, list_, show, redact, retention, replay,
-                crashtest, dapr_verify):
+for command in (keys, verify, export, checkpoint, list_, show, redact, retention, report,
+                replay, crashtest, dapr_verify):
     cli.add_command(command)
 
 
