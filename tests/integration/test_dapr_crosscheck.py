@@ -33,6 +33,7 @@ from support.dapr_audit import (
     TERMINATED,
     AuditedDaprRun,
     audited_dapr_run,
+    backup,
     foreign_ca,
     put,
     rows,
@@ -203,6 +204,44 @@ def test_a_purged_instance_is_missing_only_with_the_ledger(run: AuditedDaprRun) 
     assert [f["code"] for f in doc["crosscheck"]["findings"]] == ["dapr-instance-missing"]
     assert doc["ledger"]["ok"] is True
     one_error_line(run.dapr_verify("never-was", run.db), "never-was")
+
+
+def test_a_history_captured_before_a_purge_still_speaks_for_dapr(run: AuditedDaprRun) -> None:
+    """dapr-capture (issue #42, item 3): Dapr's verified history of GATED, signed into a
+    copy of the ledger; then the store as it is, purged, and rolled back."""
+    ledger = f"sqlite:///{backup(run.ledger_path, run.work / 'captured-ledger.db')}"
+    store = run.copy("capture")
+    captured = cli("dapr-capture", GATED, "--state-db", store, "--trust-anchors", run.anchors,
+                   "--app-id", "histaudit", "--db", ledger, "--key", run.key, "--json",
+                   cwd=run.work)
+    record = _doc(captured, 0)
+    assert record["signed_events"] > 0 and record["signatures"] > 0
+    assert record["signers"] and len(record["events_sha256"]) == 64
+    exits(cli("verify", GATED, "--full", "--db", ledger, "--trust", run.keys, cwd=run.work))
+
+    def check(db: Path, code: int) -> list[str]:
+        doc = _doc(cli("dapr-verify", GATED, "--state-db", db, "--trust-anchors", run.anchors,
+                       "--db", ledger, "--trust", run.keys, "--json", cwd=run.work), code)
+        return [f["code"] for f in doc["crosscheck"]["findings"]]
+
+    assert check(store, 0) == []  # the store still holds what was captured
+    purged = run.copy("capture-purged")
+    with sqlite3.connect(purged) as conn:  # what the purge API does to the store
+        conn.execute("DELETE FROM state WHERE key LIKE ?", (f"%||{GATED}||%",))
+    assert check(purged, 0) == ["dapr-history-purged"]  # info: the ledger still says it
+    without = _doc(run.dapr_verify(GATED, purged, "--json"), 1)  # the ledger never captured
+    assert [f["code"] for f in without["crosscheck"]["findings"]] == ["dapr-instance-missing"]
+    rewound = run.copy("capture-rewound")
+    _rewind(rewound, run.mid, GATED)
+    assert "dapr-history-changed-since-capture" in check(rewound, 1)
+    # a history that does not verify is not captured, and the ledger is left as it was
+    cut = run.copy("capture-foreign")
+    before = cli("show", GATED, "--db", ledger, "--json", cwd=run.work).stdout
+    refused = cli("dapr-capture", GATED, "--state-db", cut, "--trust-anchors",
+                  foreign_ca(run.work / "capture-foreign-ca.pem"), "--db", ledger, "--key",
+                  run.key, cwd=run.work)
+    assert refused.returncode == 1 and "not captured" in refused.stdout, refused.stderr
+    assert cli("show", GATED, "--db", ledger, "--json", cwd=run.work).stdout == before
 
 
 def test_a_changed_completion_result_is_not_signed_by_dapr(run: AuditedDaprRun) -> None:

@@ -20,6 +20,7 @@ from histaudit.errors import HistauditError, VerificationError
 
 from .checkpoint import checkpoint
 from .crashtest import crashtest
+from .dapr_capture import dapr_capture
 from .dapr_verify import dapr_verify
 from .keys import keys
 from .ledger import export, list_, redact
@@ -55,7 +56,7 @@ def cli() -> None:
 
 
 for command in (keys, verify, export, checkpoint, list_, show, redact, retention, report,
-                replay, crashtest, dapr_verify):
+                replay, crashtest, dapr_verify, dapr_capture):
     cli.add_command(command)
 
 

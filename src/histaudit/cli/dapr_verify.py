@@ -3,7 +3,8 @@ and with ``--db`` cross-check them with the instance's signed ledger."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from histaudit.verify.dapr_history import DaprHistoryResult, DaprWorkflowRows
     from histaudit.verify.report import Report
 
+F = TypeVar("F", bound=Callable[..., Any])
 _ABSENT = "no workflow state for instance"  # read_workflow_rows' message for an absent one
 
 
@@ -34,18 +36,31 @@ def _failing(findings: list[Finding]) -> bool:
     return any(f.severity >= Severity.ERROR for f in findings)
 
 
+_STORE_OPTIONS = (
+    click.option("--state-db", "state_db", required=True, metavar="PATH|URL",
+                 help="daprd's actor state store: the state.sqlite component's file, or a "
+                      "postgresql:// URL of the state.postgresql (v1) component's database."),
+    click.option("--trust-anchors", "trust_anchors", required=True, metavar="CA.pem",
+                 help="PEM trust anchors the signing certificates must chain to (sentry's "
+                      "ca.crt)."),
+    click.option("--app-id", "app_id", metavar="ID",
+                 help="The app whose workflow this is: the signer's SPIFFE ID must name it."),
+    click.option("--table", default="state", show_default=True, metavar="NAME",
+                 help="The state table (the component's tableName)."),
+)
+
+
+def dapr_store_options(fn: F) -> F:
+    """The options that name a daprd actor state store and how to read it (dapr-verify,
+    dapr-capture)."""
+    for option in reversed(_STORE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
 @click.command("dapr-verify")
 @click.argument("instance_id")
-@click.option("--state-db", "state_db", required=True, metavar="PATH|URL",
-              help="daprd's actor state store: the state.sqlite component's file, or a "
-                   "postgresql:// URL of the state.postgresql (v1) component's database.")
-@click.option("--trust-anchors", "trust_anchors", required=True, metavar="CA.pem",
-              help="PEM trust anchors the signing certificates must chain to (sentry's "
-                   "ca.crt).")
-@click.option("--app-id", "app_id", metavar="ID",
-              help="The app whose workflow this is: the signer's SPIFFE ID must name it.")
-@click.option("--table", default="state", show_default=True, metavar="NAME",
-              help="The state table (the component's tableName).")
+@dapr_store_options
 # Not db_option: $HISTAUDIT_DB must not silently turn the cross-check on.
 @click.option("--db", "--ledger", "db", metavar="URL",
               help="Also verify INSTANCE_ID's chain in this histaudit ledger and cross-check "

@@ -43,6 +43,9 @@ class Kind(enum.StrEnum):
     LLM_CALL = "llm.call"
     # an erased payload (histaudit.ledger.chain.erase_payload)
     PAYLOAD_ERASED = "payload.erased"
+    # Dapr's own signed history of the instance, verified and summed up before a purge
+    # (histaudit dapr-capture; docs/dapr-signatures.md)
+    DAPR_HISTORY_CAPTURED = "dapr.history_captured"
 
     @property
     def is_effect(self) -> bool:

@@ -44,7 +44,7 @@ from typing import Any
 
 from cryptography import x509
 
-from histaudit.errors import FormatError
+from histaudit.errors import FormatError, HistauditError
 from histaudit.ledger import records as rec
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.records import StoredEntry, commitment_matches
@@ -54,6 +54,7 @@ from .dapr_history import (
     DaprHistoryResult,
     DaprWorkflowRows,
     WireError,
+    events_digest,
     read_message,
     verify_dapr_history,
 )
@@ -299,15 +300,61 @@ class DaprLedgerResult:
                 *self.crosscheck]
 
 
+def capture_record(history: DaprHistoryResult, rows: DaprWorkflowRows,
+                   app_id: str | None) -> dict[str, Any]:
+    """What ``dapr-capture`` signs into the ledger of a verified Dapr history: how many
+    signatures and events, by whom, and the digest of the signed events (the same
+    ``events_digest`` Dapr's signatures chain), so the ledger can later say what Dapr's
+    history was, once the engine has purged it."""
+    signed = [rows.history[i] for i in range(history.verified)]
+    return {"signatures": history.signatures, "signed_events": history.verified,
+            "events_sha256": events_digest(signed).hex(), "signers": list(history.signers),
+            "app_id": app_id}
+
+
+def _capture_findings(instance: str, captured: rec.Entry | None,
+                      signed: Sequence[bytes] | None) -> list[Finding]:
+    """The capture's word against the store's: the signed history must still begin with
+    the captured events (``signed`` None: the store holds no state any more)."""
+    if captured is None:
+        return []
+    n, digest = captured.data.get("signed_events"), captured.data.get("events_sha256")
+    if signed is None:
+        return [Finding.make(
+            "dapr-history-purged", instance, captured.seq,
+            f"the state store has no workflow state for {instance!r} any more; its signed "
+            f"history ({n} events, {captured.data.get('signatures')} signatures by "
+            f"{', '.join(map(str, captured.data.get('signers') or [])) or 'nobody'}) was "
+            f"captured into the ledger at entry {captured.seq}")]
+    if not isinstance(n, int) or n > len(signed) or events_digest(signed[:n]).hex() != digest:
+        return [Finding.make(
+            "dapr-history-changed-since-capture", instance, captured.seq,
+            f"Dapr's signed history holds {len(signed)} events whose first {n} are not the "
+            f"ones captured at entry {captured.seq} (digest {str(digest)[:16]}…): rolled back "
+            f"or replaced since")]
+    return []
+
+
 def verify_with_ledger(instance: str, rows: DaprWorkflowRows | None,
                        anchors: Sequence[x509.Certificate], entries: Iterable[StoredEntry],
                        lookup: PayloadLookup, *, app_id: str | None = None
                        ) -> DaprLedgerResult:
     """Dapr's signature checks over ``rows`` (None when the store holds no state for
-    ``instance``), then the cross-check of the events they cover with ``entries`` (read
-    once, as a stream)."""
+    ``instance``), then the cross-check of the events they cover with ``entries``, and
+    with the last history ``dapr-capture`` signed into them."""
+    stored = list(entries)
+    captured = None
+    for row in stored:
+        try:
+            entry = rec.parse_entry(row.body)
+        except HistauditError:
+            continue  # the chain's verification reports it
+        if entry.kind == Kind.DAPR_HISTORY_CAPTURED:
+            captured = entry
     if rows is None:
-        return DaprLedgerResult(None, [instance_missing(instance, sum(1 for _ in entries))])
+        found = _capture_findings(instance, captured, None)
+        return DaprLedgerResult(None, found or [instance_missing(instance, len(stored))])
     history = verify_dapr_history(rows, anchors, app_id=app_id)
     signed = [rows.history[i] for i in range(history.verified)]
-    return DaprLedgerResult(history, crosscheck_dapr(instance, signed, entries, lookup))
+    return DaprLedgerResult(history, [*crosscheck_dapr(instance, signed, stored, lookup),
+                                      *_capture_findings(instance, captured, signed)])

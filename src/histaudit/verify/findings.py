@@ -97,6 +97,10 @@ CODES: dict[str, tuple[Severity, str]] = {
                                       "cut at a signature boundary or rolled back"),
     "dapr-instance-missing": (E, "the ledger holds an instance the Dapr state store has no "
                                  "state for (purged or deleted)"),
+    "dapr-history-purged": (I, "Dapr's state of the instance is gone, after its signed "
+                               "history was captured into the ledger (dapr-capture)"),
+    "dapr-history-changed-since-capture": (E, "Dapr's signed history is not the one captured "
+                                              "into the ledger: rolled back or replaced"),
     # behaviour across crashes
     "activity-reexecuted": (I, "activity delivered more than once for one task (at-least-once)"),
     "activity-nondeterministic": (W, "re-executions of one task returned different results"),
