@@ -107,6 +107,26 @@ def test_a_bad_ledger_url_is_reported_by_start_not_by_construction(
     assert not missing_dir.parent.exists()
 
 
+def test_a_ledger_that_cannot_be_written_is_refused_by_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's own verdict (``Ledger.read_only``), not a second check of its own that
+    root passes: a ledger opened read-only would take no entry, and the app would run
+    unrecorded until its first append failed."""
+    from histaudit.dapr import AuditedWorkflowRuntime
+    from histaudit.ledger.store import Ledger
+
+    key, _, _ = generate_keypair(tmp_path / "keys", name="app")
+    monkeypatch.delenv("HISTAUDIT_ENABLED", raising=False)
+    path = tmp_path / "ledger.db"
+    Ledger.open(f"sqlite:///{path}", create=True).close()
+    wfr = AuditedWorkflowRuntime(host="127.0.0.1", port="1", key=str(key),
+                                 ledger=f"sqlite:///{path}?mode=ro")
+    with pytest.raises(StoreError, match=r"^AuditedWorkflowRuntime: ledger .* cannot be "
+                                         r"written: ") as info:
+        wfr.start()
+    assert "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize(("text", "on"), [
     (None, True), ("", True), ("1", True), ("true", True), ("YES", True), (" on ", True),
     ("0", False), ("false", False), ("No", False), ("off", False)])

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from dapr.ext.workflow import WorkflowRuntime
@@ -21,6 +20,7 @@ from histaudit import sdk
 from histaudit.errors import KeyMaterialError, StoreError, UsageError
 from histaudit.ledger.keys import Signer, signer_from_env
 from histaudit.ledger.store import Ledger, resolve_url
+from histaudit.urls import shown_url
 
 from .activity import audit_activity
 from .received import ReceivedEvents
@@ -243,13 +243,8 @@ def _open_ledger(url: str | None) -> Ledger:
         ledger = Ledger.open(resolved, create=True)
     except StoreError as exc:
         raise StoreError(f"AuditedWorkflowRuntime: {exc}") from None
-    if ledger.dialect == "sqlite":
-        path = ledger.db.url.database
-        if path and path != ":memory:":
-            p = Path(path)
-            for target in (p, p.parent):
-                if not os.access(target, os.W_OK):
-                    ledger.close()
-                    raise StoreError(f"AuditedWorkflowRuntime: ledger {p} is not writable "
-                                     f"({target} refuses writes)")
+    if ledger.read_only:  # the store's own finding: a read-only URL, file or directory
+        ledger.close()
+        raise StoreError(f"AuditedWorkflowRuntime: ledger {shown_url(resolved)} cannot be "
+                         f"written: {ledger.read_only}")
     return ledger

@@ -51,7 +51,7 @@ __all__ = ["Hold", "Policy", "Rule", "Tally", "apply", "read_policy"]
 
 POLICY_LIMIT = 1 << 20
 VERSION = 1
-DUE, KEPT, HELD, ERASED, ALREADY = "due", "kept", "held", "erased", "already-erased"
+KEPT, HELD, ERASED, ALREADY = "kept", "held", "erased", "already-erased"
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,8 @@ def read_policy(path: str) -> Policy:
 
 @dataclass
 class Tally:
-    """What one run did or found, per payload: due (and erased now, or already), kept
-    (within its term or under no rule), held."""
+    """What one run did or found, per payload: erased now, erased already, kept (within
+    its term or under no rule), held."""
 
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         (ERASED, ALREADY, KEPT, HELD), 0))
