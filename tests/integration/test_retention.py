@@ -178,3 +178,31 @@ def test_the_period_report_says_what_was_kept_erased_held_and_verified(
     r = cli("report", "--since", _later(-1), "--until", _later(1), "--out",
             rig["tmp"] / "again", "--db", rig["url"], "--trust", rig["pub"], cwd=rig["tmp"])
     assert r.returncode == 1 and "2 verified, 1 failing" in r.stdout, r.stderr
+
+
+def test_an_erasure_after_the_end_leaves_the_workflow_ended(db_url: str, tmp_path: Path
+                                                            ) -> None:
+    """``payload.erased`` (and ``dapr.history_captured``) follow a workflow's end without
+    being its doing: ``list`` and the report still say how it ended."""
+    key, pub, signer = generate_keypair(tmp_path / "keys", name="ops")
+    ref, stored = committed(b'{"answer":"private"}')
+    with Ledger.open(db_url, create=True) as ledger:
+        chain.append(ledger, "done-1", "workflow.started", {"workflow": "claims"},
+                     signer=signer)
+        chain.append(ledger, "done-1", "llm.call", {"output": {**ref, "k": True}},
+                     signer=signer, payloads=stored)
+        chain.append(ledger, "done-1", "workflow.completed", {"workflow": "claims"},
+                     signer=signer)
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"version": 1, "payloads": [{"kinds": ["*"], "keep_days": 0}]}))
+    exits(cli("retention", "apply", "--policy", policy, "--db", db_url, "--key", key,
+              cwd=tmp_path))
+    assert read_entries(db_url, "done-1")[-1].kind == "payload.erased"
+    listed = cli("list", "--db", db_url, "--json", cwd=tmp_path)
+    exits(listed)
+    (row,) = json.loads(listed.stdout)
+    assert (row["last_kind"], row["workflow"]) == ("payload.erased", "completed")
+    exits(cli("report", "--since", _later(-1), "--until", _later(1), "--out", tmp_path / "r",
+              "--db", db_url, "--trust", pub, cwd=tmp_path))
+    (instance,) = json.loads((tmp_path / "r" / "report.json").read_text())["instances"]
+    assert instance["state"] == "completed"

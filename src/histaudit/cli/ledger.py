@@ -12,7 +12,7 @@ import click
 from histaudit.errors import FormatError, HistauditError, InputError, UsageError
 from histaudit.ledger import records as rec
 from histaudit.ledger.keys import TrustStore, signer_from_env
-from histaudit.ledger.kinds import WORKFLOW_STATE
+from histaudit.ledger.kinds import AFTERWORD_KINDS, WORKFLOW_STATE
 from histaudit.verify.findings import Severity
 
 from . import render
@@ -63,6 +63,7 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
     with _open(db, reading=True) as ledger, ledger.snapshot() as snap:
         for summary in snap.instances():
             last = _last_entry(snap, summary.instance)
+            state = _state_entry(snap, last)
             status, counts = ListStatus.NOT_CHECKED, None
             if keys is not None:
                 report = verify_in(snap, summary.instance, trust=keys)
@@ -73,7 +74,7 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
             rows.append({"instance": summary.instance, "entries": summary.entries,
                          "last_ts": last.ts if last else None,
                          "last_kind": last.kind if last else None,
-                         "workflow": WORKFLOW_STATE.get(last.kind, "not-ended") if last
+                         "workflow": WORKFLOW_STATE.get(state.kind, "not-ended") if state
                          else None, "status": str(status), "findings": counts})
     if as_json:
         render.emit_json(rows)
@@ -132,6 +133,22 @@ def _last_entry(snap: Snapshot, instance: str) -> rec.Entry | None:
         return None if row is None else rec.parse_entry(row.body)
     except HistauditError:
         return None
+
+
+def _state_entry(snap: Snapshot, last: rec.Entry | None) -> rec.Entry | None:
+    """The last entry that speaks of the workflow's state: ``last`` (the head's), or,
+    past the records that do not (:data:`AFTERWORD_KINDS`: erasures, a captured Dapr
+    history), the entry each names as its ``prev``, by hash."""
+    entry = last
+    while entry is not None and entry.kind in AFTERWORD_KINDS and entry.seq > 1:
+        row = snap.entry_at(entry.instance, entry.seq - 1)
+        if row is None or rec.sha256_hex(row.body) != entry.prev:
+            return None  # the chain is broken there: verify says how
+        try:
+            entry = rec.parse_entry(row.body)
+        except HistauditError:
+            return None
+    return entry
 
 
 @click.command()

@@ -55,10 +55,15 @@ class Kind(enum.StrEnum):
 EFFECT_KINDS = frozenset(k for k in Kind if k.is_effect)
 
 
+AFTERWORD_KINDS = frozenset({Kind.PAYLOAD_ERASED, Kind.DAPR_HISTORY_CAPTURED})
+"""Records about an instance that are not its workflow's doing (an erasure, Dapr's history
+captured): they often follow its end, and say nothing of its state."""
+
+
 WORKFLOW_STATE: dict[str, str] = {
     Kind.WORKFLOW_COMPLETED: "completed", Kind.WORKFLOW_FAILED: "failed",
     Kind.WORKFLOW_TERMINATED: "terminated", Kind.WORKFLOW_CONTINUED_AS_NEW: "continued-as-new",
     Kind.WORKFLOW_SUSPENDED: "suspended"}
-"""What an instance's last signed entry says of its workflow (``list``'s ``workflow``
-column, ``verify --tree``); anything else is ``not-ended``: running, waiting, or ended
-unheard by the ledger."""
+"""What an instance's last signed entry (the last not in :data:`AFTERWORD_KINDS`) says of
+its workflow (``list``'s ``workflow`` column, ``verify --tree``); anything else is
+``not-ended``: running, waiting, or ended unheard by the ledger."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from histaudit.errors import FormatError
-from histaudit.ledger.kinds import WORKFLOW_STATE, Kind
+from histaudit.ledger.kinds import AFTERWORD_KINDS, WORKFLOW_STATE, Kind
 from histaudit.ledger.records import StoredEntry, parse_entry
 
 __all__ = ["MAX_TREE", "TreeNode", "WorkflowSummary", "instance_tree"]
@@ -84,7 +84,8 @@ class WorkflowSummary:
     last_kind: str | None = None
 
     def add(self, seq: int, kind: str, data: Mapping[str, Any]) -> None:
-        self.last_kind = kind
+        if kind not in AFTERWORD_KINDS:  # an erasure after the end leaves it ended
+            self.last_kind = kind
         if kind == Kind.WORKFLOW_STARTED and self.workflow is None:
             name, link = data.get("workflow"), data.get("parent")
             self.workflow = name if isinstance(name, str) else None
