@@ -25,12 +25,10 @@ from datetime import datetime
 from typing import Any
 
 from histaudit import __version__
-from histaudit.errors import HistauditError
-from histaudit.ledger import records as rec
 from histaudit.ledger.checkpoint import with_lines
 from histaudit.ledger.keys import TrustStore, parse_time
 from histaudit.ledger.kinds import Kind
-from histaudit.ledger.retention import Policy
+from histaudit.ledger.retention import Policy, kept_payloads, parsed_entries
 from histaudit.ledger.store import Ledger
 from histaudit.verify.tree import WorkflowSummary
 from histaudit.verify.verifier import verify_instance
@@ -60,12 +58,7 @@ def build(ledger: Ledger, *, since: datetime, until: datetime, trust: TrustStore
               "instances_verified": 0, "instances_failing": 0, "instances_held": 0}
     last_leaf = -1
     for summary in ledger.instances():
-        entries: list[rec.Entry] = []
-        for row in ledger.entries(summary.instance):
-            try:
-                entries.append(rec.parse_entry(row.body))
-            except HistauditError:
-                continue  # the verification below reports it
+        entries = parsed_entries(ledger, summary.instance)  # the rest: see its verification
         within = [e for e in entries if since <= parse_time(e.ts) <= until]
         if not within:
             continue
@@ -74,9 +67,8 @@ def build(ledger: Ledger, *, since: datetime, until: datetime, trust: TrustStore
         for e in entries:
             fold.add(e.seq, e.kind, e.data)
         report = verify_instance(ledger, summary.instance, trust=trust, full=True)
-        stored = sum(1 for e in entries for ref in e.data.values()
-                     if isinstance(ref, dict) and ref.get("k") is True
-                     and isinstance(ref.get("c"), str) and ledger.payload(ref["c"]) is not None)
+        stored = sum(1 for e in entries for _, c in kept_payloads(e)
+                     if ledger.payload(c) is not None)
         erased = [{"entry": e.data.get("entry"), "field": e.data.get("field"),
                    "reason": e.data.get("reason"), "at": e.ts}
                   for e in within if e.kind == Kind.PAYLOAD_ERASED]

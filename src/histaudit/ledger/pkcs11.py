@@ -165,10 +165,6 @@ class Pkcs11Signer(Signer):
         self._session, self._key, self._pid = session, key, os.getpid()
         return raw
 
-    @property
-    def kid(self) -> str:
-        return self.public.kid
-
     def sign(self, message: bytes) -> bytes:
         """The Ed25519 signature of ``message``, made in the token (CKM_EDDSA)."""
         from pkcs11 import Mechanism

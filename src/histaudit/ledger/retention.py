@@ -47,7 +47,8 @@ from .keys import Signer, parse_time
 from .kinds import Kind
 from .store import Ledger
 
-__all__ = ["Hold", "Policy", "Rule", "Tally", "apply", "read_policy"]
+__all__ = ["Hold", "Policy", "Rule", "Tally", "apply", "kept_payloads", "parsed_entries",
+           "read_policy"]
 
 POLICY_LIMIT = 1 << 20
 VERSION = 1
@@ -150,11 +151,23 @@ class Tally:
         return {"counts": dict(self.counts), "held": dict(self.held), "erased": self.erased}
 
 
-def _payloads(entry: rec.Entry) -> Iterator[tuple[str, str]]:
+def kept_payloads(entry: rec.Entry) -> Iterator[tuple[str, str]]:
     """(field, commitment) of each payload the entry signs as stored with it."""
     for name, ref in entry.data.items():
         if isinstance(ref, dict) and isinstance(ref.get("c"), str) and ref.get("k") is True:
             yield name, ref["c"]
+
+
+def parsed_entries(ledger: Ledger, instance: str) -> list[rec.Entry]:
+    """``instance``'s entries that parse, in stored order (the verifier reports the
+    others; nothing of them is erased or reported here)."""
+    entries: list[rec.Entry] = []
+    for row in ledger.entries(instance):
+        try:
+            entries.append(rec.parse_entry(row.body))
+        except HistauditError:
+            continue
+    return entries
 
 
 def apply(ledger: Ledger, policy: Policy, *, signer: Signer | None, now: datetime,
@@ -165,18 +178,13 @@ def apply(ledger: Ledger, policy: Policy, *, signer: Signer | None, now: datetim
     tally = Tally()
     for summary in ledger.instances():
         instance = summary.instance
-        entries: list[rec.Entry] = []
-        for row in ledger.entries(instance):
-            try:
-                entries.append(rec.parse_entry(row.body))
-            except HistauditError:
-                continue  # the verifier reports it; nothing of it is erased
+        entries = parsed_entries(ledger, instance)
         workflow = next((str(e.data.get("workflow", "")) for e in entries
                          if e.kind == Kind.WORKFLOW_STARTED), "")
         erased = {e.data.get("commitment") for e in entries if e.kind == Kind.PAYLOAD_ERASED}
         hold = policy.hold_for(instance)
         for entry in entries:
-            for name, commitment in _payloads(entry):
+            for name, commitment in kept_payloads(entry):
                 found = policy.rule_for(entry.kind, workflow)
                 if found is None or parse_time(entry.ts) + timedelta(days=found[1].keep_days) \
                         > now:

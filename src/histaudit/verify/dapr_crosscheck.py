@@ -38,7 +38,7 @@ ends with it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -335,26 +335,43 @@ def _capture_findings(instance: str, captured: rec.Entry | None,
     return []
 
 
+class _CaptureWatch:
+    """Passes a stream of rows through, noting the last ``dapr.history_captured`` entry
+    and how many rows went by: the rows stay a stream, read once, never held."""
+
+    def __init__(self) -> None:
+        self.captured: rec.Entry | None = None
+        self.rows = 0
+
+    def watch(self, entries: Iterable[StoredEntry]) -> Iterator[StoredEntry]:
+        marker = Kind.DAPR_HISTORY_CAPTURED.value.encode()
+        for row in entries:
+            self.rows += 1
+            if marker in row.body:  # parse only the rows that can be one
+                try:
+                    entry = rec.parse_entry(row.body)
+                except HistauditError:
+                    entry = None  # the chain's verification reports it
+                if entry is not None and entry.kind == Kind.DAPR_HISTORY_CAPTURED:
+                    self.captured = entry
+            yield row
+
+
 def verify_with_ledger(instance: str, rows: DaprWorkflowRows | None,
                        anchors: Sequence[x509.Certificate], entries: Iterable[StoredEntry],
                        lookup: PayloadLookup, *, app_id: str | None = None
                        ) -> DaprLedgerResult:
     """Dapr's signature checks over ``rows`` (None when the store holds no state for
-    ``instance``), then the cross-check of the events they cover with ``entries``, and
-    with the last history ``dapr-capture`` signed into them."""
-    stored = list(entries)
-    captured = None
-    for row in stored:
-        try:
-            entry = rec.parse_entry(row.body)
-        except HistauditError:
-            continue  # the chain's verification reports it
-        if entry.kind == Kind.DAPR_HISTORY_CAPTURED:
-            captured = entry
+    ``instance``), then the cross-check of the events they cover with ``entries`` (read
+    once, as a stream), and with the last history ``dapr-capture`` signed into them."""
+    seen = _CaptureWatch()
     if rows is None:
-        found = _capture_findings(instance, captured, None)
-        return DaprLedgerResult(None, found or [instance_missing(instance, len(stored))])
+        for _ in seen.watch(entries):
+            pass
+        found = _capture_findings(instance, seen.captured, None)
+        return DaprLedgerResult(None, found or [instance_missing(instance, seen.rows)])
     history = verify_dapr_history(rows, anchors, app_id=app_id)
     signed = [rows.history[i] for i in range(history.verified)]
-    return DaprLedgerResult(history, [*crosscheck_dapr(instance, signed, stored, lookup),
-                                      *_capture_findings(instance, captured, signed)])
+    cross = crosscheck_dapr(instance, signed, seen.watch(entries), lookup)
+    return DaprLedgerResult(history, [*cross, *_capture_findings(instance, seen.captured,
+                                                                 signed)])
