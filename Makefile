@@ -10,8 +10,9 @@ ENGINE := .tools/bin/durabletask-go
 DAPRD  := .tools/daprd/bin/daprd
 
 WITNESS := .tools/bin/.litewitness-v0.9.0
+JAEGER := .tools/bin/.jaeger-v1.75.0
 
-.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd demo-agent bench engine daprd witness postgres chromium softhsm venv lint clean
+.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd demo-agent bench engine daprd witness jaeger postgres chromium softhsm venv lint clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -41,6 +42,11 @@ daprd:
 witness: $(WITNESS)
 $(WITNESS): scripts/install-witness.sh
 	scripts/install-witness.sh
+
+# The trace backend the span-to-proof tests send spans to and query back (Jaeger v2).
+jaeger: $(JAEGER)
+$(JAEGER): scripts/install-jaeger.sh
+	scripts/install-jaeger.sh
 
 postgres:
 	scripts/ensure-postgres.sh
@@ -72,7 +78,7 @@ SDK_TESTS = tests/agents tests/unit tests/integration/test_interceptor.py tests/
     tests/integration/test_dapr_crosscheck.py tests/integration/test_durability.py \
     tests/integration/test_stateful_history.py tests/integration/test_received_events.py \
     tests/integration/test_all_features.py
-test: venv $(VENV118)/.installed engine daprd witness postgres chromium softhsm
+test: venv $(VENV118)/.installed engine daprd witness jaeger postgres chromium softhsm
 	$(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST) --ignore=tests/agents $(PYTEST_ARGS)
 	@echo "the SDK-dependent tests again, and the agent tests, on dapr 1.18 + dapr-ext-workflow 1.18:"
 	$(PYTEST_ENV) $(VENV118)/bin/python -m pytest -q $(PYTEST_XDIST) $(SDK_TESTS)

@@ -44,6 +44,20 @@ agent = DurableAgent(
     tools=[lookup, write_note])
 wfr = audit_agent(agent, read_only=["lookup"])
 
+if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+    # Traces to an OTLP backend (docs/traces.md): each LLM call, tool call and activity is
+    # a GenAI span naming its signed entry, which `histaudit prove` turns into a proof.
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "scribe"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(),
+                                                   schedule_delay_millis=200))
+    trace.set_tracer_provider(provider)
+
 if __name__ == "__main__":
     wfr.start()
     print("ready", flush=True)

@@ -26,20 +26,19 @@ crash-safe only with its own state store (a Dapr state component named
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from histaudit.errors import UsageError
+from histaudit.interceptor import tracing
 from histaudit.interceptor.activity import current_activity
-from histaudit.interceptor.effects import side_effect
+from histaudit.interceptor.effects import TOOL_EFFECT_PREFIX, side_effect
 from histaudit.interceptor.llm import LlmCall, record_llm_call
 from histaudit.interceptor.runtime import AuditedWorkflowRuntime
 
 __all__ = ["TOOL_EFFECT_PREFIX", "VOLATILE_OUTPUT", "audit_agent"]
-
-TOOL_EFFECT_PREFIX = "tool:"
-"""A tool's side effect is named ``tool:<the tool's name in the agent>``."""
 
 VOLATILE_OUTPUT = ("$.id",)
 """Fields of the agent workflow's output (its last assistant message) that differ between
@@ -103,6 +102,7 @@ def _guarded(executor: Any, exempt: set[str]) -> Callable[..., Any]:
         if found is None or found.name in exempt:  # unknown: dapr-agents says so itself
             return await run_tool(tool_name, *args, **kwargs)
         with side_effect(None, TOOL_EFFECT_PREFIX + str(found.name)) as effect:
+            tracing.annotate({"gen_ai.tool.call.id": _tool_call_id()})
             if effect.already_done:  # an earlier delivery of this call ran the tool
                 effect.skip()
                 return effect.previous_result
@@ -111,6 +111,16 @@ def _guarded(executor: Any, exempt: set[str]) -> Callable[..., Any]:
 
     run_guarded._histaudit_unguarded = run_tool  # type: ignore[attr-defined]
     return run_guarded
+
+
+def _tool_call_id() -> str | None:
+    """The id the LLM gave the tool call being run: dapr-agents' ``run_tool`` activity is
+    called with ``{"tool_call": {"id": ..., "function": ...}, ...}``."""
+    run = current_activity()
+    payload = run.input if run is not None else None
+    call = payload.get("tool_call") if isinstance(payload, dict) else None
+    found = call.get("id") if isinstance(call, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def _accounted(llm: Any) -> Callable[..., Any]:
@@ -128,13 +138,14 @@ def _accounted(llm: Any) -> Callable[..., Any]:
         messages = kwargs.get("messages", args[0] if args else None)
         sent = len(messages) if isinstance(messages, (list, tuple)) else None
         model = getattr(llm, "model", None)
+        started = time.time_ns()
         try:
             response = generate(*args, **kwargs)
         except Exception as exc:
             record_llm_call(LlmCall(model=model, messages=sent,
-                                    error_type=type(exc).__name__), run)
+                                    error_type=type(exc).__name__), run, started_ns=started)
             raise
-        record_llm_call(_described(response, model, sent), run)
+        record_llm_call(_described(response, model, sent), run, started_ns=started)
         return response
 
     generate_accounted._histaudit_accounted = True  # type: ignore[attr-defined]

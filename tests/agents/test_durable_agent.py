@@ -36,9 +36,10 @@ from examples.durable_agent.stub_llm import StubLLM
 from histaudit.crash import CRASH_EXIT_CODE
 from histaudit.crashtest.daprd import DaprdStack
 from histaudit.ledger.keys import generate_keypair
-from support.apps import AppProcess, AppRig
+from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli
 from support.daprd import teardown
+from support.jaeger import Jaeger
 from support.repo import REPO
 
 pytestmark = [pytest.mark.daprd, pytest.mark.crash, pytest.mark.engine]
@@ -124,6 +125,36 @@ def forgetful_scribe(tmp_path: Path) -> Iterator[tuple[Scribe, StubLLM]]:
 
 def test_a_clean_run_signs_the_writing_tool_only(scribe: tuple[Scribe, StubLLM]) -> None:
     rig, llm = scribe
+    with Jaeger(rig.tmp) as jaeger:
+        rig.app.env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = jaeger.otlp_traces
+        instance = _clean_run(rig, llm)
+        _spans_name_their_entries(rig, jaeger, instance)
+
+
+def _spans_name_their_entries(rig: Scribe, jaeger: Jaeger, instance: str) -> None:
+    """The run's spans in a real Jaeger: GenAI's ``chat`` for each LLM call and
+    ``execute_tool`` for the guarded tool, with the LLM's tool call id, each naming its
+    signed entry; the read-only tool has no record and so no span."""
+    spans: list[dict[str, Any]] = []
+
+    def exported() -> bool:
+        spans[:] = [s for s in jaeger.find_spans("scribe")
+                    if s["attrs"].get("histaudit.instance") == instance]
+        return sum(s["name"].startswith(("chat", "execute_tool")) for s in spans) >= 5
+    wait_until(exported, 30, "the agent's spans in Jaeger", details=rig.app.tail)
+    by_seq = {e["seq"]: e for e in rig.entries(instance)}
+    calls = sorted(s["name"] for s in spans if not s["name"].startswith("activity "))
+    assert calls == ["chat stub-1"] * 4 + ["execute_tool write_note"], calls
+    (tool,) = [s["attrs"] for s in spans if s["name"] == "execute_tool write_note"]
+    assert tool["gen_ai.tool.call.id"] == StubLLM.TOOL_TURNS[1][0]
+    for span in spans:
+        entry = by_seq[int(span["attrs"]["histaudit.entry.seq"])]
+        assert span["attrs"]["histaudit.entry.kind"] == entry["kind"]
+    assert {by_seq[int(s["attrs"]["histaudit.entry.seq"])]["kind"] for s in spans
+            if s["name"] == "chat stub-1"} == {"llm.call"}
+
+
+def _clean_run(rig: Scribe, llm: StubLLM) -> str:
     rig.app.start()
     instance = rig.schedule(WORKFLOW, {"task": "note hello"})
     assert rig.wait(instance, 120).runtime_status.name == "COMPLETED", rig.app.tail()
@@ -143,6 +174,7 @@ def test_a_clean_run_signs_the_writing_tool_only(scribe: tuple[Scribe, StubLLM])
             "--db", rig.url, cwd=rig.tmp,
             env={**rig.engine.env({}), "DATA_DIR": str(rig.tmp), "STUB_LLM_URL": llm.url})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return instance
 
 
 def test_replay_without_a_sidecar_says_how_in_one_line(tmp_path: Path) -> None:

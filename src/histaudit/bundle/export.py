@@ -74,12 +74,14 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
            until: str | None = None, with_payloads: bool = False,
            html: bool = True, progress: Progress | None = None,
            dapr: DaprSource | None = None,
-           witnesses: WitnessPolicy | None = None) -> ExportResult:
+           witnesses: WitnessPolicy | None = None,
+           files: Mapping[str, bytes] | None = None) -> ExportResult:
     """Write a bundle of ``instances`` (all instances when empty) to directory ``out``.
 
     The checkpoint note carries the stored witness cosignatures of its size that count
     (:func:`~histaudit.witness.policy.counted_cosignatures`): those that verify under the
-    ``witnesses`` policy, or with none every one of a cosignature's shape.
+    ``witnesses`` policy, or with none every one of a cosignature's shape. ``files`` are
+    more files for the bundle (``prove``'s spans.json), listed and hashed in the manifest.
 
     ``progress(done, total)`` is told how far the bundle is: the ledger's leaves hashed
     for the inclusion proofs, then the instances' entries written.
@@ -118,7 +120,7 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
 
     # Dapr's rows are read before the checkpoint, and outside its transaction: a bad
     # store is refused before anything is written.
-    extra = _dapr_files(dapr, chosen) if dapr is not None else {}
+    extra = {**(files or {}), **(_dapr_files(dapr, chosen) if dapr is not None else {})}
     staged = StagedOutput(out, lambda cp: _bundle_files(ledger, chosen, heads, cp, signer,
                                                         trust, since, until, with_payloads,
                                                         html, counts, progress, extra,
@@ -136,7 +138,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
                   extra: Mapping[str, bytes],
                   cosigned: Callable[[Checkpoint], bytes]) -> dict[str, bytes]:
     """Every file of the bundle, the manifest last, for the signed checkpoint ``cp``;
-    ``extra`` (Dapr's rows) is listed and hashed in the manifest like the others;
+    ``extra`` (Dapr's rows, prove's spans) is listed and hashed in the manifest like the others;
     ``cosigned(cp)`` is the note with its cosignatures."""
     tally = Tally(progress)
     if progress is not None:

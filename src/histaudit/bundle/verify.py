@@ -25,6 +25,7 @@ from histaudit.ledger import merkle
 from histaudit.ledger import records as rec
 from histaudit.ledger.checkpoint import Checkpoint, parse_note
 from histaudit.ledger.keys import PublicKey, TrustStore
+from histaudit.ledger.spans import SPANS_FILE, ProvenSpan, read_spans_file
 from histaudit.verify.consistency import ConsistencyResult, signed_tree_extends
 from histaudit.verify.dapr_crosscheck import verify_with_ledger
 from histaudit.verify.dapr_history import load_anchors
@@ -32,6 +33,7 @@ from histaudit.verify.findings import Finding
 from histaudit.verify.payloads import PayloadLookup
 from histaudit.verify.progress import Progress, Tally
 from histaudit.verify.report import Report, Scope
+from histaudit.verify.spans import check_spans
 from histaudit.verify.verifier import verify_chain
 
 from .dapr_rows import DAPR_ANCHORS, DAPR_ROWS, decode_rows
@@ -63,6 +65,8 @@ class BundleResult:
     findings: tuple[Finding, ...]
     reports: tuple[Report, ...]
     consistency: ConsistencyResult | None = None
+    spans: tuple[ProvenSpan, ...] = ()
+    """The spans the bundle proves (``spans.json``, written by ``histaudit prove``)."""
 
     @property
     def ok(self) -> bool:
@@ -321,8 +325,15 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     elif anchors is not None:
         raise InputError("--trust-anchors checks Dapr's rows, and this bundle has none "
                          "(export it with --dapr-state)")
+    spans: list[ProvenSpan] = []
+    if SPANS_FILE in contents:  # each span's entry is one of the bundle's proven entries
+        try:
+            spans = read_spans_file(contents[SPANS_FILE])
+        except FormatError as exc:
+            raise InputError(f"bundle {exc}") from None
+        findings.extend(check_spans(spans, cp.origin, rows))
     return BundleResult(checkpoint=cp, findings=tuple(findings), reports=tuple(reports),
-                        consistency=consistency)
+                        consistency=consistency, spans=tuple(spans))
 
 
 def _no_payload(_commitment: str) -> None:

@@ -25,6 +25,7 @@ from .dapr_verify import dapr_verify
 from .keys import keys
 from .ledger import export, list_, redact
 from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS
+from .prove import prove
 from .replay import replay
 from .report import report
 from .retention import retention
@@ -55,8 +56,8 @@ def cli() -> None:
     """Signed, hash-chained audit ledger for Dapr Workflow, and its verifier."""
 
 
-for command in (keys, verify, export, checkpoint, list_, show, redact, retention, report,
-                replay, crashtest, dapr_verify, dapr_capture):
+for command in (keys, verify, export, prove, checkpoint, list_, show, redact, retention,
+                report, replay, crashtest, dapr_verify, dapr_capture):
     cli.add_command(command)
 
 

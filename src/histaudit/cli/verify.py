@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -257,7 +258,13 @@ def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
                                          "origin": result.checkpoint.origin},
                           "reports": [r.to_json() for r in reports
                                       if proof is None or r is not proof],
+                          "spans": [dataclasses.asdict(s) for s in result.spans],
                           "since_checkpoint": _since_json(old, proof)})
     else:
         render.reports(reports)
+        unproven = {(f.instance, f.seq) for f in result.findings if f.code == "span-unproven"}
+        for s in result.spans:
+            click.echo(f"span {s.span_id} {render.clip(s.name, 40)}: entry {s.seq} of "
+                       f"{render.clip(s.instance, 60)}, leaf {s.leaf} — "
+                       f"{'UNPROVEN' if (s.instance, s.seq) in unproven else 'proven'}")
     return _exit_code(reports, fail_on)

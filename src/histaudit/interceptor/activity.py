@@ -34,9 +34,12 @@ from dapr.ext.workflow import WorkflowActivityContext
 from histaudit import sdk
 from histaudit.crash import crash_point, crash_scope, step_aliases
 from histaudit.errors import StoreError, UsageError
+from histaudit.ledger import records as rec
 from histaudit.ledger.kinds import Kind
 
+from . import tracing
 from .recorder import ENGINE_GRPC_LIMIT, AuditRecorder, sdk_json, worker_id
+from .tracing import Traced
 
 __all__ = ["ActivityRun", "PayloadTooLargeError", "audit_activity", "current_activity"]
 
@@ -65,6 +68,9 @@ class ActivityRun:
     generation: int = 0
     """The instance's generation (0 until its first ``continue_as_new``): task ids start
     again in each, so the crash scope names it."""
+    input: Any = field(default=None, compare=False, repr=False)
+    """The input the SDK called the activity with (decoded), for wrappers that know its
+    shape (a dapr-agents tool call's id); never recorded from here."""
 
     def fields(self) -> dict[str, Any]:
         """The fields every entry about this execution carries."""
@@ -97,22 +103,22 @@ def _start_activity(recorder: AuditRecorder, name: str, args: tuple[Any, ...]) -
         "attempt": attempt, "worker": worker, "input": inp.ref, "input_digest": inp.digest,
     }, inp)
     return ActivityRun(recorder, instance, name, task_id, execution_id, attempt, entry.seq,
-                       worker, generation)
+                       worker, generation, args[1] if len(args) > 1 else None)
 
 
-def _record_failure(run: ActivityRun, exc: BaseException) -> None:
+def _record_failure(run: ActivityRun, exc: BaseException) -> rec.Entry:
     """Record ``activity.failed`` (type in clear, message committed) for ``exc``."""
     err = run.recorder.commit(run.instance, str(exc))
-    run.recorder.append(run.instance, Kind.ACTIVITY_FAILED, {
+    return run.recorder.append(run.instance, Kind.ACTIVITY_FAILED, {
         **run.fields(), "started_seq": run.started_seq, "error_type": type(exc).__name__,
         "error": err.ref, "error_digest": err.digest,
     }, err)
 
 
-def _failed(run: ActivityRun, exc: Exception) -> None:
+def _failed(run: ActivityRun, exc: Exception, traced: Traced) -> None:
     """The body raised: record it; the original error still goes to the engine."""
     try:
-        _record_failure(run, exc)
+        traced.entry(_record_failure(run, exc), run.recorder.origin)
     except Exception as problem:  # noqa: BLE001 - the activity fails either way
         log.warning("histaudit: could not record the failure of activity %s (task %s of "
                     "%s): %s", run.activity, run.task_id, run.instance, problem)
@@ -122,7 +128,7 @@ class PayloadTooLargeError(UsageError):
     """An activity returned more than the engine can receive: it fails instead."""
 
 
-def _completed(run: ActivityRun, result: Any) -> None:
+def _completed(run: ActivityRun, result: Any, traced: Traced) -> None:
     """Record ``activity.completed``; raise (failing the activity) if that is impossible.
 
     An output over the recorder's payload limit (below the engine's gRPC message limit)
@@ -132,7 +138,7 @@ def _completed(run: ActivityRun, result: Any) -> None:
     try:
         text = sdk_json(result)
     except (TypeError, ValueError) as exc:  # the SDK could not send it either
-        _failed(run, exc)
+        _failed(run, exc, traced)
         raise
     size = 0 if text is None else len(text.encode("utf-8"))
     if size > run.recorder.max_payload:
@@ -141,22 +147,28 @@ def _completed(run: ActivityRun, result: Any) -> None:
             f"{size} bytes, over histaudit's payload limit of {run.recorder.max_payload} "
             f"bytes (HISTAUDIT_MAX_PAYLOAD_BYTES; the engine takes at most "
             f"{ENGINE_GRPC_LIMIT} per message): failing it, the engine could not receive it")
-        _failed(run, too_large)
+        _failed(run, too_large, traced)
         raise too_large
     out = run.recorder.commit(run.instance, text)
     try:
-        run.recorder.append(run.instance, Kind.ACTIVITY_COMPLETED, {
+        traced.entry(run.recorder.append(run.instance, Kind.ACTIVITY_COMPLETED, {
             **run.fields(), "started_seq": run.started_seq, "output": out.ref,
             "output_digest": out.digest,
-        }, out)
+        }, out), run.recorder.origin)
     except Exception as exc:
         error = StoreError(
             f"histaudit could not record the completion of activity {run.activity!r} "
             f"(task {run.task_id} of {run.instance!r}); failing it rather than reporting "
             f"an unrecorded success: {exc}")
         with contextlib.suppress(Exception):
-            _record_failure(run, error)
+            traced.entry(_record_failure(run, error), run.recorder.origin)
         raise error from exc
+
+
+def _span_attributes(run: ActivityRun) -> dict[str, Any]:
+    """What an activity's span says of its execution (its entry is added at its end)."""
+    return {"histaudit.activity": run.activity, "histaudit.task_id": run.task_id,
+            "histaudit.execution_id": run.execution_id, "histaudit.attempt": run.attempt}
 
 
 def _crash_scope(run: ActivityRun) -> contextlib.AbstractContextManager[None]:
@@ -176,44 +188,50 @@ def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
 
         @functools.wraps(fn)
         async def audited_async(*args: Any, **kwargs: Any) -> Any:
-            # Ledger I/O runs off the event loop so other async activities keep going.
-            run = await asyncio.to_thread(_start_activity, recorder, name(), args)
-            token = _CURRENT.set(run)
-            try:
-                with _crash_scope(run):
-                    crash_point(f"before:{run.activity}", step_aliases("before", run.task_id))
-                    try:
-                        result = await fn(*args, **kwargs)
-                    except Exception as exc:
+            with tracing.span(f"activity {name()}") as traced:
+                # Ledger I/O runs off the event loop so other async activities keep going.
+                run = await asyncio.to_thread(_start_activity, recorder, name(), args)
+                traced.set(_span_attributes(run))
+                token = _CURRENT.set(run)
+                try:
+                    with _crash_scope(run):
+                        crash_point(f"before:{run.activity}",
+                                    step_aliases("before", run.task_id))
+                        try:
+                            result = await fn(*args, **kwargs)
+                        except Exception as exc:
+                            crash_point(f"after:{run.activity}",
+                                        step_aliases("after", run.task_id))
+                            await asyncio.to_thread(_failed, run, exc, traced)
+                            raise
                         crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
-                        await asyncio.to_thread(_failed, run, exc)
-                        raise
-                    crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
-                await asyncio.to_thread(_completed, run, result)
-                return result
-            finally:
-                _CURRENT.reset(token)
+                    await asyncio.to_thread(_completed, run, result, traced)
+                    return result
+                finally:
+                    _CURRENT.reset(token)
 
         return audited_async
 
     @functools.wraps(fn)
     def audited(*args: Any, **kwargs: Any) -> Any:
-        run = _start_activity(recorder, name(), args)
-        token = _CURRENT.set(run)
-        try:
-            with _crash_scope(run):
-                crash_point(f"before:{run.activity}", step_aliases("before", run.task_id))
-                try:
-                    result = fn(*args, **kwargs)
-                except Exception as exc:
-                    # the body ended, by raising: the point sits before its end is signed
+        with tracing.span(f"activity {name()}") as traced:
+            run = _start_activity(recorder, name(), args)
+            traced.set(_span_attributes(run))
+            token = _CURRENT.set(run)
+            try:
+                with _crash_scope(run):
+                    crash_point(f"before:{run.activity}", step_aliases("before", run.task_id))
+                    try:
+                        result = fn(*args, **kwargs)
+                    except Exception as exc:
+                        # the body ended, by raising: the point sits before its end is signed
+                        crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
+                        _failed(run, exc, traced)
+                        raise
                     crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
-                    _failed(run, exc)
-                    raise
-                crash_point(f"after:{run.activity}", step_aliases("after", run.task_id))
-            _completed(run, result)
-            return result
-        finally:
-            _CURRENT.reset(token)
+                _completed(run, result, traced)
+                return result
+            finally:
+                _CURRENT.reset(token)
 
     return audited

@@ -33,6 +33,9 @@ All records go into the activity's own instance chain, signed by the runtime's k
 effect ``name`` and ``key`` are stored in clear so the verifier and a person can group
 them: use identifiers (a ticket number, an order id), never personal data, as keys.
 
+Each effect is a span (:mod:`.tracing`) naming the record that ends it: GenAI's
+``execute_tool <tool>`` for an effect named ``tool:<tool>``, ``effect <name>`` otherwise.
+
 Automatic crash points: ``before-effect:<name>`` after the intent is signed, and
 ``after-effect:<name>`` after the block and before the done record — the crash that
 leaves an effect whose outcome is unknown.
@@ -49,10 +52,14 @@ from histaudit.crash import crash_point
 from histaudit.errors import UsageError
 from histaudit.ledger.kinds import Kind
 
+from . import tracing
 from .activity import ActivityRun, current_activity
 from .recorder import audit_enabled, sdk_decode, sdk_json
 
-__all__ = ["SideEffect", "once", "side_effect"]
+__all__ = ["TOOL_EFFECT_PREFIX", "SideEffect", "once", "side_effect"]
+
+TOOL_EFFECT_PREFIX = "tool:"
+"""An agent's tool call is the side effect ``tool:<the tool's name in the agent>``."""
 
 T = TypeVar("T")
 
@@ -153,32 +160,47 @@ def side_effect(ctx: Any, name: str, *, key: str | None = None) -> Iterator[Side
         yield _unaudited(name, key)
         return
     run, key = _require_run(ctx, name, key)
-    recorder = run.recorder
-    state = _state(run, name, key)
-    base = {**run.fields(), "name": name, "key": key}
-    intent = recorder.append(run.instance, Kind.EFFECT_INTENT, base)
-    effect = SideEffect(name, key, already_done=state.done_seq is not None,
-                        uncertain=state.done_seq is None and state.open_intents > 0,
-                        previous_result=state.done_result,
-                        previous_result_available=state.done_result_available)
-    crash_point(f"before-effect:{name}")
-    try:
-        yield effect
-    except Exception as exc:
-        err = recorder.commit(run.instance, str(exc))
-        with contextlib.suppress(Exception):  # the original error matters more
-            recorder.append(run.instance, Kind.EFFECT_FAILED, {
-                **base, "intent_seq": intent.seq, "error_type": type(exc).__name__,
-                "error": err.ref, "error_digest": err.digest}, err)
-        raise
-    if effect.skipped:
-        recorder.append(run.instance, Kind.EFFECT_SKIPPED,
-                        {**base, "intent_seq": intent.seq, "done_seq": state.done_seq})
-        return
-    crash_point(f"after-effect:{name}")
-    out = recorder.commit(run.instance, sdk_json(effect.result))
-    recorder.append(run.instance, Kind.EFFECT_DONE, {
-        **base, "intent_seq": intent.seq, "result": out.ref, "result_digest": out.digest}, out)
+    with tracing.span(*_span_of(name, key)) as traced:
+        recorder = run.recorder
+        state = _state(run, name, key)
+        base = {**run.fields(), "name": name, "key": key}
+        intent = recorder.append(run.instance, Kind.EFFECT_INTENT, base)
+        effect = SideEffect(name, key, already_done=state.done_seq is not None,
+                            uncertain=state.done_seq is None and state.open_intents > 0,
+                            previous_result=state.done_result,
+                            previous_result_available=state.done_result_available)
+        crash_point(f"before-effect:{name}")
+        try:
+            yield effect
+        except Exception as exc:
+            err = recorder.commit(run.instance, str(exc))
+            with contextlib.suppress(Exception):  # the original error matters more
+                traced.entry(recorder.append(run.instance, Kind.EFFECT_FAILED, {
+                    **base, "intent_seq": intent.seq, "error_type": type(exc).__name__,
+                    "error": err.ref, "error_digest": err.digest}, err), recorder.origin)
+            raise
+        if effect.skipped:
+            traced.entry(recorder.append(run.instance, Kind.EFFECT_SKIPPED, {
+                **base, "intent_seq": intent.seq, "done_seq": state.done_seq}),
+                recorder.origin)
+            return
+        crash_point(f"after-effect:{name}")
+        out = recorder.commit(run.instance, sdk_json(effect.result))
+        traced.entry(recorder.append(run.instance, Kind.EFFECT_DONE, {
+            **base, "intent_seq": intent.seq, "result": out.ref,
+            "result_digest": out.digest}, out), recorder.origin)
+
+
+def _span_of(name: str, key: str) -> tuple[str, dict[str, Any]]:
+    """An effect's span: GenAI's ``execute_tool <tool>`` for an agent's tool call (an
+    effect named ``tool:<tool>``), ``effect <name>`` for any other. The record that ends
+    the block (done, skipped or failed) is the span's entry."""
+    attributes = {"histaudit.effect.name": name, "histaudit.effect.key": key}
+    if name.startswith(TOOL_EFFECT_PREFIX):
+        tool = name[len(TOOL_EFFECT_PREFIX):]
+        return f"execute_tool {tool}", {**attributes, "gen_ai.operation.name": "execute_tool",
+                                        "gen_ai.tool.name": tool, "gen_ai.tool.type": "function"}
+    return f"effect {name}", attributes
 
 
 def once(ctx: Any, name: str, action: Callable[[], T], *, key: str | None = None) -> Any:

@@ -27,6 +27,7 @@ from typing import Any
 from histaudit.errors import UsageError
 from histaudit.ledger.kinds import Kind
 
+from . import tracing
 from .activity import ActivityRun, current_activity
 from .recorder import sdk_json
 
@@ -56,25 +57,45 @@ def _count(value: Any) -> int | None:
     return value if value.__class__ is int and value >= 0 else None
 
 
-def record_llm_call(call: LlmCall, run: ActivityRun | None = None) -> int | None:
+def record_llm_call(call: LlmCall, run: ActivityRun | None = None, *,
+                    started_ns: int | None = None) -> int | None:
     """Sign ``call`` into the running activity's chain (``run``, default the current
     one); return the entry's seq, or None outside an audited activity (nothing to record
-    into: a call made outside a workflow is not the ledger's business)."""
+    into: a call made outside a workflow is not the ledger's business).
+
+    The call is also a GenAI ``chat`` span (:mod:`.tracing`) naming the entry, from
+    ``started_ns`` (``time.time_ns()`` taken before the call; default now) to now."""
     run = run if run is not None else current_activity()
     if run is None:
         return None
     if not all(isinstance(name, str) for name in call.tool_calls):
         raise UsageError("record_llm_call(): tool_calls must be tool names (strings)")
-    answer = run.recorder.commit(run.instance, None if call.answer is None
-                                 else sdk_json(call.answer))
-    entry = run.recorder.append(run.instance, Kind.LLM_CALL, {
-        **run.fields(), "started_seq": run.started_seq,
-        "model": call.model if isinstance(call.model, str) else None,
-        "messages": _count(call.messages),
-        "prompt_tokens": _count(call.prompt_tokens),
-        "completion_tokens": _count(call.completion_tokens),
-        "total_tokens": _count(call.total_tokens),
-        "tool_calls": list(call.tool_calls), "finish_reason": call.finish_reason,
-        "error_type": call.error_type, "answer": answer.ref, "answer_digest": answer.digest,
-    }, answer)
+    model = call.model if isinstance(call.model, str) else None
+    with tracing.span(f"chat {model}" if model else "chat", _genai(call, model),
+                      client=True, start_ns=started_ns) as traced:
+        answer = run.recorder.commit(run.instance, None if call.answer is None
+                                     else sdk_json(call.answer))
+        entry = run.recorder.append(run.instance, Kind.LLM_CALL, {
+            **run.fields(), "started_seq": run.started_seq, "model": model,
+            "messages": _count(call.messages),
+            "prompt_tokens": _count(call.prompt_tokens),
+            "completion_tokens": _count(call.completion_tokens),
+            "total_tokens": _count(call.total_tokens),
+            "tool_calls": list(call.tool_calls), "finish_reason": call.finish_reason,
+            "error_type": call.error_type, "answer": answer.ref,
+            "answer_digest": answer.digest,
+        }, answer)
+        traced.entry(entry, run.recorder.origin)
+        if call.error_type is not None:
+            traced.failed(call.error_type)
     return entry.seq
+
+
+def _genai(call: LlmCall, model: str | None) -> dict[str, Any]:
+    """The GenAI semantic conventions' attributes of an inference span."""
+    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+            "gen_ai.response.model": model,
+            "gen_ai.usage.input_tokens": _count(call.prompt_tokens),
+            "gen_ai.usage.output_tokens": _count(call.completion_tokens),
+            "gen_ai.response.finish_reasons":
+                [call.finish_reason] if isinstance(call.finish_reason, str) else None}

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from histaudit import sdk
 from histaudit.errors import HistauditError, StoreError, UsageError
 from histaudit.ledger import records as rec
+from histaudit.ledger.checkpoint import origin_of
 from histaudit.ledger.keys import Signer
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
@@ -332,6 +333,11 @@ class AuditRecorder:
     @property
     def ledger(self) -> Ledger:
         return self._binding().ledger
+
+    @property
+    def origin(self) -> str:
+        """The ledger's checkpoint origin: what a span names its entries' ledger by."""
+        return origin_of(self._binding().ledger)
 
     @property
     def signer(self) -> Signer:

@@ -71,6 +71,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "ledger-id-mismatch": (E, "ledger's unsigned id differs from the origin of a checkpoint"),
     "inclusion-invalid": (E, "entry's inclusion proof does not lead to the checkpoint root"),
     "bundle-file-changed": (E, "a bundle file differs from what the signed manifest lists"),
+    "span-unproven": (E, "a span names an entry the ledger or bundle does not hold as named"),
     # witness cosignatures of checkpoints (docs/bundle.md §4.4)
     "witness-quorum-missing": (E, "checkpoint lacks the witness cosignatures its policy needs"),
     "cosignature-invalid": (E, "a policy witness's cosignature does not verify over the note"),
