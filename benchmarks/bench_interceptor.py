@@ -6,7 +6,10 @@ One durabletask-go engine serves every run. Each run starts a fresh worker in th
 process — ``dapr.ext.workflow.WorkflowRuntime`` ("plain"), ``AuditedWorkflowRuntime``
 with its SQLite ledger on the benchmark's disk ("audited", ``synchronous=FULL`` as
 shipped) or on ``/dev/shm`` ("audited-shm": the same code without the cost of a real
-fsync) — warms it up with a short workflow, then times one workflow of ``--n``
+fsync), or on disk with an OpenTelemetry SDK tracer provider recording histaudit's spans
+("audited-traced", issue #42 item 2: histaudit's span of each activity, and the SDK's
+own around it, exported to a counter) —
+warms it up with a short workflow, then times one workflow of ``--n``
 sequential activities that each return their input plus one, from start to completion
 as the engine's own history stamps them. Only one worker is connected at a time, and
 the variants take turns in a rotating order each round, so drift of the shared machine
@@ -15,7 +18,8 @@ hits all of them alike.
 Figures (medians over rounds, with the spread):
 
 * throughput, activities/s, per variant, and the ratio audited ÷ plain of the same
-  round (target ≥ 0.85); process CPU per activity (worker, client and ledger are all
+  round (target ≥ 0.85); traced ÷ audited of the same round, and spans per activity;
+  process CPU per activity (worker, client and ledger are all
   in this process);
 * added latency per activity: the time the interceptor spends on each activity's
   critical path — the replayed-result check of the workflow turn, signing and storing
@@ -82,7 +86,7 @@ from histaudit.replay import History
 
 OUT = BENCH_DIR / "results" / "interceptor-latest.json"
 TARGET_RATIO = 0.85
-VARIANTS = ("plain", "audited", "audited-shm")
+VARIANTS = ("plain", "audited", "audited-shm", "audited-traced")
 WARMUP_ACTIVITIES = 10
 WORKFLOW_TIMEOUT_S = 600
 # The interceptor's calls on one activity's critical path, in the order they happen: the
@@ -190,11 +194,70 @@ def worker(variant: str, engine: EngineProcess, ledgers: dict[str, str], key: Pa
         wfr = AuditedWorkflowRuntime(host=host, port=port, ledger=ledgers[variant],
                                      key=str(key))
     _register(wfr)
+    TRACING.on = variant == "audited-traced"
     wfr.start()
     try:
         yield wfr
     finally:
         wfr.shutdown()
+        TRACING.on = False
+
+
+class _Tracing:
+    """An OpenTelemetry SDK tracer provider, set once for the process as an app sets it,
+    whose sampler records spans only while ``on`` (the "audited-traced" variant; the other
+    variants get non-recording spans, as an app with no provider does) and whose batch
+    processor hands them to an exporter that only counts them: the figure is the cost of
+    making the spans, not of shipping them."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.exported = 0
+        self.provider: Any = None
+
+    def install(self) -> bool:
+        try:
+            from opentelemetry import trace
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import (
+                BatchSpanProcessor,
+                SpanExporter,
+                SpanExportResult,
+            )
+            from opentelemetry.sdk.trace.sampling import (
+                ALWAYS_OFF,
+                ALWAYS_ON,
+                Sampler,
+                SamplingResult,
+            )
+        except ImportError:
+            return False
+        tracing = self
+
+        class Switch(Sampler):
+            def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+                return (ALWAYS_ON if tracing.on else ALWAYS_OFF).should_sample(*args, **kwargs)
+
+            def get_description(self) -> str:
+                return "bench switch"
+
+        class Counting(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                tracing.exported += len(spans)
+                return SpanExportResult.SUCCESS
+
+        self.provider = TracerProvider(sampler=Switch())
+        self.provider.add_span_processor(BatchSpanProcessor(Counting()))
+        trace.set_tracer_provider(self.provider)
+        return True
+
+    def flushed(self) -> int:
+        """Spans exported so far, after flushing the batch processor."""
+        self.provider.force_flush()
+        return self.exported
+
+
+TRACING = _Tracing()
 
 
 def run_chain(client: wf.DaprWorkflowClient, n: int) -> str:
@@ -345,8 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     shm = Path(tempfile.mkdtemp(prefix="histaudit-bench-", dir=shm_root)) \
         if shm_root.is_dir() else None
     key, _pub, _signer = generate_keypair(work / "keys", name="bench")
-    ledgers = {"audited": f"sqlite:///{work / 'ledger.db'}"}
+    ledgers = {"audited": f"sqlite:///{work / 'ledger.db'}",
+               "audited-traced": f"sqlite:///{work / 'ledger-traced.db'}"}
     variants = list(VARIANTS)
+    if not TRACING.install():
+        variants.remove("audited-traced")
     if shm is not None:
         ledgers["audited-shm"] = f"sqlite:///{shm / 'ledger.db'}"
     else:
@@ -368,15 +434,17 @@ def main(argv: list[str] | None = None) -> int:
                     run_chain(client, WARMUP_ACTIVITIES)
                     HOOKS.reset()
                     HOOKS.active = variant != "plain"
+                    spans0 = TRACING.flushed() if variant == "audited-traced" else 0
                     c0 = time.process_time()
                     instance = run_chain(client, args.n)
                     cpu = time.process_time() - c0
                     HOOKS.active = False
                     samples = {k: list(v) for k, v in HOOKS.samples.items()}
+                    spans = TRACING.flushed() - spans0 if variant == "audited-traced" else 0
                 elapsed, steps = timeline(engine, instance)
                 run = {"round": rnd, "variant": variant, "instance": instance,
                        "seconds": elapsed, "activities_per_s": args.n / elapsed,
-                       "cpu_s": cpu, "step_s": steps, "hooks": samples}
+                       "cpu_s": cpu, "step_s": steps, "hooks": samples, "spans": spans}
                 runs.append(run)
                 print(f"  round {rnd} {variant:12} {args.n / elapsed:8.1f} act/s  "
                       f"({elapsed:.2f} s, cpu {cpu:.2f} s, step p50 "
@@ -444,6 +512,14 @@ def analyse(runs: list[dict[str, Any]], args: argparse.Namespace,
                       for r in rs]
             entry["ratio_vs_plain"] = summary(ratios)
             entry["meets_target"] = statistics.median(ratios) >= TARGET_RATIO
+        if variant == "audited-traced":  # spans on ÷ off, both audited on disk, same round
+            audited_by_round = {r["round"]: r for r in by["audited"]}
+            entry["ratio_vs_audited"] = summary(
+                [r["activities_per_s"] / audited_by_round[r["round"]]["activities_per_s"]
+                 for r in rs])
+            entry["spans_per_activity"] = round(sum(r["spans"] for r in rs)
+                                                / (len(rs) * args.n), 2)
+        if variant != "plain":
             # Per activity: the three interceptor calls on its critical path.
             added: list[float] = []
             for r in rs:

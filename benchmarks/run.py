@@ -477,6 +477,14 @@ def _rows_interceptor(doc: dict[str, Any], rows: list[list[str]]) -> None:
         rows.append(["5b", "  same, ledger on /dev/shm (no real fsync)",
                      fmt_num(s["activities_per_s"]["median"], " act/s"),
                      fmt_num(plain, " act/s"), _ratio_cell(s["ratio_vs_plain"]), "(info)", ""])
+    t = v.get("audited-traced")
+    if t:
+        rows.append(["5e", f"  spans on ÷ off: audited with an OpenTelemetry SDK provider "
+                     f"recording spans ({t['spans_per_activity']} per activity: the SDK's and "
+                     f"histaudit's)",
+                     fmt_num(t["activities_per_s"]["median"], " act/s"),
+                     fmt_num(a["activities_per_s"]["median"] if a else 0, " act/s"),
+                     _ratio_cell(t["ratio_vs_audited"]), "(info)", ""])
     if a and "added_latency_us" in a:
         lat = a["added_latency_us"]
         rows.append(["5c", "  interceptor time on an activity's critical path (p50 / p99)",

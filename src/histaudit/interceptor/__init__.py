@@ -7,6 +7,8 @@
                  replay when the ledger lost them)
 ``replaycheck``  the live check of replayed results against the signed completions
 ``effects``      side effects inside activities (``side_effect``, ``once``)
+``llm``          LLM calls inside activities (``record_llm_call``)
+``tracing``      OpenTelemetry spans naming the signed entries (docs/traces.md)
 ``runtime``      :class:`AuditedWorkflowRuntime`, which wires them into the SDK
 
 ``histaudit.dapr`` re-exports the public names, for apps written against histaudit 0.1.
