@@ -11,8 +11,9 @@ DAPRD  := .tools/daprd/bin/daprd
 
 WITNESS := .tools/bin/.litewitness-v0.9.0
 JAEGER := .tools/bin/.jaeger-v1.75.0
+VAULT := .tools/bin/.vault-v1.21.1
 
-.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd demo-agent bench engine daprd witness jaeger postgres chromium softhsm venv lint clean
+.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd demo-agent bench engine daprd witness jaeger vault postgres chromium softhsm venv lint clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -48,6 +49,11 @@ jaeger: $(JAEGER)
 $(JAEGER): scripts/install-jaeger.sh
 	scripts/install-jaeger.sh
 
+# The key service the transit signer's tests sign with (Vault's dev server, transit engine).
+vault: $(VAULT)
+$(VAULT): scripts/install-vault.sh
+	scripts/install-vault.sh
+
 postgres:
 	scripts/ensure-postgres.sh
 
@@ -78,7 +84,7 @@ SDK_TESTS = tests/agents tests/unit tests/integration/test_interceptor.py tests/
     tests/integration/test_dapr_crosscheck.py tests/integration/test_durability.py \
     tests/integration/test_stateful_history.py tests/integration/test_received_events.py \
     tests/integration/test_all_features.py
-test: venv $(VENV118)/.installed engine daprd witness jaeger postgres chromium softhsm
+test: venv $(VENV118)/.installed engine daprd witness jaeger vault postgres chromium softhsm
 	$(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST) --ignore=tests/agents $(PYTEST_ARGS)
 	@echo "the SDK-dependent tests again, and the agent tests, on dapr 1.18 + dapr-ext-workflow 1.18:"
 	$(PYTEST_ENV) $(VENV118)/bin/python -m pytest -q $(PYTEST_XDIST) $(SDK_TESTS)
@@ -127,7 +133,7 @@ lint: venv
 # against same-run baselines, JSON + PNG in benchmarks/results/ (benchmarks/README.md).
 # The built 1M-entry verify ledger is kept in BENCH_CACHE between runs.
 BENCH_CACHE ?= /var/tmp/histaudit-bench
-bench: venv $(VENV118)/.installed engine daprd postgres softhsm
+bench: venv $(VENV118)/.installed engine daprd postgres softhsm vault
 	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PYTEST_ENV) $(PY) benchmarks/run.py --ledger-cache $(BENCH_CACHE) $(BENCH_ARGS)
 

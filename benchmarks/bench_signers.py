@@ -1,21 +1,24 @@
-"""Figure 8: appends/s with the signing key in a PKCS#11 token (SoftHSM2) against the same
-appends with a key file, in the same run (issue #42, item 1).
+"""Figure 8: appends/s with the signing key in a PKCS#11 token (SoftHSM2) and in a remote
+key service (Vault's transit engine) against the same appends with a key file, in the
+same run (issue #42, item 1).
 
-Each round, in one process and one directory, alternates slices of four measurements
-(rotating order, as figure 1 does, so both signers sample the same disk drift):
+Each round, in one process and one directory, alternates slices of six measurements
+(rotating order, as figure 1 does, so every signer samples the same disk drift):
 
-* ``file_one`` / ``hsm_one``: ``chain.append``, one at a time, durable, round-robin over
-  8 instances, signed by the key file's key (libsodium) or inside the token (CKM_EDDSA);
-* ``file_group`` / ``hsm_group``: ``GroupWriter`` from 8 threads at once, each its own
-  instance, durable: the interceptor's path, where concurrent appends share a commit.
+* ``<signer>_one``: ``chain.append``, one at a time, durable, round-robin over 8
+  instances, signed by the key file's key (libsodium), inside the token (CKM_EDDSA), or by
+  Vault over HTTP on loopback (one kept-alive connection; each answer verified here);
+* ``<signer>_group``: ``GroupWriter`` from 8 threads at once, each its own instance,
+  durable: the interceptor's path, where concurrent appends share a commit.
 
-Ratios per round: token ÷ key file, one at a time and grouped. ``signatures_per_entry``
-counts each signer's signatures over its grouped appends: an entry is signed once and a
-batch signs one head per instance it touched (here every thread has its own instance, so
-2 per entry), the same for both signers: the token adds no signature.
+Ratios per round: token or service ÷ key file, one at a time and grouped.
+``*_signatures_per_entry`` counts each signer's signatures over its grouped appends: an
+entry is signed once and a batch signs one head per instance it touched (here every
+thread has its own instance, so 2 per entry), the same for every signer: none adds one.
 
-Needs SoftHSM2 (``make softhsm``) and python-pkcs11 (the ``hsm`` extra). The token lives in
-the run's work directory (its own SOFTHSM2_CONF), with a key pair generated inside it.
+Needs SoftHSM2 (``make softhsm``), python-pkcs11 (the ``hsm`` extra) and Vault
+(``make vault``). The token lives in the run's work directory (its own SOFTHSM2_CONF),
+with a key pair generated inside it; Vault runs as a dev server with its transit engine.
 """
 
 from __future__ import annotations
@@ -101,42 +104,55 @@ def _group(ledger: Ledger, signer: Any, n: int, tag: str) -> int:
 
 def run(workdir: Path, *, rounds: int, n: int) -> dict[str, Any]:
     from histaudit.ledger.pkcs11 import Pkcs11Signer
+    from histaudit.ledger.transit import TransitSigner
+    from support.vault import Vault
 
-    uri = _token(workdir)
-    hsm = _Counting(Pkcs11Signer(uri))
-    keyfile = _Counting(Signer.generate())
-    series = {k: Series() for k in ("file_one", "hsm_one", "file_group", "hsm_group",
-                                    "one_ratio", "group_ratio", "signatures_per_entry",
-                                    "file_signatures_per_entry")}
+    with Vault(workdir) as vault:
+        vault.make_key("ledger")
+        signers = {"file": _Counting(Signer.generate()),
+                   "hsm": _Counting(Pkcs11Signer(_token(workdir))),
+                   "transit": _Counting(TransitSigner(vault.key_url("ledger")))}
+        return _rounds(workdir, signers, rounds=rounds, n=n)
+
+
+def _rounds(workdir: Path, signers: dict[str, _Counting], *, rounds: int,
+            n: int) -> dict[str, Any]:
+    names = [f"{s}_{how}" for s in signers for how in ("one", "group")]
+    others = [s for s in signers if s != "file"]
+    series = {k: Series() for k in names}
+    for s in others:
+        for k in (f"{s}_one_ratio", f"{s}_group_ratio", f"{s}_signatures_per_entry"):
+            series[k] = Series()
+    series["file_signatures_per_entry"] = Series()
     per = max(_THREADS, n // _SLICES)
     for r in range(rounds):
         with Ledger.open(f"sqlite:///{workdir / f'signers-{r}.db'}", create=True) as ledger:
-            done: dict[str, list[Timing]] = {k: [] for k in
-                                             ("file_one", "hsm_one", "file_group", "hsm_group")}
-            calls = {"hsm_group": 0, "file_group": 0}
-            for s in range(_SLICES):
-                order = [("file_one", keyfile, _one), ("hsm_one", hsm, _one),
-                         ("file_group", keyfile, _group), ("hsm_group", hsm, _group)]
-                order = order[s % 4:] + order[:s % 4]
-                for name, signer, fn in order:
-                    before, tag = signer.calls, f"{name}-{r}-{s}"
+            done: dict[str, list[Timing]] = {k: [] for k in names}
+            calls = dict.fromkeys(signers, 0)
+            order = [(f"{s}_{how}", s, fn) for s in signers
+                     for how, fn in (("one", _one), ("group", _group))]
+            for sl in range(_SLICES):
+                turn = order[sl % len(order):] + order[:sl % len(order)]
+                for name, who, fn in turn:
+                    signer, tag = signers[who], f"{name}-{r}-{sl}"
+                    before = signer.calls
                     t = measure(lambda fn=fn, signer=signer, tag=tag: fn(ledger, signer, per,
                                                                          tag))
                     done[name].append(t)
-                    if name in calls:
-                        calls[name] += signer.calls - before
+                    if name.endswith("_group"):
+                        calls[who] += signer.calls - before
             rate = {k: sum(t.ops for t in v) / sum(t.wall for t in v) for k, v in done.items()}
         for k, v in rate.items():
             series[k].add(v)
-        series["one_ratio"].add(rate["hsm_one"] / rate["file_one"])
-        series["group_ratio"].add(rate["hsm_group"] / rate["file_group"])
-        signed = {k: calls[k] / sum(t.ops for t in done[k]) for k in calls}
-        series["signatures_per_entry"].add(signed["hsm_group"])
-        series["file_signatures_per_entry"].add(signed["file_group"])
-        log(f"  round {r + 1}/{rounds}: one at a time {rate['hsm_one']:.0f} vs "
-            f"{rate['file_one']:.0f} appends/s, grouped {rate['hsm_group']:.0f} vs "
-            f"{rate['file_group']:.0f}; signatures per grouped entry "
-            f"{signed['hsm_group']:.3f} vs {signed['file_group']:.3f}")
+        signed = {s: calls[s] / sum(t.ops for t in done[f"{s}_group"]) for s in signers}
+        series["file_signatures_per_entry"].add(signed["file"])
+        for s in others:
+            series[f"{s}_one_ratio"].add(rate[f"{s}_one"] / rate["file_one"])
+            series[f"{s}_group_ratio"].add(rate[f"{s}_group"] / rate["file_group"])
+            series[f"{s}_signatures_per_entry"].add(signed[s])
+        log(f"  round {r + 1}/{rounds}: appends/s one at a time / grouped: " + "; ".join(
+            f"{s} {rate[f'{s}_one']:.0f} / {rate[f'{s}_group']:.0f} "
+            f"({signed[s]:.3f} sig/entry)" for s in signers))
     return {"params": {"rounds": rounds, "appends_per_measure": per * _SLICES,
                        "threads": _THREADS, "module": MODULE},
             "series": {k: v.to_json() for k, v in series.items()}}

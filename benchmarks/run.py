@@ -428,15 +428,24 @@ def _rows_many(m: dict[str, Any], rows: list[list[str]]) -> None:
 
 def _rows_signers(m: dict[str, Any], rows: list[list[str]]) -> None:
     s = m["series"]
-    rows.append(["8a", "appends one at a time, key in a PKCS#11 token (SoftHSM2) ÷ key file",
-                 fmt_num(_med(s, "hsm_one"), "/s"), fmt_num(_med(s, "file_one"), "/s"),
-                 _cell(s, "one_ratio"), "(info)", ""])
-    rows.append(["8b", f"  grouped ({m['params']['threads']} threads, GroupWriter)",
-                 fmt_num(_med(s, "hsm_group"), "/s"), fmt_num(_med(s, "file_group"), "/s"),
-                 _cell(s, "group_ratio"), "(info)", ""])
-    rows.append(["8c", "  signatures per grouped entry (entry + its instance's head), "
-                       "token ÷ key file", fmt_num(_med(s, "signatures_per_entry"), ""),
-                 fmt_num(_med(s, "file_signatures_per_entry"), ""), "", "same", ""])
+    threads = m["params"]["threads"]
+    for n, (who, what) in enumerate((("hsm", "key in a PKCS#11 token (SoftHSM2)"),
+                                     ("transit", "key in Vault's transit engine (HTTP, "
+                                                 "loopback)"))):
+        if f"{who}_one" not in s:
+            continue
+        a, b, c = "abc" if n == 0 else "def"
+        rows.append([f"8{a}", f"appends one at a time, {what} ÷ key file",
+                     fmt_num(_med(s, f"{who}_one"), "/s"), fmt_num(_med(s, "file_one"), "/s"),
+                     _cell(s, f"{who}_one_ratio"), "(info)", ""])
+        rows.append([f"8{b}", f"  grouped ({threads} threads, GroupWriter)",
+                     fmt_num(_med(s, f"{who}_group"), "/s"),
+                     fmt_num(_med(s, "file_group"), "/s"),
+                     _cell(s, f"{who}_group_ratio"), "(info)", ""])
+        rows.append([f"8{c}", "  signatures per grouped entry (entry + its instance's head), "
+                              "÷ key file",
+                     fmt_num(_med(s, f"{who}_signatures_per_entry"), ""),
+                     fmt_num(_med(s, "file_signatures_per_entry"), ""), "", "same", ""])
 
 
 def _rows_memory(m: dict[str, Any], rows: list[list[str]]) -> None:

@@ -143,7 +143,7 @@ def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
 FORKED = """
 import os, sys
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from histaudit.ledger.keys import signer_from_env
+from histaudit.ledger.signers import signer_from_env
 signer = signer_from_env(sys.argv[1])
 signer.sign(b"parent")
 pid = os.fork()

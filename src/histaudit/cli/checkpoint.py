@@ -20,7 +20,7 @@ from click.core import ParameterSource
 
 from histaudit.errors import UsageError, VerificationError
 from histaudit.ledger.checkpoint import parse_note, verifier_key
-from histaudit.ledger.keys import signer_from_env
+from histaudit.ledger.signers import signer_from_env
 from histaudit.verify.findings import Finding
 from histaudit.witness.policy import read_policy
 

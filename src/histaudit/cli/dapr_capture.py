@@ -27,8 +27,8 @@ def dapr_capture(instance_id: str, state_db: str, trust_anchors: str, app_id: st
     from histaudit.bundle.dapr_state import read_workflow_rows
     from histaudit.errors import InputError
     from histaudit.ledger import chain
-    from histaudit.ledger.keys import signer_from_env
     from histaudit.ledger.kinds import Kind
+    from histaudit.ledger.signers import signer_from_env
     from histaudit.verify.dapr_crosscheck import capture_record
     from histaudit.verify.dapr_history import verify_dapr_history
 

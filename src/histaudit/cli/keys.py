@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from histaudit.ledger.keys import export_public_key, generate_keypair, signer_from_env
+from histaudit.ledger.keys import export_public_key, generate_keypair
+from histaudit.ledger.signers import signer_from_env
 
 from .options import EXIT_CLEAN, TIMESTAMP, key_option
 

@@ -11,8 +11,9 @@ import click
 
 from histaudit.errors import FormatError, HistauditError, InputError, UsageError
 from histaudit.ledger import records as rec
-from histaudit.ledger.keys import TrustStore, signer_from_env
+from histaudit.ledger.keys import TrustStore
 from histaudit.ledger.kinds import AFTERWORD_KINDS, WORKFLOW_STATE
+from histaudit.ledger.signers import signer_from_env
 from histaudit.verify.findings import Severity
 
 from . import render

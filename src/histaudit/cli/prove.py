@@ -48,7 +48,7 @@ def prove(trace_id: str | None, span_ids: tuple[str, ...], jaeger: str | None,
     an entry the ledger does not hold as named (then nothing is written)."""
     from histaudit.bundle.prove import TRACE_MAX_BYTES, fetch_trace, proven_spans, read_spans
     from histaudit.bundle.prove import prove as prove_spans
-    from histaudit.ledger.keys import signer_from_env
+    from histaudit.ledger.signers import signer_from_env
     from histaudit.witness.policy import read_policy
 
     from .ledger import _open

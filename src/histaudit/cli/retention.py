@@ -29,8 +29,8 @@ def apply_command(policy_file: str, now: str | None, dry_run: bool, as_json: boo
     """Erase every stored payload past its term that no hold covers, through the signed
     erasure (the chain still verifies); idempotent, and a run cut short is finished by
     running it again."""
-    from histaudit.ledger.keys import signer_from_env
     from histaudit.ledger.retention import apply, check_now, read_policy
+    from histaudit.ledger.signers import signer_from_env
 
     from .ledger import _open
 

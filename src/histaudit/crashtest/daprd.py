@@ -25,7 +25,6 @@ import dataclasses
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -34,33 +33,19 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, Self
 
 from histaudit.errors import EngineError
 
 from .daprd_binaries import _HINT, BINARIES, _usable, find_daprd_bin_dir
 from .daprd_components import SENTRY_CONFIG, SIGNING_CONFIG, state_store
+from .daprd_ports import LOOPBACK, Endpoint, PortBusyError, PortSet
+from .daprd_replica import DaprdReplica
 from .engine import _LIVE
-
-if TYPE_CHECKING:
-    from .daprd_replica import DaprdReplica
 
 __all__ = ["TRUST_DOMAIN", "DaprdStack"]
 
-_LOOPBACK = "127.0.0.1"
-
-
 @dataclasses.dataclass(frozen=True)
-class _PortSet:
-    """A record of ports; :meth:`pick` gives every field its own free loopback port."""
-
-    @classmethod
-    def pick(cls) -> Self:
-        return cls(*_free_ports(len(dataclasses.fields(cls))))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Ports(_PortSet):
+class _Ports(PortSet):
     """Every port one stack listens on; picked free once, kept across daprd restarts."""
 
     placement: int
@@ -81,61 +66,11 @@ class _Ports(_PortSet):
     sentry_metrics: int
 
 
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports."""
-    # Bound all at once so the kernel cannot hand the same port out twice here.
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((_LOOPBACK, 0))
-            socks.append(sock)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
 TRUST_DOMAIN = "localhost"
 """The control plane's trust domain when a stack runs sentry (``history_signing``)."""
 
 
-class _AppPorts(Protocol):
-    """The two ports of a daprd its app uses (both ports records have them)."""
-
-    @property
-    def grpc(self) -> int: ...
-    @property
-    def http(self) -> int: ...
-
-
-class _Endpoint:
-    """Where an app reaches one daprd: its gRPC and HTTP ports on loopback, fixed once
-    picked (stable across restarts). Shared by the stack's daprd and each replica's."""
-
-    _ports: _AppPorts
-
-    @property
-    def port(self) -> int:
-        """daprd's gRPC port, the one its app talks to."""
-        return self._ports.grpc
-
-    @property
-    def host(self) -> str:
-        return _LOOPBACK
-
-    @property
-    def address(self) -> str:
-        """``host:port`` of daprd's gRPC API, e.g. ``127.0.0.1:40123``."""
-        return f"{_LOOPBACK}:{self._ports.grpc}"
-
-    @property
-    def http_port(self) -> int:
-        """daprd's HTTP API port (``/v1.0/healthz``, the workflow HTTP API)."""
-        return self._ports.http
-
-
-class DaprdStack(_Endpoint):
+class DaprdStack(Endpoint):
     """placement + scheduler + daprd on loopback, with their state in ``state_dir``.
 
     Ports are fixed at construction so ``env()`` and ``address`` are valid before
@@ -273,7 +208,7 @@ class DaprdStack(_Endpoint):
         """
         env = dict(os.environ if base is None else base)
         env.pop("DAPR_GRPC_ENDPOINT", None)
-        env["DAPR_RUNTIME_HOST"] = _LOOPBACK
+        env["DAPR_RUNTIME_HOST"] = LOOPBACK
         env["DAPR_GRPC_PORT"] = str(self._ports.grpc)
         env["DAPR_HTTP_PORT"] = str(self._ports.http)
         return env
@@ -303,7 +238,7 @@ class DaprdStack(_Endpoint):
         for attempt in range(attempts):
             try:
                 self._start_missing()
-            except _PortBusyError as busy:
+            except PortBusyError as busy:
                 self.kill_all()
                 if attempt + 1 >= attempts:
                     raise EngineError(f"{busy}: port in use") from None
@@ -365,7 +300,6 @@ class DaprdStack(_Endpoint):
             raise EngineError(f"replica name {name!r}: letters, digits, - and _ only")
         if name in self._replicas:
             raise EngineError(f"replica {name!r} exists already")
-        from .daprd_replica import DaprdReplica  # it imports this module's parts
 
         replica = DaprdReplica(self, name)
         self._replicas[name] = replica
@@ -400,7 +334,7 @@ class DaprdStack(_Endpoint):
     def _daprd_args(self, grpc: int, http: int, internal_grpc: int, metrics: int,
                     resources: Path) -> list[str]:
         """daprd's arguments for these ports: the stack's app id and control plane."""
-        p, loop = self._ports, _LOOPBACK
+        p, loop = self._ports, LOOPBACK
         return [
             "--app-id", self._app_id, "--mode", "standalone",
             "--dapr-grpc-port", str(grpc), "--dapr-http-port", str(http),
@@ -428,7 +362,7 @@ class DaprdStack(_Endpoint):
         _LIVE.discard(proc)
 
     def _start_missing(self) -> None:
-        p, loop = self._ports, _LOOPBACK
+        p, loop = self._ports, LOOPBACK
         self._dir.mkdir(parents=True, exist_ok=True)
         tls: list[str] = []
         daprd_tls: list[str] = []
@@ -487,7 +421,7 @@ class DaprdStack(_Endpoint):
         if self._alive("sentry"):
             return
         self._kill("sentry")
-        p, loop = self._ports, _LOOPBACK
+        p, loop = self._ports, LOOPBACK
         creds = self._dir / "sentry"
         creds.mkdir(exist_ok=True)
         config = self._dir / "sentry.yaml"
@@ -526,7 +460,7 @@ class DaprdStack(_Endpoint):
                 output = _read_from(log_path, offset)
                 self._kill(name)
                 if "address already in use" in output:
-                    raise _PortBusyError(f"{name} could not bind")
+                    raise PortBusyError(f"{name} could not bind")
                 raise EngineError(f"{name} exited with status {proc.returncode} before it "
                                   f"was healthy; log {log_path}:\n{output[-2000:]}")
             if time.monotonic() > deadline:
@@ -557,7 +491,3 @@ def _read_from(path: Path, offset: int) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
-
-
-class _PortBusyError(Exception):
-    """Internal: a stack process exited because one of its ports was already bound."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from histaudit.errors import EngineError
 
-from .daprd import _LOOPBACK, _Endpoint, _PortBusyError, _PortSet
+from .daprd_ports import LOOPBACK, Endpoint, PortBusyError, PortSet
 
 if TYPE_CHECKING:
     from .daprd import DaprdStack
@@ -24,7 +24,7 @@ __all__ = ["DaprdReplica"]
 
 
 @dataclasses.dataclass(frozen=True)
-class _ReplicaPorts(_PortSet):
+class _ReplicaPorts(PortSet):
     """The ports of one more daprd of a stack (the control plane's are the stack's)."""
 
     grpc: int
@@ -33,7 +33,7 @@ class _ReplicaPorts(_PortSet):
     metrics: int
 
 
-class DaprdReplica(_Endpoint):
+class DaprdReplica(Endpoint):
     """The daprd of one more replica of a stack's app (:meth:`DaprdStack.add_replica`).
 
     The interface of :class:`DaprdStack` that apps and crash tests use (``address``,
@@ -113,9 +113,9 @@ class DaprdReplica(_Endpoint):
                 stack._spawn(self.proc_name,
                              stack._daprd_args(p.grpc, p.http, p.internal_grpc, p.metrics,
                                                resources),
-                             health=f"http://{_LOOPBACK}:{p.http}/v1.0/healthz",
+                             health=f"http://{LOOPBACK}:{p.http}/v1.0/healthz",
                              binary="daprd")
-            except _PortBusyError as busy:
+            except PortBusyError as busy:
                 if attempt + 1 >= attempts:
                     raise EngineError(f"{busy}: port in use") from None
                 self._ports = _ReplicaPorts.pick()

@@ -18,7 +18,8 @@ from dapr.ext.workflow import WorkflowRuntime
 
 from histaudit import sdk
 from histaudit.errors import KeyMaterialError, StoreError, UsageError
-from histaudit.ledger.keys import Signer, signer_from_env
+from histaudit.ledger.keys import Signer
+from histaudit.ledger.signers import signer_from_env
 from histaudit.ledger.store import Ledger, resolve_url
 from histaudit.urls import shown_url
 

@@ -200,3 +200,16 @@ def canonical_bytes(value: Any) -> bytes:
     out = _fast_bytes(value) if _ORJSON_AGREES else None
     # Outside any except block, so a refusal raises exactly as the emitter always did.
     return _slow_bytes(value) if out is None else out
+
+
+def is_canonical(body: bytes, doc: object = None) -> bool:
+    """Do the stored bytes equal the canonical form of what they parse to?
+
+    Signatures hold over any bytes; this catches bodies that two parsers could read
+    differently (duplicate keys, whitespace, ``-0``). Checked in full mode. ``doc``:
+    ``orjson.loads(body)`` when the caller has it already.
+    """
+    try:
+        return canonical_bytes(orjson.loads(body) if doc is None else doc) == body
+    except (FormatError, orjson.JSONDecodeError):
+        return False

@@ -248,19 +248,6 @@ def is_key_material(text: str) -> bool:
     return False
 
 
-def signer_from_env(path: str | os.PathLike[str] | None = None) -> Signer:
-    """The signing key from ``path``, else ``$HISTAUDIT_KEY``; a clear error if neither.
-    A ``pkcs11:`` URI names a key held in a PKCS#11 token (:mod:`.pkcs11`)."""
-    chosen = path or os.environ.get("HISTAUDIT_KEY")
-    if not chosen:
-        raise KeyMaterialError("no signing key: pass --key PATH or set HISTAUDIT_KEY")
-    if os.fspath(chosen).startswith("pkcs11:"):  # a key in a token (ledger/pkcs11.py)
-        from .pkcs11 import Pkcs11Signer
-
-        return Pkcs11Signer(os.fspath(chosen))
-    return Signer.load(chosen)
-
-
 def generate_keypair(out_dir: str | os.PathLike[str], *, name: str = "histaudit",
                      not_before: str | None = None,
                      not_after: str | None = None) -> tuple[Path, Path, Signer]:

@@ -50,6 +50,7 @@ from histaudit.ledger.records import Entry, StoredEntry
 
 from . import behaviour_events as ev
 from .behaviour_llm import LlmCalls
+from .behaviour_spill import Spill
 from .check import Parsed
 from .findings import EffectRef, Finding
 
@@ -69,7 +70,7 @@ class BehaviourCheck:
     def __init__(self, instance: str, *, spill_at: int | None = None) -> None:
         """``spill_at``: events per list kept in memory (default :data:`SPILL_AT`)."""
         self.instance = instance
-        self.events = events = ev.Events(SPILL_AT if spill_at is None else spill_at)
+        self.events = events = ev.Events(SPILL_AT if spill_at is None else spill_at, Spill)
         self._mismatches: list[Finding] = []
         self.llm = LlmCalls(instance)
         handlers: dict[int, _Handler] = {

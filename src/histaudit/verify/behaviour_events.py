@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from histaudit.ledger.kinds import Kind
 
 from .findings import task_ref
-
-if TYPE_CHECKING:
-    from .behaviour_spill import Spill
 
 STARTED, COMPLETED, MISMATCH, EFFECT, FAILED, DECISION, LLM = 1, 2, 3, 4, 5, 6, 7
 """Routes: which behaviour event a kind makes (0: none)."""
@@ -171,11 +168,24 @@ def _intent(value: Any) -> int | None:
     return int(value) if value.__class__ is bool else None
 
 
-class Events:
-    """The tracked entries of one instance as event tuples, in memory or spilled."""
+class SpillFiles(Protocol):
+    """Where events go past the threshold (:class:`~.behaviour_spill.Spill`)."""
 
-    def __init__(self, spill_at: int) -> None:
+    def add(self, starts: list[Start], results: list[Result], effects: list[EffectEvent],
+            ran: list[Ran], decisions: list[Decision]) -> None: ...
+
+    def views(self) -> tuple[list[TaskView], list[EffectView], list[DecisionView]]: ...
+
+    def close(self) -> None: ...
+
+
+class Events:
+    """The tracked entries of one instance as event tuples, in memory or spilled (into
+    what ``make_spill`` makes, once the threshold is passed)."""
+
+    def __init__(self, spill_at: int, make_spill: Callable[[], SpillFiles]) -> None:
         self.spill_at = max(1, spill_at)
+        self._make_spill = make_spill
         self.o = 0
         self.starts: list[Start] = []
         self.results: list[Result] = []
@@ -183,7 +193,7 @@ class Events:
         self.ran: list[Ran] = []
         self.decisions: list[Decision] = []
         self.generation: str | None = None  # the newest workflow.started's started_at
-        self.spill: Spill | None = None
+        self.spill: SpillFiles | None = None
 
     def started(self, seq: int, kind: str, kid: str, data: Mapping[str, Any]) -> None:
         tid, eid, shown = data.get("task_id"), data.get("execution_id"), None
@@ -262,9 +272,7 @@ class Events:
     def _move(self) -> None:
         """Past the threshold: every event so far, and from now on each full list, to disk."""
         if self.spill is None:
-            from .behaviour_spill import Spill
-
-            self.spill = Spill()
+            self.spill = self._make_spill()
         self.spill.add(self.starts, self.results, self.effects, self.ran, self.decisions)
         self.starts, self.results, self.effects, self.ran = [], [], [], []
         self.decisions = []

@@ -17,11 +17,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
-import orjson
-
 from histaudit.errors import FormatError
 from histaudit.ledger import records as rec
-from histaudit.ledger.canonical import canonical_bytes
+from histaudit.ledger.canonical import is_canonical
 from histaudit.ledger.keys import TrustStore
 from histaudit.ledger.records import shown_id
 
@@ -114,19 +112,6 @@ class IntegrityCheck:
 
 
 _NOT_CANONICAL = "entry {seq}: bytes are not in canonical form (docs/format.md §Canonical JSON)"
-
-
-def is_canonical(body: bytes, doc: object = None) -> bool:
-    """Do the stored bytes equal the canonical form of what they parse to?
-
-    Signatures hold over any bytes; this catches bodies that two parsers could read
-    differently (duplicate keys, whitespace, ``-0``). Checked in full mode. ``doc``:
-    ``orjson.loads(body)`` when the caller has it already.
-    """
-    try:
-        return canonical_bytes(orjson.loads(body) if doc is None else doc) == body
-    except (FormatError, orjson.JSONDecodeError):
-        return False
 
 
 class HeadCheck:

@@ -24,10 +24,10 @@ from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 
+from histaudit.ledger.canonical import is_canonical
 from histaudit.ledger.keys import TrustStore
 
 from .ed25519 import Ed25519Verifier
-from .integrity import is_canonical
 
 CHUNK = 4096
 """Entries per chunk handed to a worker: big enough that shipping costs little per entry."""

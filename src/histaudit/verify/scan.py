@@ -37,13 +37,14 @@ import orjson
 
 from histaudit.errors import FormatError
 from histaudit.ledger import records
+from histaudit.ledger.canonical import is_canonical
 from histaudit.ledger.keys import TrustStore
 from histaudit.ledger.records import StoredEntry, parse_entry
 
 from . import behaviour_events as ev
 from .behaviour import BehaviourCheck
 from .check import ChainCheck, ValidEntryCheck
-from .integrity import HeadCheck, IntegrityCheck, is_canonical
+from .integrity import HeadCheck, IntegrityCheck
 from .signatures import KeyCheck, never_findings
 
 _CACHED = 256

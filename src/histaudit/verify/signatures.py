@@ -10,7 +10,7 @@ same workers re-check the canonical form of the entries the fast loop passed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from histaudit.errors import FormatError
 from histaudit.ledger.keys import TrustStore
@@ -18,10 +18,17 @@ from histaudit.ledger.records import Entry, StoredEntry
 
 from .check import Parsed
 from .findings import Finding
+from .parallel import EntryPool
 
-if TYPE_CHECKING:
-    from .integrity import IntegrityCheck
-    from .parallel import EntryPool
+
+class CanonicalFindings(Protocol):
+    """Where the workers' canonical-form outcomes go (the chain's
+    :class:`~histaudit.verify.integrity.IntegrityCheck`): its findings so far, and the
+    entry at ``place`` among them found not canonical."""
+
+    findings: list[Finding]
+
+    def not_canonical(self, place: int, seq: int) -> None: ...
 
 
 def key_findings(kid: str, ts: str, seq: int | None, instance: str, trust: TrustStore,
@@ -80,11 +87,9 @@ class SignatureCheck:
     """
 
     def __init__(self, instance: str, trust: TrustStore, workers: int, *,
-                 canonical: IntegrityCheck | None = None, pool: EntryPool | None = None
+                 canonical: CanonicalFindings | None = None, pool: EntryPool | None = None
                  ) -> None:
         self.instance = instance
-        from .parallel import EntryPool  # imports .integrity, which imports this module
-
         self._trusted = frozenset(k.kid for k in trust)
         self._own = pool is None
         self._pool = EntryPool(trust, workers) if pool is None else pool

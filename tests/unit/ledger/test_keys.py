@@ -27,8 +27,8 @@ from histaudit.ledger.keys import (
     is_key_material,
     key_id,
     parse_time,
-    signer_from_env,
 )
+from histaudit.ledger.signers import signer_from_env
 
 SEED = bytes(range(32))
 

@@ -1,0 +1,246 @@
+"""Signing with an Ed25519 key held by a remote key service: the transit secrets engine of
+HashiCorp Vault or OpenBao (they speak the same API), the KMS-style signer.
+
+``--key`` / ``$HISTAUDIT_KEY`` names such a key by a URL::
+
+    transit+https://vault.internal:8200/transit/histaudit-ledger?token-source=file:/run/secrets/vault-token
+
+* the path is ``/<mount>/<key name>`` (the transit engine's mount, ``transit`` by default
+  in Vault, and the key's name); the key must be of type ``ed25519``;
+* ``token-source=file:PATH`` names a file holding the service's token, readable by its
+  owner only (like a key file), else ``$VAULT_TOKEN`` (the variable Vault's and OpenBao's
+  own clients read). A token in the URL itself is refused: a key URL is shown in messages;
+* ``ca-file=PATH`` trusts a private CA for ``https``; ``transit+http://`` (no TLS) is
+  allowed to a loopback address only, so a token never crosses a network in clear;
+* ``key-version=N`` pins the key version; by default the latest version, read when the
+  signer is opened, is pinned for the process. A rotation inside the service then changes
+  nothing until the app restarts, and every record of one process is signed by one public
+  key — the one exported into the trust store (``histaudit keys export-public``), as with
+  every signer: a new version is a new histaudit key, added with its validity window.
+
+The public key is the one the service reports for that version (``GET
+/v1/<mount>/keys/<name>``); signatures come from ``POST /v1/<mount>/sign/<name>``
+(pure Ed25519 over the exact bytes, base64 ``input``). **Every signature is verified
+with the pinned public key before it is returned**: an answer made with another key or
+version, or altered on the way, is refused and never reaches the ledger.
+
+Other services plug in the same way (a class with ``sign`` and ``public``, chosen by the
+key URL's scheme in :func:`histaudit.ledger.signers.signer_from_env`): GCP Cloud KMS with a
+key version of algorithm ``EC_SIGN_ED25519`` (``asymmetricSign`` with ``data``, pure
+Ed25519, 64-byte signatures; ``getPublicKey`` gives a PEM SubjectPublicKeyInfo), or AWS
+KMS where it offers Ed25519 keys (key spec ``ECC_NIST_EDWARDS25519``, pure EdDSA over the
+raw message). A service that offers only ECDSA keys cannot sign histaudit's records.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import ipaddress
+import os
+import ssl
+import stat
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit
+
+import orjson
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from histaudit.errors import KeyMaterialError
+
+from .keys import PublicKey, Signer, key_id
+
+__all__ = ["TOKEN_ENV", "TransitSigner", "is_transit_url"]
+
+TOKEN_ENV = "VAULT_TOKEN"
+_SCHEMES = ("transit+https://", "transit+http://")
+_MAX_TOKEN_FILE = 4096
+_MAX_ANSWER = 1 << 20
+_TIMEOUT_S = 10.0
+
+
+def is_transit_url(text: str) -> bool:
+    return text.startswith(_SCHEMES)
+
+
+def _token(query: dict[str, str]) -> str:
+    source = query.get("token-source")
+    if source is None:
+        token = os.environ.get(TOKEN_ENV)
+        if not token:
+            raise KeyMaterialError(f"transit key: no token (token-source=file:PATH in the "
+                                   f"URL, or ${TOKEN_ENV})")
+        return token
+    if not source.startswith("file:"):
+        raise KeyMaterialError("transit key URL: token-source must be file:PATH")
+    path = Path(source.removeprefix("file:"))
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise KeyMaterialError(f"token file {path} is not a regular file")
+        if mode & 0o077:
+            raise KeyMaterialError(f"token file {path} is readable by others (mode "
+                                   f"{stat.S_IMODE(mode):04o}); run: chmod 600 {path}")
+        with path.open("rb") as fh:
+            data = fh.read(_MAX_TOKEN_FILE + 1)
+    except OSError as exc:
+        raise KeyMaterialError(f"token file {path}: {exc.strerror}") from None
+    if len(data) > _MAX_TOKEN_FILE:
+        raise KeyMaterialError(f"token file {path} is over {_MAX_TOKEN_FILE} bytes")
+    token = data.decode("utf-8", "replace").strip()
+    if not token:
+        raise KeyMaterialError(f"token file {path} is empty")
+    return token
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class TransitSigner(Signer):
+    """An Ed25519 key in a Vault/OpenBao transit engine, named by a ``transit+https://``
+    URL (module docstring). The private key never leaves the service."""
+
+    __slots__ = ("_conn", "_context", "_host", "_lock", "_mount", "_name", "_pid", "_port",
+                 "_tls", "_token", "_verifier", "_version", "shown")
+
+    def __init__(self, url: str) -> None:
+        # Signer.__init__ takes a private key object; a remote key is never one.
+        parts = urlsplit(url)
+        self._tls = parts.scheme == "transit+https"
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        if any(name in query for name in ("token", "token-value")):
+            raise KeyMaterialError("transit key URL: a token in the URL is refused (a URL "
+                                   "is shown in messages); use token-source=file:PATH or $"
+                                   + TOKEN_ENV)
+        unknown = sorted(set(query) - {"token-source", "ca-file", "key-version"})
+        if unknown:
+            raise KeyMaterialError(f"transit key URL: unsupported parameter(s) {unknown[:4]}")
+        if parts.username or parts.password:
+            raise KeyMaterialError("transit key URL: credentials in the URL are refused")
+        segments = [s for s in parts.path.split("/") if s]
+        if len(segments) != 2 or not parts.hostname:
+            raise KeyMaterialError("transit key URL must be transit+https://HOST[:PORT]/"
+                                   "MOUNT/KEY")
+        self._host, self._mount, self._name = parts.hostname, segments[0], segments[1]
+        try:
+            self._port = parts.port or (443 if self._tls else 80)
+        except ValueError:
+            raise KeyMaterialError("transit key URL: the port is not a number") from None
+        if not self._tls and not _loopback(self._host):
+            raise KeyMaterialError("transit key URL: transit+http:// (no TLS) is allowed to "
+                                   "a loopback address only; use transit+https://")
+        self.shown = f"{parts.scheme}://{self._host}:{self._port}/{self._mount}/{self._name}"
+        self._context = ssl.create_default_context(cafile=query.get("ca-file")) \
+            if self._tls else None
+        self._token = _token(query)
+        self._lock = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None
+        self._pid = os.getpid()
+        version = query.get("key-version")
+        if version is not None and not (version.isdigit() and int(version) >= 1):
+            raise KeyMaterialError(f"transit key URL: key-version {version[:20]!r} is not a "
+                                   f"version number")
+        raw, self._version = self._public_key(int(version) if version else None)
+        self._verifier = Ed25519PublicKey.from_public_bytes(raw)
+        self.public = PublicKey(kid=key_id(raw), raw=raw)
+
+    # --- the service's API ------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """One request to the service on this process's kept-alive connection; its JSON
+        ``data``. KeyMaterialError naming the service and what failed, never the token."""
+        where = f"transit key {self.shown}"
+        payload = orjson.dumps(body) if body is not None else None
+        headers = {"X-Vault-Token": self._token, "Content-Type": "application/json"}
+        for attempt in (1, 2):  # a kept-alive connection the service closed: once more
+            if self._conn is None or self._pid != os.getpid():
+                self._conn = (http.client.HTTPSConnection(self._host, self._port,
+                                                          timeout=_TIMEOUT_S,
+                                                          context=self._context)
+                              if self._tls else
+                              http.client.HTTPConnection(self._host, self._port,
+                                                         timeout=_TIMEOUT_S))
+                self._pid = os.getpid()
+            try:
+                self._conn.request(method, f"/v1/{quote(self._mount)}/{path}", payload,
+                                   headers)
+                response = self._conn.getresponse()
+                data = response.read(_MAX_ANSWER + 1)
+                break
+            except (OSError, http.client.HTTPException) as exc:
+                self._conn.close()
+                self._conn = None
+                if attempt == 2 or isinstance(exc, ssl.SSLCertVerificationError):
+                    reason = getattr(exc, "strerror", None) or type(exc).__name__
+                    raise KeyMaterialError(f"{where}: cannot reach the service ({reason})") \
+                        from None
+        if response.status == 403:
+            raise KeyMaterialError(f"{where}: the service refused the token (HTTP 403)")
+        if response.status == 404:
+            raise KeyMaterialError(f"{where}: no such key or mount (HTTP 404)")
+        if response.status != 200 or len(data) > _MAX_ANSWER:
+            raise KeyMaterialError(f"{where}: the service answered HTTP {response.status}")
+        try:
+            found = orjson.loads(data)["data"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            raise KeyMaterialError(f"{where}: the service's answer is not transit's") \
+                from None
+        return found
+
+    def _public_key(self, version: int | None) -> tuple[bytes, int]:
+        """The raw public key of ``version`` (default: the latest) and that version."""
+        info = self._call("GET", f"keys/{quote(self._name)}")
+        where = f"transit key {self.shown}"
+        if not isinstance(info, dict) or info.get("type") != "ed25519":
+            raise KeyMaterialError(f"{where} is not an ed25519 key (type "
+                                   f"{info.get('type') if isinstance(info, dict) else '?'})")
+        keys = info.get("keys")
+        chosen = version if version is not None else info.get("latest_version")
+        entry = keys.get(str(chosen)) if isinstance(keys, dict) else None
+        public = entry.get("public_key") if isinstance(entry, dict) else None
+        if not isinstance(chosen, int) or not isinstance(public, str):
+            raise KeyMaterialError(f"{where} has no version {chosen}")
+        try:
+            raw = base64.b64decode(public, validate=True)
+        except ValueError:
+            raw = b""
+        if len(raw) != 32:
+            raise KeyMaterialError(f"{where}: version {chosen}'s public key is not 32 bytes")
+        return raw, chosen
+
+    # --- Signer -------------------------------------------------------------------------
+
+    def sign(self, message: bytes) -> bytes:
+        """The service's Ed25519 signature of ``message`` with the pinned key version,
+        verified here before it is returned."""
+        with self._lock:
+            answer = self._call("POST", f"sign/{quote(self._name)}", {
+                "input": base64.b64encode(message).decode(), "key_version": self._version})
+        signature = answer.get("signature") if isinstance(answer, dict) else None
+        prefix = f"vault:v{self._version}:"
+        if not isinstance(signature, str) or not signature.startswith(prefix):
+            raise KeyMaterialError(f"transit key {self.shown}: the service signed with "
+                                   f"another key version")
+        try:
+            raw = base64.b64decode(signature.removeprefix(prefix), validate=True)
+            self._verifier.verify(raw, message)
+        except (ValueError, InvalidSignature):
+            raise KeyMaterialError(f"transit key {self.shown}: the service's signature does "
+                                   f"not verify with the key's public key") from None
+        return raw
+
+    def private_pem(self) -> bytes:
+        raise KeyMaterialError("the key is held by a transit key service and cannot be "
+                               "exported")
+
+    def __repr__(self) -> str:  # never the token
+        return f"TransitSigner({self.shown}, version={self._version}, kid={self.kid})"

@@ -1,0 +1,178 @@
+"""Signing keys held by a remote key service (issue #42, item 1: the KMS-style signer), on a
+real HashiCorp Vault dev server's transit engine (`make vault`) and the real engine.
+
+* An audited workflow signs its ledger through Vault (``transit+http://`` to loopback, the
+  token in an owner-only file): the public key is exported from the service into a trust
+  store, and `verify --all --full` proves the ledger with that alone; no private key and
+  no token is written anywhere else.
+* The key version is pinned when the signer opens: a rotation inside Vault leaves a
+  running app signing with the version it exported; a signer opened after the rotation is
+  a new histaudit key (the new version's public key), and the trust store takes both.
+* A signature the service's answer carries is verified before it is used: through a
+  proxy that alters one byte of every answer's signature, the app's activity fails in one
+  line and the ledger holds nothing that does not verify.
+* Every wrong way to name the key is one line, exit 2, the token shown nowhere, and the
+  ledger unchanged.
+
+Cost: ≈ 4 s of CPU, 10 s of wall (one Vault, one engine, one app).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from histaudit.crashtest.engine import EngineProcess
+from histaudit.ledger.store import Ledger
+from support.apps import AppProcess, AppRig
+from support.cli import cli, exits, one_error_line
+from support.ledgers import read_entries
+from support.vault import Vault
+
+pytestmark = [pytest.mark.engine, pytest.mark.vault]
+
+APP = Path(__file__).resolve().parent / "apps" / "outage_app.py"
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Iterator[Vault]:
+    with Vault(tmp_path) as server:
+        server.make_key("ledger")
+        yield server
+
+
+def _run_app(engine: EngineProcess, tmp: Path, url: str, key: str, n: int = 5) -> str:
+    with AppRig(engine) as rig:
+        app = rig.add_app(AppProcess(
+            engine, [APP], log=tmp / "app.log", ready="APP READY", ready_timeout=60,
+            env={"HISTAUDIT_DB": url, "HISTAUDIT_KEY": key, "PYTHONUNBUFFERED": "1"}))
+        app.start()
+        instance = rig.schedule("chain", {"n": n, "pause": 0})
+        state = rig.wait(instance, timeout=60)
+        assert state.runtime_status.name == "COMPLETED", app.tail()
+        return instance
+
+
+def _export(vault: Vault, key: str, name: str) -> str:
+    r = cli("keys", "export-public", "--key", key, "--out", "trust", "--name", name,
+            cwd=vault.workdir)
+    exits(r)
+    return r.stdout.split()[2]
+
+
+def test_a_ledger_signed_by_vault_verifies_with_only_its_exported_public_key(
+        vault: Vault, engine: EngineProcess) -> None:
+    url = f"sqlite:///{vault.workdir / 'ledger.db'}"
+    Ledger.open(url, create=True).close()
+    key = vault.key_url("ledger")
+    instance = _run_app(engine, vault.workdir, url, key)
+    kid = _export(vault, key, "v1")
+    entries = read_entries(url, instance)
+    assert len(entries) >= 12 and {e.kid for e in entries} == {kid}
+
+    # Rotated inside Vault: what signs from now on names its version; the old is pinned.
+    vault.rotate("ledger")
+    exits(cli("checkpoint", "--db", url, "--key", vault.key_url("ledger", "key-version=1"),
+              cwd=vault.workdir))
+    new_kid = _export(vault, key, "v2")  # opened after the rotation: version 2
+    assert new_kid != kid
+    again = _run_app(engine, vault.workdir, url, key, n=2)
+    assert {e.kid for e in read_entries(url, again)} == {new_kid}
+    exits(cli("checkpoint", "--db", url, "--key", key, cwd=vault.workdir))
+
+    proved = cli("verify", "--all", "--full", "--json", "--db", url, "--trust", "trust",
+                 cwd=vault.workdir)
+    exits(proved)
+    assert json.loads(proved.stdout)["ok"] is True
+    for path in vault.workdir.rglob("*"):  # no private key, the token only in its file
+        if path.is_file() and path != vault.token_file and path.name != "vault.log":
+            data = path.read_bytes()
+            assert b"PRIVATE KEY" not in data and vault.token.encode() not in data, path
+
+
+class _Tamperer(http.server.BaseHTTPRequestHandler):
+    """Forwards to Vault and flips one byte of every signature in the answers."""
+
+    upstream = ""
+
+    def _forward(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+        request = urllib.request.Request(
+            self.upstream + self.path, data=body, method=self.command,
+            headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            doc = json.loads(response.read())
+        signature = (doc.get("data") or {}).get("signature")
+        if isinstance(signature, str):
+            head, _, sig = signature.rpartition(":")
+            flipped = "A" if sig[0] != "A" else "B"
+            doc["data"]["signature"] = f"{head}:{flipped}{sig[1:]}"
+        data = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    def do_POST(self) -> None:
+        self._forward()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_a_signature_altered_on_the_way_never_reaches_the_ledger(vault: Vault) -> None:
+    url = f"sqlite:///{vault.workdir / 'ledger.db'}"
+    Ledger.open(url, create=True).close()
+    _Tamperer.upstream = f"http://{vault.address}"
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Tamperer)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        key = vault.key_url("ledger").replace(vault.address,
+                                              f"127.0.0.1:{proxy.server_port}")
+        r = cli("checkpoint", "--db", url, "--key", key, cwd=vault.workdir)
+        one_error_line(r, "signature does not verify with the key's public key")
+    finally:
+        proxy.shutdown()
+    with Ledger.open(url) as ledger:
+        assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
+
+
+def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
+        vault: Vault) -> None:
+    url = f"sqlite:///{vault.workdir / 'ledger.db'}"
+    Ledger.open(url, create=True).close()
+    vault.make_key("symmetric", "aes256-gcm96")
+    wrong, open_file = vault.workdir / "wrong-token", vault.workdir / "open-token"
+    wrong.write_text("not-the-token\n")
+    wrong.chmod(0o600)
+    open_file.write_text(vault.token + "\n")
+    open_file.chmod(0o644)
+    good = vault.key_url("ledger")
+    cases = {
+        good.replace(str(vault.token_file), str(wrong)): "refused the token (HTTP 403)",
+        good.replace(f"token-source=file:{vault.token_file}", f"token={vault.token}"):
+            "a token in the URL is refused",
+        good.replace(str(vault.token_file), str(open_file)): "readable by others",
+        vault.key_url("nokey"): "no such key or mount",
+        vault.key_url("symmetric"): "is not an ed25519 key",
+        vault.key_url("ledger", "key-version=7"): "has no version 7",
+        good.replace("127.0.0.1", "192.0.2.1"): "allowed to a loopback address only",
+        good.replace(str(vault.port), "9"): "cannot reach the service",
+        f"transit+http://{vault.address}/ledger": "must be transit+https://HOST",
+    }
+    for key, needle in cases.items():
+        r = cli("checkpoint", "--db", url, "--key", key, cwd=vault.workdir)
+        line = one_error_line(r, needle)
+        assert vault.token not in line and vault.token not in r.stdout
+    with Ledger.open(url) as ledger:
+        assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
