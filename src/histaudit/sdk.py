@@ -18,10 +18,11 @@ check hooks whichever the installed SDK has (:func:`hook_resolve_history`).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from histaudit.errors import SdkError
 
@@ -78,21 +79,52 @@ def layout() -> str:
                  f"{DAPR_VERSION}; uninstall it, or pin dapr<1.19)")
     return text
 
-OrchestrationExecutor: type = worker._OrchestrationExecutor
-"""The SDK's workflow executor: ``(registry, logger).execute(instance, old, new)``."""
-Registry: type = worker._Registry
-"""The SDK's registry of workflows (``orchestrators``, ``versioned_orchestrators``) and
-activities (``activities``)."""
-NonDeterminismError: type[Exception] = task.NonDeterminismError
-is_suspendable: Callable[[Any], bool] = worker._is_suspendable
+# The SDK's private names histaudit uses, resolved on first use (PEP 562), never at
+# import: an SDK that renamed one still imports, and `missing()` can say what is gone.
+_LAZY: dict[str, tuple[Any, str]] = {
+    "OrchestrationExecutor": (worker, "_OrchestrationExecutor"),
+    "Registry": (worker, "_Registry"),
+    "NonDeterminismError": (task, "NonDeterminismError"),
+    "is_suspendable": (worker, "_is_suspendable"),
+    # The SDK's own JSON codec (untyped upstream): the exact text it exchanges with the engine.
+    "to_json": (shared, "to_json"),
+    "from_json": (shared, "from_json"),
+    "is_async_callable": (shared, "is_async_callable"),
+    "is_optional_timer_action": (helpers, "is_optional_timer_action"),
+    "is_optional_timer_event": (helpers, "is_optional_timer_event"),
+    "get_grpc_channel": (shared, "get_grpc_channel"),
+}
 
-# The SDK's own JSON codec (untyped upstream): the exact text it exchanges with the engine.
-to_json: Callable[[Any], str] = shared.to_json
-from_json: Callable[[str], Any] = shared.from_json
-is_async_callable: Callable[[Any], bool] = shared.is_async_callable
-is_optional_timer_action: Callable[[Any], bool] = helpers.is_optional_timer_action  # type: ignore[attr-defined]
-is_optional_timer_event: Callable[[Any], bool] = helpers.is_optional_timer_event  # type: ignore[attr-defined]
-get_grpc_channel: Callable[..., Any] = shared.get_grpc_channel
+if TYPE_CHECKING:
+    OrchestrationExecutor: type
+    """The SDK's workflow executor: ``(registry, logger).execute(instance, old, new)``."""
+    Registry: type
+    """The SDK's registry of workflows (``orchestrators``, ``versioned_orchestrators``)
+    and activities (``activities``)."""
+    NonDeterminismError: type[Exception]
+    is_suspendable: Callable[[Any], bool]
+    to_json: Callable[[Any], str]
+    from_json: Callable[[str], Any]
+    is_async_callable: Callable[[Any], bool]
+    is_optional_timer_action: Callable[[Any], bool]
+    is_optional_timer_event: Callable[[Any], bool]
+    get_grpc_channel: Callable[..., Any]
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve one of :data:`_LAZY`'s names once; an SDK without it is one SdkError."""
+    found = _LAZY.get(name)
+    if found is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = found
+    try:
+        value = getattr(module, attr)
+    except AttributeError:
+        raise SdkError(f"the installed Dapr workflow SDK ({layout()}) has no "
+                       f"{module.__name__}.{attr}, which histaudit relies on; it supports "
+                       f"dapr 1.18.x with dapr-ext-workflow 1.18.x and dapr 1.19") from None
+    globals()[name] = value
+    return value
 
 
 def has_stateful_history() -> bool:
@@ -330,3 +362,44 @@ def unwrap_decorated(obj: Any) -> Any:
     if code.co_name != "innerfn" or code.co_argcount or code.co_kwonlyargcount or takes_args:
         return obj  # e.g. @alternate_name's innerfn(*args, **kwargs), which forwards
     return inner if obj() is inner else obj
+
+
+# --- the SDK's workflow executor, with hooks around each event (histaudit replay) ---------
+
+class EventHooks(Protocol):
+    """What :func:`hooked_executor` calls around the SDK's handling of each event."""
+
+    def before_event(self, executor: Any, ctx: Any, event: Any) -> bool:
+        """Called first; False skips the SDK's handling of ``event``."""
+        ...
+
+    def event_failed(self, ctx: Any, event: Any, exc: Exception) -> None:
+        """The SDK raised ``exc`` handling ``event`` (re-raised after this returns)."""
+        ...
+
+
+@functools.cache
+def _hooked_executor_class() -> type:
+    class HookedExecutor(__getattr__("OrchestrationExecutor")):  # type: ignore[misc]
+        """The SDK's executor; ``process_event`` (the SDK's method) runs inside hooks."""
+
+        def __init__(self, registry: Any, logger: Any, hooks: EventHooks) -> None:
+            super().__init__(registry, logger)
+            self._hooks = hooks
+
+        def process_event(self, ctx: Any, event: Any) -> None:
+            if not self._hooks.before_event(self, ctx, event):
+                return
+            try:
+                super().process_event(ctx, event)
+            except Exception as exc:
+                self._hooks.event_failed(ctx, event, exc)
+                raise
+
+    return HookedExecutor
+
+
+def hooked_executor(registry: Any, logger: Any, hooks: EventHooks) -> Any:
+    """The SDK's workflow executor over ``registry``, calling ``hooks`` around each event
+    it processes: the one override of an SDK method, here with the SDK's other names."""
+    return _hooked_executor_class()(registry, logger, hooks)

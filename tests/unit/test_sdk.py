@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import dapr.ext.workflow as wf
+import pytest
 
 from histaudit import sdk
+from histaudit.errors import SdkError
 
 
 def test_the_installed_sdk_has_every_private_name_histaudit_uses() -> None:
@@ -30,6 +32,18 @@ def test_missing_names_what_an_sdk_without_a_hook_lacks(monkeypatch: Any) -> Non
             monkeypatch.delattr(sdk.worker.TaskHubGrpcWorker, name)
     assert sdk.missing() == [
         "TaskHubGrpcWorker._resolve_history (1.19) or _execute_orchestrator (1.18)"]
+
+
+def test_a_renamed_private_name_is_reported_not_raised_at_import(monkeypatch: Any) -> None:
+    """The SDK's private names are resolved on first use: an SDK that renamed one still
+    imports histaudit.sdk, missing() names it, and its first use is one SdkError."""
+    monkeypatch.delattr(sdk.worker, "_is_suspendable")
+    monkeypatch.delitem(vars(sdk), "is_suspendable", raising=False)  # resolved before
+    assert "_durabletask.worker._is_suspendable" in sdk.missing()
+    with pytest.raises(SdkError, match=r"has no .*worker\._is_suspendable, which histaudit"):
+        _ = sdk.is_suspendable
+    with pytest.raises(AttributeError):
+        _ = sdk.no_such_name  # type: ignore[attr-defined]
 
 
 class _Stub:

@@ -49,11 +49,12 @@ _STEP_ACTION = {"taskScheduled": "scheduleTask",
                 "timerCreated": "createTimer"}
 
 
-class CheckingExecutor(sdk.OrchestrationExecutor):  # type: ignore[misc]
-    """The SDK's executor, comparing each step with the history before the SDK does."""
+class CheckingExecutor:
+    """The SDK's executor (:func:`histaudit.sdk.hooked_executor`), comparing each step
+    with the history before the SDK does."""
 
     def __init__(self, registry: Any, events: Sequence[Any]) -> None:
-        super().__init__(registry, _log)
+        self._sdk = sdk.hooked_executor(registry, _log, self)
         self.divergences: list[Divergence] = []
         self._index = {id(e): i for i, e in enumerate(events)}
         # The recorded outcome: (index, ExecutionCompleted event), or None while running.
@@ -64,6 +65,11 @@ class CheckingExecutor(sdk.OrchestrationExecutor):  # type: ignore[misc]
         self.refused = False  # the SDK refused the replay part-way
         self._scheduled = _Scheduled(events)
         self._diverged_at: set[int] = set()
+        self._pending: Any = None
+
+    def execute(self, instance: str, old: Sequence[Any], new: Sequence[Any]) -> Any:
+        """The SDK's ``execute``: its result (the actions the code produced)."""
+        return self._sdk.execute(instance, old, new)
 
     def diverge(self, kind: str, event: Any | None, expected: str, actual: str,
                 message: str) -> None:
@@ -76,15 +82,16 @@ class CheckingExecutor(sdk.OrchestrationExecutor):  # type: ignore[misc]
         self.divergences.append(Divergence(kind, event_id, index, expected, actual,
                                            message))
 
-    def process_event(self, ctx: Any, event: Any) -> None:
+    def before_event(self, executor: Any, ctx: Any, event: Any) -> bool:
         kind = event.WhichOneof("eventType")
         if kind == "executionCompleted":
             # The SDK has no handler for it (it never receives one from the engine);
             # it is the recorded outcome, compared once the replay has run.
-            return
+            return False
         # The SDK pops the matching action before it may raise: keep it for the report.
-        pending = sdk.pending_actions(ctx).get(event.eventId) if event.eventId >= 0 else None
-        if not (sdk.executor_is_suspended(self) and sdk.is_suspendable(event)):
+        self._pending = sdk.pending_actions(ctx).get(event.eventId) \
+            if event.eventId >= 0 else None
+        if not (sdk.executor_is_suspended(executor) and sdk.is_suspendable(event)):
             if kind == "taskScheduled":
                 self._check_step(ctx, event, event.taskScheduled, "scheduleTask",
                                  "activity")
@@ -93,27 +100,26 @@ class CheckingExecutor(sdk.OrchestrationExecutor):  # type: ignore[misc]
                                  "createChildWorkflow", "child workflow")
             elif kind == "timerCreated":
                 self._check_timer(ctx, event)
-        try:
-            super().process_event(ctx, event)
-        except Exception as exc:
-            # NonDeterminismError; or, for a step the code replaced by its completion,
-            # the NotImplementedError the SDK raises while describing that mismatch.
-            # Anything else is the workflow's own failure, part of its outcome.
-            step = _STEP_ACTION.get(kind)
-            other = (pending is not None and step is not None
-                     and not pending.HasField(step))
-            if isinstance(exc, sdk.NonDeterminismError) or other:
-                self.refused = True
-                actual = ("nothing (the code schedules no step here)" if pending is None
-                          else describe.describe_action(pending))
-                kind_ = NONDETERMINISM_ERROR
-                if pending is not None and pending.HasField("completeWorkflow"):
-                    kind_ = DIFFERENT_OUTCOME
-                why = (f"the SDK refused the replay: {exc}"
-                       if isinstance(exc, sdk.NonDeterminismError)
-                       else "the code ends the workflow where the history goes on")
-                self.diverge(kind_, event, describe.describe_event(event), actual, why)
-            raise
+        return True
+
+    def event_failed(self, ctx: Any, event: Any, exc: Exception) -> None:
+        # NonDeterminismError; or, for a step the code replaced by its completion, the
+        # NotImplementedError the SDK raises while describing that mismatch. Anything
+        # else is the workflow's own failure, part of its outcome.
+        pending = self._pending
+        step = _STEP_ACTION.get(event.WhichOneof("eventType"))
+        other = pending is not None and step is not None and not pending.HasField(step)
+        if isinstance(exc, sdk.NonDeterminismError) or other:
+            self.refused = True
+            actual = ("nothing (the code schedules no step here)" if pending is None
+                      else describe.describe_action(pending))
+            kind_ = NONDETERMINISM_ERROR
+            if pending is not None and pending.HasField("completeWorkflow"):
+                kind_ = DIFFERENT_OUTCOME
+            why = (f"the SDK refused the replay: {exc}"
+                   if isinstance(exc, sdk.NonDeterminismError)
+                   else "the code ends the workflow where the history goes on")
+            self.diverge(kind_, event, describe.describe_event(event), actual, why)
 
     def _check_step(self, ctx: Any, event: Any, recorded: Any, field_name: str,
                     what: str) -> None:
