@@ -535,10 +535,10 @@ def test_writer_role_keeps_appending_to_an_old_ledger(writer: Writer,
     assert_verifies(writer.owner_url, s.trust, ENTRIES + 1)
 
 
-# --- the README's role SQL is writer_role_sql(), and the role can checkpoint --------------
+# --- the user guide's role SQL is writer_role_sql(), and the role can checkpoint --------------
 
 def _readme_role_sql() -> list[str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "guide.md").read_text(encoding="utf-8")
     section = text.split("\n## PostgreSQL\n", 1)[1].split("\n## ", 1)[0]
     block = section.split("```sql\n", 1)[1].split("```", 1)[0]
     stmts = [" ".join(line.split()) for line in block.strip().splitlines()]

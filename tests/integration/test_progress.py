@@ -1,4 +1,4 @@
-"""Progress bars of long commands (README, "Progress"): drawn on a terminal, never in pipes.
+"""Progress bars of long commands (docs/guide.md): drawn on a terminal, never in pipes.
 
 The contract a script relies on: with stderr a pipe (CI, ``2>log``) nothing is drawn and
 stdout and ``--json`` are byte for byte what they are without progress. With stderr a

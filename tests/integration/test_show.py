@@ -1,5 +1,5 @@
 """``histaudit show``, run as a user runs it: filters, compact mode, payload values, bundles,
-80-column tables and the errors for bad input (README, CLI reference).
+80-column tables and the errors for bad input (docs/guide.md, "Using the commands").
 
 The ledger is built through the library (signed entries with committed payloads, as the
 interceptor writes them) and then only read through the console script, on SQLite and on

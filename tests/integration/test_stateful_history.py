@@ -1,4 +1,4 @@
-"""The README's one-line change across a crash, in both of the SDK's history modes, on
+"""The one-line change (README) across a crash, in both of the SDK's history modes, on
 the standalone engine (issue #39, item 1). Cost: ≈ 25 s of CPU (three engines, about
 twenty-five app starts).
 

@@ -36,7 +36,7 @@ from .options import (
 def _open(db: str | None, *, reading: bool = False) -> Ledger:
     """The ledger at ``db``; for a command that writes (not ``reading``), a write lock
     held by another process is said at once on stderr and waited for only as long as
-    $HISTAUDIT_LOCK_WAIT says (README, CLI reference)."""
+    $HISTAUDIT_LOCK_WAIT says (docs/guide.md, "Using the commands")."""
     # Imported here: only commands that open a database load SQLAlchemy.
     from histaudit.ledger.store import LOCK_WAIT_ENV, Ledger, lock_wait_from_env
 

@@ -2,7 +2,7 @@
 
 Codes never change meaning once released; new classes get new codes. The table below
 is the single source of truth for each code's severity, group and one-line description
-(the README's list of codes is a summary of it).
+(the user guide's list of codes, docs/guide.md, is a summary of it).
 """
 
 from __future__ import annotations

@@ -206,8 +206,8 @@ def writer_role_sql(role: str = "histaudit_writer") -> list[str]:
 
     The role may INSERT entries, payloads and checkpoints, INSERT and UPDATE heads (a
     trigger lets a head only move forward, onto the newest entry its signed body names),
-    and SELECT; it has no UPDATE, DELETE or TRUNCATE on entries. README.md shows exactly
-    these statements (a test compares them).
+    and SELECT; it has no UPDATE, DELETE or TRUNCATE on entries. docs/guide.md
+    (PostgreSQL) shows exactly these statements (a test compares them).
     """
     return [
         f"GRANT SELECT, INSERT ON histaudit_entries, histaudit_payloads, histaudit_checkpoints, "
