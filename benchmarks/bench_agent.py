@@ -47,9 +47,9 @@ sys.path.insert(0, str(EXAMPLE))
 import dapr.ext.workflow as wf
 from stub_llm import StubLLM
 
-from histaudit.crashtest.daprd import DaprdStack
-from histaudit.crashtest.daprd_wait import wait_for_completion
 from histaudit.ledger.keys import generate_keypair
+from histaudit.testing.daprd import DaprdStack
+from histaudit.testing.daprd_wait import wait_for_completion
 
 WORKFLOW = "dapr.agents.scribe.workflow"
 VARIANTS = ("plain", "audited")

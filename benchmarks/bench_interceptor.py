@@ -71,7 +71,6 @@ sys.path.insert(0, str(REPO / "src"))
 
 import dapr.ext.workflow as wf
 
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.interceptor import AuditedWorkflowRuntime
 from histaudit.interceptor import activity as hactivity
 from histaudit.interceptor.recorder import AuditRecorder
@@ -83,6 +82,7 @@ from histaudit.ledger.keys import Signer, generate_keypair
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 from histaudit.replay import History
+from histaudit.testing.engine import EngineProcess
 
 OUT = BENCH_DIR / "results" / "interceptor-latest.json"
 TARGET_RATIO = 0.85

@@ -127,8 +127,8 @@ def record_on_engine(n: int, timeout: float) -> list[Any]:
     """Run ``chain(n)`` on the real engine (durabletask-go) and fetch its history."""
     import dapr.ext.workflow as wf
 
-    from histaudit.crashtest.engine import EngineProcess
     from histaudit.replay import History
+    from histaudit.testing.engine import EngineProcess
 
     logging.getLogger("WorkflowRuntime").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp, \

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from histaudit.crashtest.engine import EngineProcess, find_engine_binary
 from histaudit.errors import EngineError
-from support.daprd import DAPRD, DURABLETASK, Sidecar, start_engine, teardown
+from histaudit.testing import DAPRD, DURABLETASK, Sidecar, start_engine, teardown
+from histaudit.testing.engine import EngineProcess, find_engine_binary
 from support.postgres import PostgresError, PostgresServer
 
 pytest_plugins = ["support.timings"]

@@ -35,10 +35,10 @@ from rich.table import Table
 from stub_llm import StubLLM
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.daprd import DaprdStack
-from histaudit.crashtest.daprd_wait import wait_for_completion
 from histaudit.ledger.keys import TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
+from histaudit.testing.daprd import DaprdStack
+from histaudit.testing.daprd_wait import wait_for_completion
 from histaudit.verify import verify_instance
 
 HERE = Path(__file__).resolve().parent

@@ -37,12 +37,12 @@ sys.path.insert(0, str(HERE))
 from steps import STEPS, plan  # noqa: E402 - the example's own module
 
 from histaudit.crash import CRASH_EXIT_CODE  # noqa: E402
-from histaudit.crashtest.daprd import DaprdStack  # noqa: E402
-from histaudit.crashtest.daprd_wait import wait_for_completion  # noqa: E402
-from histaudit.crashtest.engine import EngineProcess  # noqa: E402
 from histaudit.errors import HistauditError  # noqa: E402
 from histaudit.ledger.keys import TrustStore, generate_keypair  # noqa: E402
 from histaudit.ledger.store import Ledger  # noqa: E402
+from histaudit.testing.daprd import DaprdStack  # noqa: E402
+from histaudit.testing.daprd_wait import wait_for_completion  # noqa: E402
+from histaudit.testing.engine import EngineProcess  # noqa: E402
 from histaudit.verify import verify_instance  # noqa: E402
 
 CRASH_STEP = 87

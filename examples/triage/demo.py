@@ -41,13 +41,13 @@ from rich.console import Console
 from rich.table import Table
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.daprd import DaprdStack
-from histaudit.crashtest.daprd_binaries import find_daprd_bin_dir
-from histaudit.crashtest.daprd_wait import wait_for_completion
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.errors import HistauditError
 from histaudit.ledger.keys import TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
+from histaudit.testing.daprd import DaprdStack
+from histaudit.testing.daprd_binaries import find_daprd_bin_dir
+from histaudit.testing.daprd_wait import wait_for_completion
+from histaudit.testing.engine import EngineProcess
 from histaudit.verify import verify_instance
 
 HERE = Path(__file__).resolve().parent

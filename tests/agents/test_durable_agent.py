@@ -34,11 +34,11 @@ import pytest
 from examples.durable_agent.stub_llm import StubLLM
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.daprd import DaprdStack
 from histaudit.ledger.keys import generate_keypair
+from histaudit.testing import teardown
+from histaudit.testing.daprd import DaprdStack
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli
-from support.daprd import teardown
 from support.jaeger import Jaeger
 from support.repo import REPO
 

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT / "src"))
 import dapr.ext.workflow as wf
 from examples.nondeterminism import workflows
 
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.replay import History, replay
+from histaudit.testing.engine import EngineProcess
 
 RUNS = {  # file stem -> (workflow, input, instance id)
     "order": (workflows.order, {"id": "A-17", "items": ["book", "lamp"], "amount": 42},

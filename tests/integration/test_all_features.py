@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from histaudit.ledger.keys import generate_keypair
+from histaudit.testing import DURABLETASK, start_engine, teardown
 from support.apps import AppProcess, AppRig
 from support.cli import cli
-from support.daprd import DURABLETASK, start_engine, teardown
 from support.schemas import valid
 
 pytestmark = [pytest.mark.engine]

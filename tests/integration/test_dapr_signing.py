@@ -28,13 +28,13 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from histaudit.bundle.dapr_state import read_workflow_rows
-from histaudit.crashtest.daprd import DaprdStack
-from histaudit.crashtest.engine import free_port
 from histaudit.errors import EngineError
+from histaudit.testing import teardown
+from histaudit.testing.daprd import DaprdStack
+from histaudit.testing.engine import free_port
 from support.apps import AppProcess, AppRig
 from support.cli import cli, exits, one_error_line
 from support.dapr_audit import backup, foreign_ca
-from support.daprd import teardown
 from support.postgres import PostgresServer
 from support.repo import SCHEMAS
 

@@ -27,15 +27,15 @@ import pytest
 from examples.financial_agent.steps import plan
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.daprd import DaprdStack
-from histaudit.crashtest.daprd_wait import wait_for_completion
 from histaudit.errors import EngineError
 from histaudit.ledger.keys import TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
+from histaudit.testing import DAPRD, start_engine, teardown
+from histaudit.testing.daprd import DaprdStack
+from histaudit.testing.daprd_wait import wait_for_completion
 from histaudit.verify import verify_instance
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli
-from support.daprd import DAPRD, start_engine, teardown
 from support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash, pytest.mark.daprd]
@@ -101,7 +101,7 @@ def test_a_port_taken_before_the_first_start_is_replaced(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Ports are picked free, then bound by the processes: another process may take one in
     between. The first start then comes up on fresh ports; the taken one is never used."""
-    from histaudit.crashtest import daprd
+    from histaudit.testing import daprd
 
     squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     squatter.bind(("127.0.0.1", 0))

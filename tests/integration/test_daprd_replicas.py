@@ -35,16 +35,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-from histaudit.crashtest.daprd import DaprdStack
-from histaudit.crashtest.daprd_replica import DaprdReplica
 from histaudit.errors import EngineError
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
+from histaudit.testing import teardown
+from histaudit.testing.daprd import DaprdStack
+from histaudit.testing.daprd_replica import DaprdReplica
 from histaudit.verify import verify_instance
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli
-from support.daprd import teardown
 from support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash, pytest.mark.daprd,

@@ -18,8 +18,8 @@ from pathlib import Path
 import dapr.ext.workflow as wf
 import pytest
 
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger.keys import generate_keypair
+from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli
 from support.ledgers import read_entries

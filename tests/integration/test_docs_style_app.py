@@ -17,8 +17,8 @@ from types import ModuleType
 import dapr.ext.workflow as wf
 import pytest
 
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.replay import History, replay
+from histaudit.testing.engine import EngineProcess
 from support.cli import cli, exits
 
 pytestmark = pytest.mark.engine

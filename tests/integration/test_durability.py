@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.interceptor.recorder import MUST_BE_DURABLE, AuditRecorder
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
+from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli, exits
 from support.ledgers import only, read_entries, verify_url

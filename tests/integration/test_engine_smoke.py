@@ -19,9 +19,9 @@ from pathlib import Path
 import dapr.ext.workflow as wf
 import pytest
 
-from histaudit.crashtest.engine import EngineProcess
+from histaudit.testing import Sidecar
+from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, wait_until
-from support.daprd import Sidecar
 
 pytestmark = pytest.mark.engine
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from histaudit.crashtest.daprd_binaries import find_daprd_bin_dir
-from support.daprd import DAPRD, DURABLETASK
+from histaudit.testing import DAPRD, DURABLETASK
+from histaudit.testing.daprd_binaries import find_daprd_bin_dir
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]
 

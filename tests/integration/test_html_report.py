@@ -30,9 +30,9 @@ from PIL import Image
 
 from histaudit.bundle.html import render_html
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger.checkpoint import Checkpoint
 from histaudit.ledger.keys import generate_keypair
+from histaudit.testing.engine import EngineProcess
 from histaudit.verify.report import Report
 from support.apps import AppProcess, AppRig
 from support.chromium import chromium

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from histaudit.crash import CRASH_EXIT_CODE, read_trace
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
+from histaudit.testing import Sidecar
+from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig
-from support.daprd import Sidecar
 from support.ledgers import LedgerDb, only, read_entries, stored_payload, verify_url
 
 APP_READY = "APP READY"  # what apps/interceptor_app.py prints once its worker is started

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger.keys import generate_keypair
 from histaudit.ledger.store import Ledger
+from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli, exits
 from support.ledgers import read_entries

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from histaudit.testing import DURABLETASK, start_engine, teardown
 from support.cli import cli
-from support.daprd import DURABLETASK, start_engine, teardown
 from support.fanout import APP, Fanout
 
 pytestmark = [pytest.mark.engine]

@@ -32,15 +32,15 @@ from typing import Any
 import pytest
 from examples.nondeterminism import v2, workflows
 
-from histaudit.crashtest.engine import EngineProcess, free_port
 from histaudit.errors import EngineError
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import generate_keypair
 from histaudit.ledger.store import Ledger
 from histaudit.replay import DIFFERENT_ACTIVITY, DIFFERENT_INPUT, History, replay
+from histaudit.testing import DURABLETASK, Sidecar, start_engine, teardown
+from histaudit.testing.engine import EngineProcess, free_port
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli, one_error_line
-from support.daprd import DURABLETASK, Sidecar, start_engine, teardown
 from support.ledgers import only, read_entries, verify_url
 from support.repo import REPO, app_env
 

@@ -21,9 +21,9 @@ import dapr.ext.workflow as wf
 import pytest
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import generate_keypair
+from histaudit.testing.engine import EngineProcess
 from histaudit.verify.findings import Severity
 from histaudit.verify.report import Report
 from support.apps import AppProcess, AppRig, wait_until

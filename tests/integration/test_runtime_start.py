@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.errors import KeyMaterialError, StoreError, UsageError
 from histaudit.interceptor.recorder import audit_enabled
 from histaudit.ledger.keys import generate_keypair
+from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig
 from support.cli import cli, exits
 from support.repo import ORDER_HISTORY, app_env

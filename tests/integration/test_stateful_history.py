@@ -35,8 +35,8 @@ from typing import Any
 import pytest
 
 from histaudit import sdk
-from histaudit.crashtest.engine import EngineProcess
-from support.daprd import DURABLETASK, start_engine, teardown
+from histaudit.testing import DURABLETASK, start_engine, teardown
+from histaudit.testing.engine import EngineProcess
 from support.fanout import RESUME_LIMIT_S, Fanout
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]

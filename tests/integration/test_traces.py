@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger import merkle
 from histaudit.ledger.keys import generate_keypair
 from histaudit.ledger.store import Ledger
+from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli, exits, one_error_line
 from support.jaeger import Jaeger

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger.store import Ledger
+from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig
 from support.cli import cli, exits, one_error_line
 from support.ledgers import read_entries

@@ -27,13 +27,13 @@ from typing import Any
 import pytest
 
 from histaudit.crash import CRASH_EXIT_CODE
-from histaudit.crashtest.daprd_binaries import find_daprd_bin_dir
-from histaudit.crashtest.engine import EngineProcess
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import generate_keypair
+from histaudit.testing import DAPRD, DURABLETASK, Sidecar
+from histaudit.testing.daprd_binaries import find_daprd_bin_dir
+from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig
 from support.cli import cli
-from support.daprd import DAPRD, DURABLETASK, Sidecar
 from support.ledgers import read_entries
 
 pytestmark = [pytest.mark.engine, pytest.mark.crash]

@@ -21,8 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from histaudit.crashtest.daprd_wait import wait_for_completion
-from histaudit.crashtest.engine import EngineProcess
+from histaudit.testing.daprd_wait import wait_for_completion
+from histaudit.testing.engine import EngineProcess
 
 __all__ = ["AppError", "AppProcess", "AppRig", "wait_until"]
 

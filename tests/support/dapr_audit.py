@@ -29,11 +29,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from histaudit.crashtest.daprd import DaprdStack
 from histaudit.ledger.keys import generate_keypair
+from histaudit.testing import teardown
+from histaudit.testing.daprd import DaprdStack
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli
-from support.daprd import teardown
 
 APP = Path(__file__).resolve().parents[1] / "integration" / "apps" / "dapr_crosscheck_app.py"
 APP_ID = "histaudit"

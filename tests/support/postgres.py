@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from histaudit.crashtest.engine import free_port
+from histaudit.testing.engine import free_port
 
 __all__ = ["PostgresError", "PostgresServer", "find_postgres_bin"]
 

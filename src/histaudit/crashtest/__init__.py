@@ -23,11 +23,10 @@ The package, one idea a module:
   comparisons;
 * :mod:`~histaudit.crashtest.reports` — the table, JSON and JUnit XML;
 * :mod:`~histaudit.crashtest.sandbox` — one run's engine, ledger, key and workers;
-* :mod:`~histaudit.crashtest.worker` — the worker process;
-* :mod:`~histaudit.crashtest.engine` — the real workflow engine as a child process;
-* :mod:`~histaudit.crashtest.daprd` — real daprd with placement and scheduler, the same way;
-* :mod:`~histaudit.crashtest.daprd_replica` — one more daprd of a stack's app;
-* :mod:`~histaudit.crashtest.daprd_binaries` — where daprd, placement and scheduler are.
+* :mod:`~histaudit.crashtest.worker` — the worker process.
+
+The engines a run starts (durabletask-go alone, or real daprd with placement and
+scheduler) come from :mod:`histaudit.testing`, the same launchers users' own tests use.
 """
 
 from .discovery import declared_points, number_points, sample_points, select_points

@@ -18,7 +18,7 @@ and is crashed at P:
 * **engine crash** — the worker runs with ``HISTAUDIT_CRASH_MODE=engine``: at P it writes a
   marker file and waits. The harness SIGKILLs the engine, starts it again on the same port
   and state file (with a short lock timeout, see
-  :class:`histaudit.crashtest.engine.EngineProcess`), removes the marker, and the worker
+  :class:`histaudit.testing.engine.EngineProcess`), removes the marker, and the worker
   carries on. The step it was in the middle of is handed out again by the restarted engine.
 
 That is the ``isolated`` mode. The default, ``sweep``

@@ -1,8 +1,8 @@
 """One run's world, and the worker processes in it.
 
 A :class:`Sandbox` is made for every run of a matrix — the clean one and each crash — with
-its own engine (:class:`~histaudit.crashtest.engine.EngineProcess`, or with the spec's
-``engine="daprd"`` a :class:`~histaudit.crashtest.daprd.DaprdStack`: placement, scheduler
+its own engine (:class:`~histaudit.testing.engine.EngineProcess`, or with the spec's
+``engine="daprd"`` a :class:`~histaudit.testing.daprd.DaprdStack`: placement, scheduler
 and daprd), ledger, key pair and ``DATA_DIR``, so parallel runs never meet. It spawns
 workers (:class:`Worker`, each a ``python -m histaudit.crashtest worker`` process logging
 to a file), schedules the one workflow instance the run is about, and polls its state.
@@ -32,9 +32,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .daprd import DaprdStack
-from .daprd_wait import stranded, when_hosted
-from .engine import EngineProcess
+from histaudit.testing.daprd import DaprdStack
+from histaudit.testing.daprd_wait import stranded, when_hosted
+from histaudit.testing.engine import EngineProcess
+
 from .spec import CrashSpec
 from .worker import WORKER_ERROR, WORKER_READY, ZYGOTE_READY
 
@@ -289,7 +290,7 @@ class _EventRaiser:
     workflow actor ("did not find address for actor"), and an engine killed at its first
     point is down. The harness restarts the worker or the engine only after it sees the
     crash, so a raise that waited in line would wait for ever; here each event is asked
-    again (:func:`~histaudit.crashtest.daprd_wait.when_hosted`) while the run goes on, and
+    again (:func:`~histaudit.testing.daprd_wait.when_hosted`) while the run goes on, and
     lands once a worker hosts the instance again. :attr:`error` says why one never did.
     """
 

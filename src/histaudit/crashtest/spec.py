@@ -23,6 +23,7 @@ from typing import Any
 
 from histaudit import usercode
 from histaudit.errors import InputError, UsageError
+from histaudit.testing import DURABLETASK, ENGINES
 
 from .ignore import check_paths
 
@@ -36,12 +37,10 @@ ENGINE_LOCK_TIMEOUT_S = 3.0
 """Lock timeout of the engine in engine-crash runs: how soon a step the killed engine had
 handed out is handed out again (upstream's fixed value is two minutes)."""
 
-ENGINES = ("durabletask", "daprd")
-"""What a matrix's runs talk to: the standalone durabletask-go engine
-(:class:`~histaudit.crashtest.engine.EngineProcess`), or real daprd with its placement and
-scheduler (:class:`~histaudit.crashtest.daprd.DaprdStack`, docs/adr/0008-daprd.md)."""
-
-DEFAULT_ENGINE = "durabletask"
+DEFAULT_ENGINE = DURABLETASK
+"""What a matrix's runs talk to unless told: the standalone durabletask-go engine; the
+other of :data:`~histaudit.testing.ENGINES` is real daprd with its placement and
+scheduler (docs/adr/0008-daprd.md)."""
 
 
 def parse_input(text: str) -> Any:
@@ -106,7 +105,7 @@ class CrashSpec:
     environment for the workers; ``timeout`` the seconds a run may take to crash, and
     then to complete; ``lock_timeout`` the engine's lock timeout in engine-crash runs;
     ``engine_binary`` the durabletask-go binary (default: see
-    :func:`histaudit.crashtest.engine.find_engine_binary`); ``engine`` what the runs
+    :func:`histaudit.testing.engine.find_engine_binary`); ``engine`` what the runs
     talk to, one of :data:`ENGINES` (on ``"daprd"`` an engine crash SIGKILLs and restarts
     daprd, whose own timing re-dispatches the interrupted step: ``lock_timeout`` and
     ``engine_binary`` are not used); ``ignore`` RFC 9535 JSONPaths

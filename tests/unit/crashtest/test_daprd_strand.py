@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from histaudit.crashtest.daprd_wait import stranded
+from histaudit.testing.daprd_wait import stranded
 
 LOGS = Path(__file__).parent / "daprd_logs"
 STRANDED = (LOGS / "stranded.log").read_text()

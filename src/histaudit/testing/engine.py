@@ -68,7 +68,7 @@ atexit.register(_kill_live_engines)
 
 
 def _repo_root() -> Path:
-    """The checkout this package lives in (``src/histaudit/crashtest/`` → root)."""
+    """The checkout this package lives in (``src/histaudit/testing/`` → root)."""
     return Path(__file__).resolve().parents[3]
 
 

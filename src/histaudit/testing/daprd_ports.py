@@ -1,6 +1,6 @@
 """The loopback ports a daprd listens on, and where its app reaches it: shared by
-:class:`~histaudit.crashtest.daprd.DaprdStack` and each
-:class:`~histaudit.crashtest.daprd_replica.DaprdReplica`."""
+:class:`~histaudit.testing.daprd.DaprdStack` and each
+:class:`~histaudit.testing.daprd_replica.DaprdReplica`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The daprd of one more replica of a stack's app: :class:`DaprdReplica`.
 
-:meth:`DaprdStack.add_replica <histaudit.crashtest.daprd.DaprdStack.add_replica>` makes
+:meth:`DaprdStack.add_replica <histaudit.testing.daprd.DaprdStack.add_replica>` makes
 one: a second daprd with the stack's app id, placement, scheduler and (PostgreSQL) actor
 state store, on loopback ports of its own, started and ended through the stack's own
 process handling.

@@ -1,6 +1,6 @@
 """Run the real Dapr runtime — placement, scheduler and daprd — as child processes.
 
-:class:`~histaudit.crashtest.engine.EngineProcess` runs the engine core (durabletask-go)
+:class:`~histaudit.testing.engine.EngineProcess` runs the engine core (durabletask-go)
 alone; :class:`DaprdStack` runs what a Dapr user deploys: daprd built from dapr v1.18.3
 (``scripts/install-daprd.sh``, docs/adr/0008-daprd.md) with the placement and scheduler
 services it needs, all on free loopback ports, with a SQLite actor state store in the
@@ -15,8 +15,8 @@ crash test kills and restarts daprd as it would the engine. The control plane
 scheduler and (PostgreSQL) actor state store on ports of its own: the sidecar of a second
 replica of the app. Placement then spreads the app's workflow and activity actors over
 both; the stack tracks each
-:class:`~histaudit.crashtest.daprd_replica.DaprdReplica` and ends it with the stack.
-Where the binaries come from is :mod:`~histaudit.crashtest.daprd_binaries`.
+:class:`~histaudit.testing.daprd_replica.DaprdReplica` and ends it with the stack.
+Where the binaries come from is :mod:`~histaudit.testing.daprd_binaries`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Find the Dapr binaries a :class:`~histaudit.crashtest.daprd.DaprdStack` runs.
+"""Find the Dapr binaries a :class:`~histaudit.testing.daprd.DaprdStack` runs.
 
 ``make daprd`` (``scripts/install-daprd.sh``, docs/adr/0008-daprd.md) builds daprd,
 placement, scheduler and sentry from dapr v1.18.3 into ``.tools/daprd/bin/``;
