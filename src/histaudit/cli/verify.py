@@ -10,8 +10,8 @@ import click
 
 from histaudit.errors import UsageError
 from histaudit.verify.findings import Severity
-from histaudit.verify.report import Report, Scope
-from histaudit.witness.policy import read_policy, witness_findings, witness_report
+from histaudit.verify.report import Report
+from histaudit.witness.policy import read_policy, witness_report
 
 from . import render
 from .options import EXIT_CLEAN, EXIT_FINDINGS, db_option, read_file, trust_option, trust_store
@@ -19,8 +19,7 @@ from .progress import Meter
 
 if TYPE_CHECKING:
     from histaudit.ledger.checkpoint import Checkpoint
-    from histaudit.ledger.keys import TrustStore
-    from histaudit.ledger.store import Ledger
+    from histaudit.verification import KeptCheckpoint, Verdict
     from histaudit.verify.tree import TreeNode
 
 
@@ -87,71 +86,41 @@ def verify(instance_id: str | None, all_: bool, tree: bool, db: str | None, trus
     if policy_file and not since:
         raise UsageError("--witness-policy judges a checkpoint: give --since-checkpoint FILE "
                          "(or --bundle DIR)")
-    Severity.parse(fail_on)
+    threshold = Severity.parse(fail_on)
     # The ledger side loads the store (SQLAlchemy) only here: a bundle needs neither.
-    from histaudit.ledger.checkpoint import parse_note
     from histaudit.ledger.store import Ledger
-    from histaudit.verify.consistency import check_consistency
-    from histaudit.verify.verifier import verify_instance
+    from histaudit.verification import KeptCheckpoint, Verifier
 
     keys = trust_store(trust)
-    kept = read_file(since, "checkpoint") if since else b""
-    old = parse_note(kept, keys, source=since) if since else None
+    kept = (KeptCheckpoint.read(read_file(since, "checkpoint"), keys, source=since)
+            if since else None)
     policy = read_policy(policy_file) if policy_file else None
-    history = None
-    if engine_addr and not tree:
-        assert instance_id is not None
-        from histaudit.replay.history import History
-
-        history = History.fetch(engine_addr, instance_id).events
     with Ledger.open(db) as ledger:
-        consistency = check_consistency(ledger, old).report() if old is not None else None
-        if consistency is not None and policy is not None:
-            assert since is not None
-            consistency = consistency.with_findings(witness_findings(
-                policy, kept, where=f"checkpoint {since}", contradicted_by=consistency),
-                "witness policy")
-        if consistency is not None and not (instance_id or all_):
-            return _show([], as_json, old=old, consistency=consistency, fail_on=fail_on)
-        if all_:
-            reports = _verify_every(ledger, keys, full=full, workers=workers)
+        verifier = Verifier(ledger, keys, full=full, workers=workers, since=kept,
+                            witnesses=policy, engine=engine_addr)
+        suffix = " (full)" if full else ""
+        if not (instance_id or all_):
+            verdict = verifier.checkpoint()
+        elif all_:
+            with Meter("verifying" + suffix) as meter:
+                if meter.enabled:
+                    meter(0, sum(s.entries for s in ledger.instances()))
+                verdict = verifier.all(advance=meter.advance)
         elif tree:
             assert instance_id is not None
-            nodes, reports = _verify_tree(ledger, instance_id, keys, full=full,
-                                          workers=workers, engine_addr=engine_addr)
-            return _show(reports, as_json, old=old, consistency=consistency,
-                         fail_on=fail_on, tree=nodes)
+            with Meter(f"verifying the tree of {render.clip(instance_id, 40)}") as meter:
+                verdict = verifier.tree(instance_id, progress=meter.callback)
         else:
             assert instance_id is not None
             # A bar over the instance's entries, its total from the store's count (read
             # only when the bar is drawn).
-            with Meter(f"verifying {render.clip(instance_id, 40)}"
-                       + (" (full)" if full else "")) as meter:
+            with Meter(f"verifying {render.clip(instance_id, 40)}{suffix}") as meter:
                 size = None
                 if meter.enabled:
                     size = next((s.entries for s in ledger.instances()
                                  if s.instance == instance_id), None)
-                reports = [verify_instance(ledger, instance_id, trust=keys, full=full,
-                                           workers=workers, engine_history=history,
-                                           progress=meter.callback, total=size)]
-    return _show(reports, as_json, old=old, consistency=consistency, fail_on=fail_on)
-
-
-def _verify_every(ledger: Ledger, keys: TrustStore, *, full: bool,
-                  workers: int | None) -> list[Report]:
-    """``verify_all`` with a bar that moves one instance at a time (its total from the
-    store's entry counts, read only when the bar is drawn)."""
-    from histaudit.verify.verifier import verify_all
-
-    reports = []
-    with Meter("verifying" + (" (full)" if full else "")) as meter:
-        if meter.enabled:
-            meter(0, sum(s.entries for s in ledger.instances()))
-        for report in verify_all(ledger, trust=keys, full=full, workers=workers):
-            reports.append(report)
-            if report.scope is Scope.INSTANCE:
-                meter.advance(report.entries)
-    return reports
+                verdict = verifier.instance(instance_id, progress=meter.callback, total=size)
+    return _show(verdict, as_json, old=kept, threshold=threshold)
 
 
 def _since_json(old: Checkpoint | None, consistency: Report | None) -> dict[str, Any] | None:
@@ -161,31 +130,6 @@ def _since_json(old: Checkpoint | None, consistency: Report | None) -> dict[str,
         return None
     return {"size": old.size, "origin": old.origin, "checked": consistency is not None,
             "report": None if consistency is None else consistency.to_json()}
-
-
-def _verify_tree(ledger: Ledger, root: str, keys: TrustStore, *, full: bool,
-                 workers: int | None, engine_addr: str | None
-                 ) -> tuple[list[TreeNode], list[Report]]:
-    """Every instance of ``root``'s tree, verified (each cross-checked against the
-    engine's history with ``engine_addr``, except one the ledger never recorded)."""
-    from histaudit.verify.tree import instance_tree
-    from histaudit.verify.verifier import verify_instance
-
-    nodes = instance_tree(root, ledger.entries)
-    reports = []
-    with Meter(f"verifying the tree of {render.clip(root, 40)}") as meter:
-        if meter.enabled:
-            meter(0, sum(n.entries for n in nodes))
-        for node in nodes:
-            history = None
-            if engine_addr and node.state != "not-recorded":
-                from histaudit.replay.history import History
-
-                history = History.fetch(engine_addr, node.instance).events
-            reports.append(verify_instance(ledger, node.instance, trust=keys, full=full,
-                                           workers=workers, engine_history=history))
-            meter.advance(node.entries)
-    return nodes, reports
 
 
 def _tree_lines(nodes: list[TreeNode], reports: list[Report]) -> list[str]:
@@ -202,25 +146,27 @@ def _tree_lines(nodes: list[TreeNode], reports: list[Report]) -> list[str]:
     return lines
 
 
-def _show(reports: list[Report], as_json: bool, *, old: Checkpoint | None,
-          consistency: Report | None, fail_on: str,
-          tree: list[TreeNode] | None = None) -> int:
+def _show(verdict: Verdict, as_json: bool, *, old: KeptCheckpoint | None,
+          threshold: Severity) -> int:
     """One shape for every variant (schemas/verify.output.schema.json): the reports of
     INSTANCE_ID, --tree or --all (none for --since-checkpoint alone), the proof apart,
     and with --tree the tree."""
-    every = [*reports, *([consistency] if consistency is not None else [])]
-    code = _exit_code(every, fail_on)
+    passes = verdict.passes(threshold)
+    code = EXIT_CLEAN if passes else EXIT_FINDINGS
     if as_json:
         # "ok" is the exit status's verdict (issue #40): with --fail-on warning, a warning
         # makes it false, as it makes the exit status 1
-        render.emit_json({"ok": code == EXIT_CLEAN and all(r.ok for r in every),
-                          "reports": [r.to_json() for r in reports],
-                          "since_checkpoint": _since_json(old, consistency),
-                          "tree": None if tree is None else [n.to_json() for n in tree]})
+        render.emit_json({"ok": passes and all(r.ok for r in verdict.every),
+                          "reports": [r.to_json() for r in verdict.reports],
+                          "since_checkpoint": _since_json(
+                              None if old is None else old.checkpoint, verdict.consistency),
+                          "tree": None if verdict.tree is None
+                          else [n.to_json() for n in verdict.tree]})
     else:
-        if tree is not None:
-            click.echo("\n".join(render.escape(line) for line in _tree_lines(tree, reports)))
-        render.reports(every)
+        if verdict.tree is not None:
+            click.echo("\n".join(render.escape(line) for line in
+                                 _tree_lines(list(verdict.tree), list(verdict.reports))))
+        render.reports(verdict.every)
     return code
 
 

@@ -1,0 +1,160 @@
+"""Verifying a ledger, as one call: the library face of ``histaudit verify``.
+
+    from histaudit.verification import Verifier
+
+    with Ledger.open("sqlite:///ledger.db") as ledger:
+        verdict = Verifier(ledger, TrustStore.load("keys/"), full=True).all()
+    verdict.passes()                      # no error finding: what exit status 0 means
+
+A :class:`Verifier` holds what a verification is asked to do besides reading chains —
+``full`` (every signature and payload), a checkpoint kept from earlier (``since``: prove
+the ledger only grew), the witness policy that judges that checkpoint, and the engine to
+cross-check instances with — and checks one instance, a tree of them, every instance, or
+only the checkpoint. The pure checks stay in :mod:`histaudit.verify` (rows in, reports
+out); this module opens nothing but what it is given and adds the reads a check needs
+(the consistency proof's leaves, the engine's history). The CLI parses flags into it and
+renders its :class:`Verdict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from histaudit.ledger.checkpoint import Checkpoint, parse_note
+from histaudit.ledger.keys import TrustStore
+from histaudit.ledger.store import Ledger
+from histaudit.verify.consistency import check_consistency
+from histaudit.verify.findings import Severity
+from histaudit.verify.report import Report, Scope
+from histaudit.verify.tree import TreeNode, instance_tree
+from histaudit.verify.verifier import verify_all, verify_instance
+from histaudit.witness.policy import WitnessPolicy, witness_findings
+
+__all__ = ["KeptCheckpoint", "Verdict", "Verifier"]
+
+Progress = Callable[[int, int | None], None]
+"""``progress(done, total)``: entries verified so far, of ``total`` (None: not known)."""
+
+
+@dataclass(frozen=True)
+class KeptCheckpoint:
+    """A signed checkpoint kept from earlier: its note's exact bytes (cosignatures
+    included), what it says, and where it came from (named in findings)."""
+
+    note: bytes
+    checkpoint: Checkpoint
+    source: str
+
+    @classmethod
+    def read(cls, note: bytes, trust: TrustStore, *, source: str) -> KeptCheckpoint:
+        """Parse and check ``note``'s signature (SignatureError if no trusted key made
+        it; InputError if it is not a note)."""
+        return cls(note, parse_note(note, trust, source=source), source)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one verification found: a report per instance checked, the proof against
+    the kept checkpoint (with the witness policy's findings), and the tree walked."""
+
+    reports: tuple[Report, ...]
+    consistency: Report | None = None
+    tree: tuple[TreeNode, ...] | None = None
+
+    @property
+    def every(self) -> tuple[Report, ...]:
+        """Every report, the proof's last."""
+        return (*self.reports, *(() if self.consistency is None else (self.consistency,)))
+
+    def passes(self, fail_on: Severity = Severity.ERROR) -> bool:
+        """No report has a finding at or above ``fail_on`` (the CLI's exit status 0)."""
+        return not any(r.failing(fail_on) for r in self.every)
+
+
+class Verifier:
+    """One verification of ``ledger`` with the keys of ``trust`` (module docstring)."""
+
+    def __init__(self, ledger: Ledger, trust: TrustStore, *, full: bool = False,
+                 workers: int | None = None, since: KeptCheckpoint | None = None,
+                 witnesses: WitnessPolicy | None = None, engine: str | None = None) -> None:
+        if witnesses is not None and since is None:
+            raise ValueError("a witness policy judges a kept checkpoint: give since=")
+        self.ledger, self.trust = ledger, trust
+        self.full, self.workers = full, workers
+        self.since, self.witnesses, self.engine = since, witnesses, engine
+
+    # --- what to verify -------------------------------------------------------------
+
+    def instance(self, instance_id: str, *, progress: Progress | None = None,
+                 total: int | None = None) -> Verdict:
+        """``instance_id``'s chain (and with ``engine``, its engine history)."""
+        consistency = self._consistency()
+        report = verify_instance(self.ledger, instance_id, trust=self.trust, full=self.full,
+                                 workers=self.workers,
+                                 engine_history=self._history(instance_id),
+                                 progress=progress, total=total)
+        return Verdict((report,), consistency)
+
+    def tree(self, root: str, *, progress: Progress | None = None) -> Verdict:
+        """``root``, every child workflow below it and every generation of each, as its
+        signed ``workflow.scheduled_child`` entries name them; ``progress(done, total)``
+        in entries, after each instance. An instance the ledger never recorded is not
+        asked of the engine."""
+        consistency = self._consistency()
+        nodes = instance_tree(root, self.ledger.entries)
+        total, done = sum(n.entries for n in nodes), 0
+        if progress is not None:
+            progress(0, total)
+        reports = []
+        for node in nodes:
+            history = None if node.state == "not-recorded" else self._history(node.instance)
+            reports.append(verify_instance(self.ledger, node.instance, trust=self.trust,
+                                           full=self.full, workers=self.workers,
+                                           engine_history=history))
+            done += node.entries
+            if progress is not None:
+                progress(done, total)
+        return Verdict(tuple(reports), consistency, tuple(nodes))
+
+    def all(self, *, advance: Callable[[int], None] | None = None) -> Verdict:
+        """Every instance, and the ledger-wide checks; ``advance(entries)`` after each
+        instance (the signatures of ``full`` come back from one shared pool)."""
+        consistency = self._consistency()
+        reports = []
+        for report in verify_all(self.ledger, trust=self.trust, full=self.full,
+                                 workers=self.workers):
+            reports.append(report)
+            if advance is not None and report.scope is Scope.INSTANCE:
+                advance(report.entries)
+        return Verdict(tuple(reports), consistency)
+
+    def checkpoint(self) -> Verdict:
+        """Only the proof that the ledger extends the kept checkpoint (``since``)."""
+        if self.since is None:
+            raise ValueError("no kept checkpoint to prove against: give since=")
+        return Verdict((), self._consistency())
+
+    # --- the parts ------------------------------------------------------------------
+
+    def _history(self, instance_id: str) -> list[object] | None:
+        if self.engine is None:
+            return None
+        # Here, not at the top: it loads the Dapr SDK's gRPC client, which verifying a
+        # ledger without an engine never needs.
+        from histaudit.replay.history import History
+
+        return list(History.fetch(self.engine, instance_id).events)
+
+    def _consistency(self) -> Report | None:
+        """The proof against ``since`` (None without one), with the witness policy's
+        verdict on its note: a quorum that cosigned a tree the ledger no longer extends
+        is ``witnessed-checkpoint-contradicted``."""
+        if self.since is None:
+            return None
+        proof = check_consistency(self.ledger, self.since.checkpoint).report()
+        if self.witnesses is None:
+            return proof
+        return proof.with_findings(witness_findings(
+            self.witnesses, self.since.note, where=f"checkpoint {self.since.source}",
+            contradicted_by=proof), "witness policy")
