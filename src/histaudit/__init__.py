@@ -8,16 +8,24 @@ from .crash import crash_point
 from .errors import HistauditError
 
 if TYPE_CHECKING:
+    from .agents import audit_agent
     from .interceptor import AuditedWorkflowRuntime, SideEffect, once, side_effect
+    from .interceptor.llm import LlmCall, record_llm_call
+    from .verification import KeptCheckpoint, Verdict, Verifier
 
-__all__ = ["AuditedWorkflowRuntime", "HistauditError", "SideEffect", "__version__",
-           "crash_point", "once", "side_effect"]
+__all__ = ["AuditedWorkflowRuntime", "HistauditError", "KeptCheckpoint", "LlmCall",
+           "SideEffect", "Verdict", "Verifier", "__version__", "audit_agent", "crash_point",
+           "once", "record_llm_call", "side_effect"]
 __version__ = "0.1.0"
 
-# The Dapr-facing names import the Dapr SDK (and gRPC); load them only when asked for,
-# so `import histaudit` stays light for the CLI and the verifier.
+# The supported API. The Dapr-facing names import the Dapr SDK (and gRPC), the verifier
+# the store (SQLAlchemy); each loads only when asked for, so `import histaudit` stays
+# light for the CLI and for code that needs one part.
 _LAZY = {"AuditedWorkflowRuntime": "interceptor", "SideEffect": "interceptor",
-         "once": "interceptor", "side_effect": "interceptor"}
+         "once": "interceptor", "side_effect": "interceptor",
+         "LlmCall": "interceptor.llm", "record_llm_call": "interceptor.llm",
+         "audit_agent": "agents",
+         "Verifier": "verification", "Verdict": "verification", "KeptCheckpoint": "verification"}
 
 
 def __getattr__(name: str) -> Any:

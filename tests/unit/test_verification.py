@@ -54,3 +54,18 @@ def test_a_verifier_refuses_what_cannot_be_asked(tmp_path: Path) -> None:
             Verifier(ledger, trust).checkpoint()
         with pytest.raises(ValueError, match="witness policy judges a kept checkpoint"):
             Verifier(ledger, trust, witnesses=WitnessPolicy.parse("quorum none\n"))
+
+
+def test_the_package_names_its_api_and_loads_each_part_only_when_asked() -> None:
+    """``import histaudit`` loads neither the Dapr SDK nor the store; each name of
+    ``__all__`` resolves (a fresh interpreter: this one has imported both already)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, histaudit\n"
+            "light = not any(m in sys.modules for m in ('sqlalchemy', 'dapr', 'grpc'))\n"
+            "missing = [n for n in histaudit.__all__ if getattr(histaudit, n, None) is None]\n"
+            "print(light, missing)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.strip() == "True []", out
