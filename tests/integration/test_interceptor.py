@@ -474,12 +474,11 @@ def test_lifting_the_limit_past_the_engine_shows_why_it_exists(audit: Audit,
 
 
 def test_payload_limit_setting_is_checked() -> None:
+    from histaudit.config import DEFAULT_MAX_PAYLOAD_BYTES, ENGINE_GRPC_LIMIT, Settings
     from histaudit.errors import UsageError
-    from histaudit.interceptor.recorder import (
-        DEFAULT_MAX_PAYLOAD_BYTES,
-        ENGINE_GRPC_LIMIT,
-        max_payload_bytes,
-    )
+
+    def max_payload_bytes(env: dict[str, str]) -> int:
+        return Settings.from_env(env).max_payload_bytes
 
     assert DEFAULT_MAX_PAYLOAD_BYTES < ENGINE_GRPC_LIMIT == 4 * MIB
     assert max_payload_bytes({}) == DEFAULT_MAX_PAYLOAD_BYTES

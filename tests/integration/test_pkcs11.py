@@ -143,8 +143,9 @@ def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
 FORKED = """
 import os, sys
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from histaudit.ledger.signers import signer_from_env
-signer = signer_from_env(sys.argv[1])
+from histaudit.config import Settings
+from histaudit.ledger.signers import load_signer
+signer = load_signer(sys.argv[1], Settings.from_env())
 signer.sign(b"parent")
 pid = os.fork()
 if pid == 0:  # the child opens its own session; the module's login outlived the fork

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from histaudit.config import Settings
 from histaudit.errors import KeyMaterialError, StoreError, UsageError
-from histaudit.interceptor.recorder import audit_enabled
 from histaudit.ledger.keys import generate_keypair
 from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig
@@ -131,13 +131,14 @@ def test_a_ledger_that_cannot_be_written_is_refused_by_start(
     (None, True), ("", True), ("1", True), ("true", True), ("YES", True), (" on ", True),
     ("0", False), ("false", False), ("No", False), ("off", False)])
 def test_the_off_switch_reads_the_usual_words(text: str | None, on: bool) -> None:
-    assert audit_enabled({} if text is None else {"HISTAUDIT_ENABLED": text}) is on
+    env = {} if text is None else {"HISTAUDIT_ENABLED": text}
+    assert Settings.from_env(env).audit_enabled is on
 
 
 @pytest.mark.parametrize("text", ["2", "disabled", "nope", "0 1"])
 def test_any_other_off_switch_value_is_a_one_line_error_naming_it(text: str) -> None:
     with pytest.raises(UsageError, match=r"^HISTAUDIT_ENABLED must be ") as info:
-        audit_enabled({"HISTAUDIT_ENABLED": text})
+        _ = Settings.from_env({"HISTAUDIT_ENABLED": text}).audit_enabled
     assert repr(text) in str(info.value) and "\n" not in str(info.value)
 
 
@@ -185,9 +186,15 @@ def test_side_effect_and_once_run_the_effect_every_time_when_unaudited(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Unaudited, activities run unwrapped: nothing knows the effect happened before, so
     it happens every time — ``already_done`` and ``uncertain`` False, nothing recorded."""
-    from histaudit import once, side_effect
+    import threading
 
+    from histaudit import AuditedWorkflowRuntime, once, side_effect
+    from histaudit.interceptor import effects
+
+    # this test's own flag: the unaudited runtime below sets it for the whole process
+    monkeypatch.setattr(effects, "_UNAUDITED", threading.Event())
     monkeypatch.setenv("HISTAUDIT_ENABLED", "0")
+    assert not AuditedWorkflowRuntime(host="127.0.0.1", port="1").audited
     calls: list[int] = []
     assert once(None, "post-comment", lambda: calls.append(1) or len(calls),
                 key="ticket-7") == 1

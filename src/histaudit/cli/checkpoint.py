@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
+from histaudit.config import Settings
 from histaudit.errors import UsageError, VerificationError
 from histaudit.ledger.checkpoint import parse_note, verifier_key
-from histaudit.ledger.signers import signer_from_env
+from histaudit.ledger.signers import load_signer
 from histaudit.verify.findings import Finding
 from histaudit.witness.policy import read_policy
 
@@ -67,14 +68,14 @@ def checkpoint(ctx: click.Context, db: str | None, key: str | None,
     from histaudit.bundle.staging import StagedOutput
     from histaudit.ledger.chain import make_checkpoint
 
-    from .ledger import _open
+    from .ledger import open_ledger
 
-    signer = signer_from_env(key)
+    signer = load_signer(key, Settings.from_env())
     # --out is checked, and the note written beside it, before the checkpoint is stored:
     # a bad path or a full disk leaves the ledger unchanged (docs/bundle.md §4).
     output = (StagedOutput(out_file, lambda cp: cp.note, what="checkpoint note",
                            directory=False) if out_file else None)
-    with _open(db) as ledger:
+    with open_ledger(db) as ledger:
         cp = make_checkpoint(ledger, signer, output=output)
     sys.stdout.write(cp.note.decode())
     return EXIT_CLEAN
@@ -107,14 +108,14 @@ def cosign_command(db: str | None, key: str | None, policy_file: str, out_file: 
     """
     from histaudit.witness.cosign import cosign
 
-    from .ledger import _open
+    from .ledger import open_ledger
 
     policy = read_policy(policy_file)
     if not any(w.url for w in policy.witnesses.values()):
         raise UsageError(f"witness policy {policy_file} gives no witness a URL to send "
                          f"checkpoints to (witness NAME VKEY URL)")
-    signer = signer_from_env(key)
-    with _open(db) as ledger:
+    signer = load_signer(key, Settings.from_env())
+    with open_ledger(db) as ledger:
         result = cosign(ledger, signer, policy, timeout=timeout)
     if result.ignored:
         click.echo(f"warning: {len(result.ignored)} stored cosignature row(s) of the "

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import click
 
+from histaudit.config import Settings
+
 from . import render
 from .dapr_verify import _anchors, dapr_store_options
 from .options import EXIT_CLEAN, EXIT_FINDINGS, db_option, key_option
@@ -28,14 +30,14 @@ def dapr_capture(instance_id: str, state_db: str, trust_anchors: str, app_id: st
     from histaudit.errors import InputError
     from histaudit.ledger import chain
     from histaudit.ledger.kinds import Kind
-    from histaudit.ledger.signers import signer_from_env
+    from histaudit.ledger.signers import load_signer
     from histaudit.verify.dapr_crosscheck import capture_record
     from histaudit.verify.dapr_history import verify_dapr_history
 
-    from .ledger import _open
+    from .ledger import open_ledger
 
     anchors = _anchors(trust_anchors)
-    signer = signer_from_env(key)
+    signer = load_signer(key, Settings.from_env())
     rows = read_workflow_rows(state_db, instance_id, app_id=app_id, table=table)
     history = verify_dapr_history(rows, anchors, app_id=app_id)
     if not history.ok:
@@ -44,7 +46,7 @@ def dapr_capture(instance_id: str, state_db: str, trust_anchors: str, app_id: st
                    f"run dapr-verify for the details")
         return EXIT_FINDINGS
     record = capture_record(history, rows, app_id)
-    with _open(db) as ledger:
+    with open_ledger(db) as ledger:
         if ledger.head(instance_id) is None:
             raise InputError(f"the ledger has no entries for instance {instance_id!r}: "
                              f"nothing to capture Dapr's history into")

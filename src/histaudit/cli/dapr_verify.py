@@ -12,6 +12,7 @@ from histaudit.errors import InputError
 from histaudit.verify.findings import Finding, Severity
 
 from . import render
+from .ledger import open_ledger
 from .options import EXIT_CLEAN, EXIT_FINDINGS, read_file, trust_option, trust_store
 
 if TYPE_CHECKING:
@@ -106,11 +107,10 @@ def _crosscheck(db: str, instance: str, keys: TrustStore, rows: DaprWorkflowRows
                 ) -> tuple[Report, DaprLedgerResult]:
     """The ledger's report of ``instance``, and Dapr's checks with the cross-check, from
     one snapshot of the ledger."""
-    from histaudit.ledger.store import Ledger
     from histaudit.verify.dapr_crosscheck import verify_with_ledger
     from histaudit.verify.verifier import verify_chain
 
-    with Ledger.open(db) as ledger, ledger.snapshot() as snap:
+    with open_ledger(db, reading=True) as ledger, ledger.snapshot() as snap:
         # the rows are streamed twice from the one snapshot, never held: an instance of a
         # million entries costs what verify does
         head = snap.head(instance)

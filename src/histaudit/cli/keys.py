@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import click
 
+from histaudit.config import Settings
 from histaudit.ledger.keys import export_public_key, generate_keypair
-from histaudit.ledger.signers import signer_from_env
+from histaudit.ledger.signers import load_signer
 
 from .options import EXIT_CLEAN, TIMESTAMP, key_option
 
@@ -40,7 +41,7 @@ def export_public(key: str | None, out_dir: str, name: str, not_before: str | No
                   not_after: str | None) -> int:
     """Write NAME.pub.json for the signing key (a pkcs11: URI, or a key file); print the
     key id. The private key stays where it is."""
-    signer = signer_from_env(key)
+    signer = load_signer(key, Settings.from_env())
     pub = export_public_key(signer, out_dir, name=name, not_before=not_before,
                             not_after=not_after)
     click.echo(f"key id {signer.kid}\npublic  {pub}")

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from histaudit.config import Settings
 from histaudit.errors import FormatError, HistauditError, InputError, UsageError
 from histaudit.ledger import records as rec
 from histaudit.ledger.keys import TrustStore
 from histaudit.ledger.kinds import AFTERWORD_KINDS, WORKFLOW_STATE
-from histaudit.ledger.signers import signer_from_env
+from histaudit.ledger.signers import load_signer
 from histaudit.verify.findings import Severity
 
 from . import render
@@ -33,22 +34,25 @@ from .options import (
 )
 
 
-def _open(db: str | None, *, reading: bool = False) -> Ledger:
+def open_ledger(db: str | None, *, reading: bool = False) -> Ledger:
     """The ledger at ``db``; for a command that writes (not ``reading``), a write lock
     held by another process is said at once on stderr and waited for only as long as
     $HISTAUDIT_LOCK_WAIT says (docs/guide.md, "Using the commands")."""
     # Imported here: only commands that open a database load SQLAlchemy.
-    from histaudit.ledger.store import LOCK_WAIT_ENV, Ledger, lock_wait_from_env
+    from histaudit.config import LOCK_WAIT_ENV
+    from histaudit.ledger.store import Ledger
 
+    settings = Settings.from_env()
     if reading:
-        return Ledger.open(db)
-    wait = lock_wait_from_env()
+        return Ledger.open(db, outage_wait=settings.store_outage_wait)
+    wait = settings.lock_wait
 
     def waiting() -> None:
         click.echo(f"histaudit: waiting for the write lock held by another process (up to "
                    f"{wait:g} s, {LOCK_WAIT_ENV})", err=True)
 
-    return Ledger.open(db, lock_wait=wait, on_lock_wait=waiting)
+    return Ledger.open(db, lock_wait=wait, on_lock_wait=waiting,
+                       outage_wait=settings.store_outage_wait)
 
 
 @click.command("list")
@@ -61,7 +65,7 @@ def list_(db: str | None, trust: str | None, as_json: bool) -> int:
 
     keys = TrustStore.load(trust) if trust else None
     rows: list[dict[str, Any]] = []
-    with _open(db, reading=True) as ledger, ledger.snapshot() as snap:
+    with open_ledger(db, reading=True) as ledger, ledger.snapshot() as snap:
         for summary in snap.instances():
             last = _last_entry(snap, summary.instance)
             state = _state_entry(snap, last)
@@ -165,8 +169,8 @@ def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
     """Erase one stored payload; the chain keeps its salted commitment and still verifies."""
     from histaudit.ledger.chain import erase_payload
 
-    signer = signer_from_env(key)
-    with _open(db) as ledger:
+    signer = load_signer(key, Settings.from_env())
+    with open_ledger(db) as ledger:
         entry = _signed_entry(ledger, instance_id, seq)
         ref = entry.data.get(field_)
         if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
@@ -251,12 +255,12 @@ def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until
                           app_id=dapr_app_id, table=dapr_table)
 
     witnesses = read_policy(witness_policy) if witness_policy is not None else None
-    signer = signer_from_env(key)
+    signer = load_signer(key, Settings.from_env())
     keys = trust_store(trust)
     if signer.kid not in keys:
         raise UsageError(f"the signing key {signer.kid} is not in the trust store {trust}")
     shown = render.clip(os.path.basename(out_dir.rstrip("/")), 40)
-    with _open(db) as ledger, Meter(f"exporting to {shown}") as meter:
+    with open_ledger(db) as ledger, Meter(f"exporting to {shown}") as meter:
         result = write_bundle(ledger, instance_ids, out_dir, signer=signer, trust=keys,
                               since=since, until=until, with_payloads=with_payloads,
                               progress=meter.callback, dapr=dapr, witnesses=witnesses)

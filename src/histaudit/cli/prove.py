@@ -6,6 +6,7 @@ import os
 
 import click
 
+from histaudit.config import Settings
 from histaudit.errors import UsageError
 
 from . import render
@@ -48,10 +49,10 @@ def prove(trace_id: str | None, span_ids: tuple[str, ...], jaeger: str | None,
     an entry the ledger does not hold as named (then nothing is written)."""
     from histaudit.bundle.prove import TRACE_MAX_BYTES, fetch_trace, proven_spans, read_spans
     from histaudit.bundle.prove import prove as prove_spans
-    from histaudit.ledger.signers import signer_from_env
+    from histaudit.ledger.signers import load_signer
     from histaudit.witness.policy import read_policy
 
-    from .ledger import _open
+    from .ledger import open_ledger
 
     if (jaeger is None) == (trace_file is None):
         raise UsageError("give the trace with --jaeger URL --trace-id HEX, or --trace-file")
@@ -68,11 +69,11 @@ def prove(trace_id: str | None, span_ids: tuple[str, ...], jaeger: str | None,
         spans = [s for s in spans if s.trace_id == trace_id.lower()]
     chosen = proven_spans(spans, span_ids)
     witnesses = read_policy(witness_policy) if witness_policy is not None else None
-    signer = signer_from_env(key)
+    signer = load_signer(key, Settings.from_env())
     keys = trust_store(trust)
     if signer.kid not in keys:
         raise UsageError(f"the signing key {signer.kid} is not in the trust store {trust}")
-    with _open(db) as ledger:
+    with open_ledger(db) as ledger:
         result = prove_spans(ledger, chosen, out_dir, signer=signer, trust=keys,
                              witnesses=witnesses)
     for finding in result.findings:

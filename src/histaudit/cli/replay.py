@@ -5,16 +5,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
+from histaudit.config import Settings
 from histaudit.errors import UsageError
 
 from . import render
+from .ledger import open_ledger
 from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS, Seconds
 
 
@@ -71,7 +72,7 @@ def replay(instance_ids: tuple[str, ...], workflow_refs: tuple[str, ...],
         raise UsageError("give instance ids or --all, not both")
     if engine_addr and not (instance_ids or all_):
         raise UsageError("give the instances to fetch: INSTANCE_ID... or --all")
-    db = db or os.environ.get("HISTAUDIT_DB")
+    db = db or Settings.from_env().db
     if tree and not (engine_addr and instance_ids and db):
         raise UsageError("--tree replays INSTANCE_ID's children from the engine, as the "
                          "ledger names them: give INSTANCE_ID..., --engine and --db")
@@ -140,10 +141,9 @@ def _one(source: tuple[str, Callable[[], Any]], workflow: Any, instance_id: str 
 
 def _trees(url: str, roots: tuple[str, ...]) -> tuple[str, ...]:
     """Each root and the instances below it the ledger recorded, depth first, once."""
-    from histaudit.ledger.store import Ledger
     from histaudit.verify.tree import instance_tree
 
-    with Ledger.open(url) as ledger:
+    with open_ledger(url, reading=True) as ledger:
         found = [n.instance for root in roots for n in instance_tree(root, ledger.entries)
                  if n.state != "not-recorded" or n.instance == root]
     return tuple(dict.fromkeys(found))
@@ -161,8 +161,7 @@ def _ledger(url: str | None, workflow: Any) -> Iterator[Any]:
     if not url:
         yield None
         return
-    from histaudit.ledger.store import Ledger
     from histaudit.replay.signed import against
 
-    with Ledger.open(url) as ledger:
+    with open_ledger(url, reading=True) as ledger:
         yield against(ledger, workflow)

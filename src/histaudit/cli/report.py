@@ -35,7 +35,7 @@ def report(since: str, until: str, out_dir: str, retention_file: str | None,
     from histaudit.ledger.retention import read_policy as read_retention
     from histaudit.witness.policy import read_policy as read_witnesses
 
-    from .ledger import _open
+    from .ledger import open_ledger
 
     start, end = parse_time(since), parse_time(until)
     if start > end:
@@ -48,7 +48,7 @@ def report(since: str, until: str, out_dir: str, retention_file: str | None,
     for path in files.values():
         if path.exists():
             raise InputError(f"{path} already exists; refusing to overwrite a report")
-    with _open(db) as ledger:
+    with open_ledger(db) as ledger:
         doc = build(ledger, since=start, until=end, trust=keys, retention=retention,
                     witnesses=witnesses)
     try:

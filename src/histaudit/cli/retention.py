@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 
 import click
 
+from histaudit.config import Settings
+
 from . import render
 from .options import EXIT_CLEAN, TIMESTAMP, db_option, key_option
 
@@ -30,14 +32,14 @@ def apply_command(policy_file: str, now: str | None, dry_run: bool, as_json: boo
     erasure (the chain still verifies); idempotent, and a run cut short is finished by
     running it again."""
     from histaudit.ledger.retention import apply, check_now, read_policy
-    from histaudit.ledger.signers import signer_from_env
+    from histaudit.ledger.signers import load_signer
 
-    from .ledger import _open
+    from .ledger import open_ledger
 
     policy = read_policy(policy_file)
     when = check_now(now) or datetime.now(UTC)
-    signer = None if dry_run else signer_from_env(key)
-    with _open(db) as ledger:
+    signer = None if dry_run else load_signer(key, Settings.from_env())
+    with open_ledger(db) as ledger:
         tally = apply(ledger, policy, signer=signer, now=when, dry_run=dry_run)
     if as_json:
         render.emit_json({"policy": policy.digest, "now": when.isoformat(),

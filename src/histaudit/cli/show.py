@@ -65,9 +65,9 @@ def show(instance_id: str, kinds: tuple[str, ...], task: int | None, seq: str | 
 
 def _from_ledger(db: str | None, instance: str, keep: tl.EntryFilter, *,
                  payloads: bool) -> tl.Timeline:
-    from .ledger import _open
+    from .ledger import open_ledger
 
-    with (_open(db, reading=True) as ledger, ledger.snapshot() as snap,
+    with (open_ledger(db, reading=True) as ledger, ledger.snapshot() as snap,
           Meter(f"reading {render.clip(instance, 40)}") as meter):
         if meter.enabled:
             meter(0, next((s.entries for s in snap.instances() if s.instance == instance),

@@ -14,6 +14,7 @@ from histaudit.verify.report import Report
 from histaudit.witness.policy import read_policy, witness_report
 
 from . import render
+from .ledger import open_ledger
 from .options import EXIT_CLEAN, EXIT_FINDINGS, db_option, read_file, trust_option, trust_store
 from .progress import Meter
 
@@ -88,14 +89,13 @@ def verify(instance_id: str | None, all_: bool, tree: bool, db: str | None, trus
                          "(or --bundle DIR)")
     threshold = Severity.parse(fail_on)
     # The ledger side loads the store (SQLAlchemy) only here: a bundle needs neither.
-    from histaudit.ledger.store import Ledger
     from histaudit.verification import KeptCheckpoint, Verifier
 
     keys = trust_store(trust)
     kept = (KeptCheckpoint.read(read_file(since, "checkpoint"), keys, source=since)
             if since else None)
     policy = read_policy(policy_file) if policy_file else None
-    with Ledger.open(db) as ledger:
+    with open_ledger(db, reading=True) as ledger:
         verifier = Verifier(ledger, keys, full=full, workers=workers, since=kept,
                             witnesses=policy, engine=engine_addr)
         suffix = " (full)" if full else ""

@@ -44,6 +44,7 @@ leaves an effect whose outcome is unknown.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -54,9 +55,9 @@ from histaudit.ledger.kinds import Kind
 
 from . import tracing
 from .activity import ActivityRun, current_activity
-from .recorder import audit_enabled, sdk_decode, sdk_json
+from .recorder import sdk_decode, sdk_json
 
-__all__ = ["TOOL_EFFECT_PREFIX", "SideEffect", "once", "side_effect"]
+__all__ = ["TOOL_EFFECT_PREFIX", "SideEffect", "once", "runs_unaudited", "side_effect"]
 
 TOOL_EFFECT_PREFIX = "tool:"
 """An agent's tool call is the side effect ``tool:<the tool's name in the agent>``."""
@@ -117,6 +118,17 @@ def _require_run(ctx: Any, name: str, key: str | None) -> tuple[ActivityRun, str
     return run, key
 
 
+_UNAUDITED = threading.Event()
+"""Set by an :class:`~histaudit.interceptor.runtime.AuditedWorkflowRuntime` built with
+auditing off (``HISTAUDIT_ENABLED=0``): its activities run unwrapped, so a side effect
+outside an audited activity is one of theirs, not a mistake."""
+
+
+def runs_unaudited() -> None:
+    """Say that this process's activities run unaudited (the runtime calls it)."""
+    _UNAUDITED.set()
+
+
 def _unaudited(name: str, key: str | None) -> SideEffect:
     """HISTAUDIT_ENABLED=0: activities run unwrapped, so there is no ledger to ask or write.
     The effect runs every time (nothing is known to be done or uncertain); skip() does
@@ -156,7 +168,7 @@ def side_effect(ctx: Any, name: str, *, key: str | None = None) -> Iterator[Side
     the idempotency key, by default the activity call's execution id, so retries and
     re-deliveries of one call share it.
     """
-    if current_activity() is None and not audit_enabled():
+    if current_activity() is None and _UNAUDITED.is_set():
         yield _unaudited(name, key)
         return
     run, key = _require_run(ctx, name, key)

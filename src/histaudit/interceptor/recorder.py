@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from histaudit import sdk
+from histaudit.config import DEFAULT_MAX_PAYLOAD_BYTES, ENGINE_GRPC_LIMIT
 from histaudit.errors import HistauditError, StoreError, UsageError
 from histaudit.ledger import records as rec
 from histaudit.ledger.checkpoint import origin_of
@@ -49,20 +50,11 @@ from histaudit.ledger.writer import GroupWriter
 
 from .late import LateRecords
 
-__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "ENABLED_ENV", "MUST_BE_DURABLE", "AuditRecorder",
-           "Payload", "audit_enabled", "max_payload_bytes", "payload_digest", "sdk_decode",
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "ENGINE_GRPC_LIMIT", "MUST_BE_DURABLE", "AuditRecorder",
+           "Payload", "payload_digest", "sdk_decode",
            "sdk_json", "worker_id"]
 
 _DIGEST_DOMAIN = b"histaudit.digest-key.v1\x00"
-
-ENGINE_GRPC_LIMIT = 4 * 1024 * 1024
-"""What the engine accepts in one gRPC message: grpc-go's default server receive limit,
-which durabletask-go and daprd keep (the SDK worker's own send side is unlimited)."""
-DEFAULT_MAX_PAYLOAD_BYTES = ENGINE_GRPC_LIMIT - 64 * 1024
-"""Largest activity output histaudit signs as a completion: below the engine's limit,
-leaving 64 KiB for the rest of the message (ids, token). Override with
-``HISTAUDIT_MAX_PAYLOAD_BYTES`` when the engine is configured for larger messages."""
-
 
 MUST_BE_DURABLE: frozenset[str] = frozenset({
     Kind.ACTIVITY_COMPLETED,  # its result goes back to the engine right after
@@ -84,34 +76,6 @@ for the disk: it survives a SIGKILL (the OS holds it) and becomes durable with t
 durable commit. A power loss can lose only such a suffix; a lost decision is appended
 again when the workflow replays (:mod:`.workflow`), a lost start or effect outcome shows
 as an uncertain re-execution."""
-
-
-def max_payload_bytes(environ: Mapping[str, str] = os.environ) -> int:
-    """The payload size limit: ``$HISTAUDIT_MAX_PAYLOAD_BYTES`` or the default."""
-    text = environ.get("HISTAUDIT_MAX_PAYLOAD_BYTES", "").strip()
-    if not text:
-        return DEFAULT_MAX_PAYLOAD_BYTES
-    if not (text.isascii() and text.isdigit() and len(text) <= 18) or int(text) < 1:
-        raise UsageError(f"HISTAUDIT_MAX_PAYLOAD_BYTES must be a positive number of bytes, "
-                         f"got {text[:40]!r}")
-    return int(text)
-
-
-ENABLED_ENV = "HISTAUDIT_ENABLED"
-"""The off switch: ``0``/``false``/``no``/``off`` runs an app's AuditedWorkflowRuntime
-unaudited (no key, no ledger, nothing wrapped)."""
-_ON, _OFF = ("", "1", "true", "yes", "on"), ("0", "false", "no", "off")
-
-
-def audit_enabled(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether ``$HISTAUDIT_ENABLED`` leaves auditing on (unset or empty: on)."""
-    text = environ.get(ENABLED_ENV, "").strip()
-    if text.lower() in _ON:
-        return True
-    if text.lower() in _OFF:
-        return False
-    raise UsageError(f"{ENABLED_ENV} must be 1, true, yes or on (audit; also when unset) or "
-                     f"0, false, no or off (run unaudited), got {text[:40]!r}")
 
 
 def sdk_json(value: Any) -> str | None:
@@ -304,11 +268,12 @@ class AuditRecorder:
     def bind(self, ledger: Ledger, signer: Signer, *, max_payload: int | None = None) -> None:
         """Append to ``ledger`` with ``signer`` from now on.
 
-        ``max_payload`` defaults to :func:`max_payload_bytes` (read now, so a bad
-        ``$HISTAUDIT_MAX_PAYLOAD_BYTES`` is reported here). What was cached for another
-        ledger or key is dropped.
+        ``max_payload``: the largest output signed as a completion (default
+        :data:`~histaudit.config.DEFAULT_MAX_PAYLOAD_BYTES`; the runtime passes
+        ``$HISTAUDIT_MAX_PAYLOAD_BYTES``). What was cached for another ledger or key is
+        dropped.
         """
-        limit = max_payload_bytes() if max_payload is None else max_payload
+        limit = DEFAULT_MAX_PAYLOAD_BYTES if max_payload is None else max_payload
         self._secret.cache_clear()
         with self._folds_lock:
             self._folds.clear()

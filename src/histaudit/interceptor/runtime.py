@@ -10,22 +10,23 @@ ledger by ``start()``: registering (at import, by decorator) touches neither, ru
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
 from dapr.ext.workflow import WorkflowRuntime
 
 from histaudit import sdk
+from histaudit.config import Settings
 from histaudit.errors import KeyMaterialError, StoreError, UsageError
 from histaudit.ledger.keys import Signer
-from histaudit.ledger.signers import signer_from_env
+from histaudit.ledger.signers import load_signer
 from histaudit.ledger.store import Ledger, resolve_url
 from histaudit.urls import shown_url
 
 from .activity import audit_activity
+from .effects import runs_unaudited
 from .received import ReceivedEvents
-from .recorder import AuditRecorder, audit_enabled
+from .recorder import AuditRecorder
 from .replaycheck import ReplayedResultCheck
 from .workflow import audit_workflow
 
@@ -54,8 +55,10 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         self.stateful_history = _stateful_history(kwargs)
         """Whether the worker asks the engine for history deltas (the SDK's stateful
         history, dapr ≥ 1.19): off unless the app passed ``disable_stateful_history=False``."""
-        self.audited = audit_enabled()
+        self.audited = Settings.from_env().audit_enabled
         """False when ``$HISTAUDIT_ENABLED`` switched auditing off for this process."""
+        if not self.audited:
+            runs_unaudited()
         self._ledger_url = ledger
         self._key = key
         self.recorder = AuditRecorder.deferred(keep_payloads=keep_payloads)
@@ -99,10 +102,13 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         The key comes first: an unusable one leaves no ledger file behind.
         """
         if self.audited and not self.recorder.bound:
-            signer = _load_signer(self._key)
-            ledger = _open_ledger(self._ledger_url)
+            # The environment as it is now: an app may set it between building the
+            # runtime (at import) and starting it.
+            settings = Settings.from_env()
+            signer = _load_signer(self._key, settings)
+            ledger = _open_ledger(self._ledger_url, settings)
             try:
-                self.recorder.bind(ledger, signer)
+                self.recorder.bind(ledger, signer, max_payload=settings.max_payload_bytes)
             except BaseException:
                 ledger.close()
                 raise
@@ -225,12 +231,12 @@ def _stateful_history(kwargs: dict[str, Any]) -> bool:
     return False
 
 
-def _load_signer(key: str | None) -> Signer:
-    if not key and not os.environ.get("HISTAUDIT_KEY"):
+def _load_signer(key: str | None, settings: Settings) -> Signer:
+    if not (key or settings.key):
         raise KeyMaterialError("AuditedWorkflowRuntime: no signing key: pass key=PATH or set "
                          "HISTAUDIT_KEY to an Ed25519 private key (histaudit keys generate)")
     try:
-        return signer_from_env(key)
+        return load_signer(key or settings.key, settings)
     except KeyMaterialError as exc:
         # The message never holds key text (see Signer.load); `from None` keeps the
         # original exception, and with it the caller's arguments, out of the traceback.
@@ -238,10 +244,10 @@ def _load_signer(key: str | None) -> Signer:
         raise KeyMaterialError(f"AuditedWorkflowRuntime: {text}") from None
 
 
-def _open_ledger(url: str | None) -> Ledger:
-    resolved = resolve_url(url)
+def _open_ledger(url: str | None, settings: Settings) -> Ledger:
+    resolved = resolve_url(url or settings.db)
     try:
-        ledger = Ledger.open(resolved, create=True)
+        ledger = Ledger.open(resolved, create=True, outage_wait=settings.store_outage_wait)
     except StoreError as exc:
         raise StoreError(f"AuditedWorkflowRuntime: {exc}") from None
     if ledger.read_only:  # the store's own finding: a read-only URL, file or directory

@@ -30,14 +30,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from histaudit.config import PKCS11_MODULE_ENV, PKCS11_PIN_ENV
 from histaudit.errors import KeyMaterialError
 
 from .keys import PublicKey, Signer, key_id
 
 __all__ = ["MODULE_ENV", "PIN_ENV", "Pkcs11Signer", "is_pkcs11_uri"]
 
-MODULE_ENV = "HISTAUDIT_PKCS11_MODULE"
-PIN_ENV = "HISTAUDIT_PKCS11_PIN"
+MODULE_ENV = PKCS11_MODULE_ENV
+PIN_ENV = PKCS11_PIN_ENV
 _ED25519_OID = "1.3.101.112"
 _MAX_PIN_FILE = 1024
 
@@ -58,10 +59,10 @@ def _attributes(part: str, sep: str) -> dict[str, str]:
     return found
 
 
-def _pin(query: dict[str, str]) -> str:
+def _pin(query: dict[str, str], fallback: str | None) -> str:
     source = query.get("pin-source")
     if source is None:
-        pin = os.environ.get(PIN_ENV)
+        pin = fallback
         if not pin:
             raise KeyMaterialError(f"PKCS#11 key: no PIN (pin-source=file:PATH in the URI, "
                                    f"or ${PIN_ENV})")
@@ -91,7 +92,11 @@ class Pkcs11Signer(Signer):
 
     __slots__ = ("_key", "_label", "_lock", "_module", "_pid", "_pin", "_session", "_token")
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, *, pin: str | None = None, module: str | None = None
+                 ) -> None:
+        """``pin`` and ``module``: what ``$HISTAUDIT_PKCS11_PIN`` and
+        ``$HISTAUDIT_PKCS11_MODULE`` hold (given by the caller, histaudit.config), used
+        when the URI names no ``pin-source`` or ``module-path``."""
         # Signer.__init__ takes a private key object; a token's key is never one.
         path, _, query_text = uri.removeprefix("pkcs11:").partition("?")
         where, query = _attributes(path, ";"), _attributes(query_text, "&")
@@ -105,11 +110,11 @@ class Pkcs11Signer(Signer):
         if not where.get("token") or not where.get("object"):
             raise KeyMaterialError("PKCS#11 URI must name token=LABEL and object=LABEL")
         self._token, self._label = where["token"], where["object"]
-        self._module = query.get("module-path") or os.environ.get(MODULE_ENV, "")
+        self._module = query.get("module-path") or module or ""
         if not self._module:
             raise KeyMaterialError(f"PKCS#11 key: no module (module-path= in the URI, or "
                                    f"${MODULE_ENV})")
-        self._pin = _pin(query)
+        self._pin = _pin(query, pin)
         self._lock = threading.Lock()
         self._pid = -1
         self._session: Any = None

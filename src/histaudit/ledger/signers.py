@@ -6,26 +6,29 @@ from __future__ import annotations
 
 import os
 
+from histaudit.config import Settings
 from histaudit.errors import KeyMaterialError
 
 from .keys import Signer
 from .pkcs11 import Pkcs11Signer, is_pkcs11_uri
 from .transit import TransitSigner, is_transit_url
 
-__all__ = ["signer_from_env"]
+__all__ = ["load_signer"]
 
 
-def signer_from_env(path: str | os.PathLike[str] | None = None) -> Signer:
-    """The signing key from ``path``, else ``$HISTAUDIT_KEY``; a clear error if neither.
-    A ``pkcs11:`` URI names a key held in a PKCS#11 token (:mod:`.pkcs11`), a
-    ``transit+https://`` URL one held by a Vault or OpenBao transit engine
-    (:mod:`.transit`); anything else is a key file's path."""
-    chosen = path or os.environ.get("HISTAUDIT_KEY")
-    if not chosen:
+def load_signer(key: str | os.PathLike[str] | None,
+                settings: Settings | None = None) -> Signer:
+    """The signer ``key`` names; a clear error if it names none. A ``pkcs11:`` URI names
+    a key held in a PKCS#11 token (:mod:`.pkcs11`), a ``transit+https://`` URL one held by
+    a Vault or OpenBao transit engine (:mod:`.transit`); anything else is a key file's
+    path. ``settings`` (histaudit.config) gives the PIN, module and token such a key's
+    name may leave out; the edges pass ``$HISTAUDIT_KEY`` as ``key``."""
+    if not key:
         raise KeyMaterialError("no signing key: pass --key PATH or set HISTAUDIT_KEY")
-    text = os.fspath(chosen)
+    settings = settings or Settings()
+    text = os.fspath(key)
     if is_pkcs11_uri(text):
-        return Pkcs11Signer(text)
+        return Pkcs11Signer(text, pin=settings.pkcs11_pin, module=settings.pkcs11_module)
     if is_transit_url(text):
-        return TransitSigner(text)
-    return Signer.load(chosen)
+        return TransitSigner(text, token=settings.vault_token)
+    return Signer.load(key)

@@ -25,7 +25,7 @@ with the pinned public key before it is returned**: an answer made with another 
 version, or altered on the way, is refused and never reaches the ledger.
 
 Other services plug in the same way (a class with ``sign`` and ``public``, chosen by the
-key URL's scheme in :func:`histaudit.ledger.signers.signer_from_env`): GCP Cloud KMS with a
+key URL's scheme in :func:`histaudit.ledger.signers.load_signer`): GCP Cloud KMS with a
 key version of algorithm ``EC_SIGN_ED25519`` (``asymmetricSign`` with ``data``, pure
 Ed25519, 64-byte signatures; ``getPublicKey`` gives a PEM SubjectPublicKeyInfo), or AWS
 KMS where it offers Ed25519 keys (key spec ``ECC_NIST_EDWARDS25519``, pure EdDSA over the
@@ -49,13 +49,14 @@ import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from histaudit.config import VAULT_TOKEN_ENV
 from histaudit.errors import KeyMaterialError
 
 from .keys import PublicKey, Signer, key_id
 
 __all__ = ["TOKEN_ENV", "TransitSigner", "is_transit_url"]
 
-TOKEN_ENV = "VAULT_TOKEN"
+TOKEN_ENV = VAULT_TOKEN_ENV
 _SCHEMES = ("transit+https://", "transit+http://")
 _MAX_TOKEN_FILE = 4096
 _MAX_ANSWER = 1 << 20
@@ -66,10 +67,10 @@ def is_transit_url(text: str) -> bool:
     return text.startswith(_SCHEMES)
 
 
-def _token(query: dict[str, str]) -> str:
+def _token(query: dict[str, str], fallback: str | None) -> str:
     source = query.get("token-source")
     if source is None:
-        token = os.environ.get(TOKEN_ENV)
+        token = fallback
         if not token:
             raise KeyMaterialError(f"transit key: no token (token-source=file:PATH in the "
                                    f"URL, or ${TOKEN_ENV})")
@@ -112,7 +113,9 @@ class TransitSigner(Signer):
     __slots__ = ("_conn", "_context", "_host", "_lock", "_mount", "_name", "_pid", "_port",
                  "_tls", "_token", "_verifier", "_version", "shown")
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, token: str | None = None) -> None:
+        """``token``: what ``$VAULT_TOKEN`` holds (given by the caller,
+        histaudit.config), used when the URL names no ``token-source`` file."""
         # Signer.__init__ takes a private key object; a remote key is never one.
         parts = urlsplit(url)
         self._tls = parts.scheme == "transit+https"
@@ -141,7 +144,7 @@ class TransitSigner(Signer):
         self.shown = f"{parts.scheme}://{self._host}:{self._port}/{self._mount}/{self._name}"
         self._context = ssl.create_default_context(cafile=query.get("ca-file")) \
             if self._tls else None
-        self._token = _token(query)
+        self._token = _token(query, token)
         self._lock = threading.Lock()
         self._conn: http.client.HTTPConnection | None = None
         self._pid = os.getpid()

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from histaudit.config import Settings
 from histaudit.errors import FormatError, KeyMaterialError
 from histaudit.ledger.keys import (
     KEY_TEXT_NOT_PATH,
@@ -28,7 +29,7 @@ from histaudit.ledger.keys import (
     key_id,
     parse_time,
 )
-from histaudit.ledger.signers import signer_from_env
+from histaudit.ledger.signers import load_signer
 
 SEED = bytes(range(32))
 
@@ -148,14 +149,12 @@ def test_load_refuses_missing_and_directory(tmp_path: Path) -> None:
         Signer.load(tmp_path)
 
 
-def test_signer_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_load_signer(tmp_path: Path) -> None:
     priv, _, signer = generate_keypair(tmp_path)
-    monkeypatch.delenv("HISTAUDIT_KEY", raising=False)
     with pytest.raises(KeyMaterialError, match="HISTAUDIT_KEY"):
-        signer_from_env()
-    monkeypatch.setenv("HISTAUDIT_KEY", str(priv))
-    assert signer_from_env().kid == signer.kid
-    assert signer_from_env(priv).kid == signer.kid
+        load_signer(Settings.from_env({}).key)
+    assert load_signer(Settings.from_env({"HISTAUDIT_KEY": str(priv)}).key).kid == signer.kid
+    assert load_signer(priv).kid == signer.kid
 
 
 def test_signer_repr_hides_key() -> None:
@@ -462,9 +461,8 @@ def test_load_refuses_key_text_without_showing_it(form: str,
         Signer.load(text)
     assert str(info.value) == KEY_TEXT_NOT_PATH
     if "\x00" not in text:  # an environment variable cannot hold a NUL
-        monkeypatch.setenv("HISTAUDIT_KEY", text)
         with pytest.raises(KeyMaterialError) as info:
-            signer_from_env()
+            load_signer(Settings.from_env({"HISTAUDIT_KEY": text}).key)
         assert str(info.value) == KEY_TEXT_NOT_PATH
     secret = base64.b64encode(SEED).decode()
     assert secret[:16] not in str(info.value) and SEED.hex()[:16] not in str(info.value)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from histaudit.config import Settings
 from histaudit.errors import StoreError, StoreUnavailableError
 from histaudit.ledger.chain import Item, append_many
 from histaudit.ledger.keys import Signer
 from histaudit.ledger.store import Ledger
-from histaudit.ledger.store.outage import Outage, outage_wait_from_env
+from histaudit.ledger.store.outage import Outage
 from histaudit.ledger.writer import _landed
 
 GONE = StoreUnavailableError("ledger x: terminating connection due to administrator command")
@@ -65,11 +66,10 @@ def test_another_error_is_not_waited_for() -> None:
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "3601", "soon"])
-def test_a_bad_wait_in_the_environment_is_an_error(value: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HISTAUDIT_STORE_OUTAGE_WAIT", value)
+def test_a_bad_wait_in_the_environment_is_an_error(value: str) -> None:
+    settings = Settings.from_env({"HISTAUDIT_STORE_OUTAGE_WAIT": value})
     with pytest.raises(StoreError, match="HISTAUDIT_STORE_OUTAGE_WAIT"):
-        outage_wait_from_env()
+        _ = settings.store_outage_wait
 
 
 def test_landed_tells_a_committed_batch_from_one_that_was_not(tmp_path: Path) -> None:

@@ -32,14 +32,11 @@ from .rows import (
     _PG_APPEND_LOCK as _PG_APPEND_LOCK,  # the advisory lock key, for tests that hold it
 )
 from .rows import (
-    DEFAULT_LOCK_WAIT_SECONDS,
     DEFAULT_URL,
-    LOCK_WAIT_ENV,
     SCHEMA_VERSION,
     SQLITE_BUSY_SECONDS,
     Ledger,
     OnLockWait,
-    lock_wait_from_env,
     resolve_url,
 )
 from .schema import (
@@ -55,7 +52,6 @@ from .schema import (
 from .snapshot import Snapshot
 from .writetx import WriteTx
 
-__all__ = ["DEFAULT_LOCK_WAIT_SECONDS", "DEFAULT_URL", "HEAD_MISMATCH", "LOCK_WAIT_ENV",
-           "SCHEMA_VERSION", "SQLITE_BUSY_SECONDS", "Ledger", "OnLockWait", "Snapshot",
-           "WriteTx", "checkpoints", "entries", "heads", "lock_wait_from_env", "meta_table",
-           "metadata", "payloads", "resolve_url", "writer_role_sql"]
+__all__ = ["DEFAULT_URL", "HEAD_MISMATCH", "SCHEMA_VERSION", "SQLITE_BUSY_SECONDS", "Ledger",
+           "OnLockWait", "Snapshot", "WriteTx", "checkpoints", "entries", "heads",
+           "meta_table", "metadata", "payloads", "resolve_url", "writer_role_sql"]

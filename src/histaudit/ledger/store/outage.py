@@ -18,50 +18,25 @@ through it. ``$HISTAUDIT_STORE_OUTAGE_WAIT`` sets the wait (seconds, 0 to 3600; 
 from __future__ import annotations
 
 import logging
-import math
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from histaudit.errors import StoreError, StoreUnavailableError
+from histaudit.config import DEFAULT_OUTAGE_WAIT_SECONDS, OUTAGE_WAIT_ENV
+from histaudit.errors import StoreUnavailableError
 
-__all__ = ["DEFAULT_OUTAGE_WAIT_SECONDS", "OUTAGE_WAIT_ENV", "Outage", "outage_wait_from_env",
-           "seconds_from_env"]
+__all__ = ["DEFAULT_OUTAGE_WAIT_SECONDS", "OUTAGE_WAIT_ENV", "Outage"]
 
 T = TypeVar("T")
 
-OUTAGE_WAIT_ENV = "HISTAUDIT_STORE_OUTAGE_WAIT"
-DEFAULT_OUTAGE_WAIT_SECONDS = 30.0
-"""Long enough for a PostgreSQL restart or a managed failover (typically under 30 s),
-short enough that an activity waiting on the ledger fails before the engine's own
-timeouts would."""
+# The default wait, DEFAULT_OUTAGE_WAIT_SECONDS (histaudit.config): long enough for a
+# PostgreSQL restart or a managed failover (typically under 30 s), short enough that an
+# activity waiting on the ledger fails before the engine's own timeouts would.
 _FIRST_PAUSE_S = 0.1
 _LONGEST_PAUSE_S = 2.0
 
 _log = logging.getLogger("histaudit")
-
-
-def seconds_from_env(name: str, default: float, most: float) -> float:
-    """``$name`` as seconds from 0 to ``most``, or ``default`` when unset or blank;
-    StoreError when it is anything else (nan, inf and words included)."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= most:
-        raise StoreError(f"{name}={text[:40]!r} is not a number of seconds between 0 and "
-                         f"{most:g}")
-    return value
-
-
-def outage_wait_from_env() -> float:
-    """``$HISTAUDIT_STORE_OUTAGE_WAIT`` in seconds (0 to 3600), or the default."""
-    return seconds_from_env(OUTAGE_WAIT_ENV, DEFAULT_OUTAGE_WAIT_SECONDS, 3600)
 
 
 class Outage:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,12 +18,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
+from histaudit.config import DEFAULT_OUTAGE_WAIT_SECONDS, LOCK_WAIT_ENV
 from histaudit.errors import StoreError, StoreUnavailableError
 from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 from histaudit.urls import shown_url
 
 from .columns import _text
-from .outage import Outage, outage_wait_from_env, seconds_from_env
+from .outage import Outage
 from .pgsession import catalog_first
 from .schema import _guards_outdated, _install_guards, meta_table, metadata, not_stored_tables
 from .snapshot import Snapshot
@@ -47,10 +47,9 @@ DEFAULT_URL = "sqlite:///histaudit.db"
 # slow into broken (an activity fails, then retries into the same queue).
 SQLITE_BUSY_SECONDS = 300
 # A person running a writing command (redact, checkpoint, export) is told at once that
-# another process holds the write lock, and the command gives up after this long instead
-# of the interceptor's five minutes; $HISTAUDIT_LOCK_WAIT (seconds) overrides it.
-LOCK_WAIT_ENV = "HISTAUDIT_LOCK_WAIT"
-DEFAULT_LOCK_WAIT_SECONDS = 30.0
+# another process holds the write lock, and the command gives up after
+# DEFAULT_LOCK_WAIT_SECONDS instead of the interceptor's five minutes; $HISTAUDIT_LOCK_WAIT
+# (histaudit.config) overrides it.
 # The drivers histaudit installs; any other (asyncpg, psycopg2, ...) is refused up front.
 _DRIVERS = {"sqlite": ("sqlite", "sqlite+pysqlite"),
             "postgresql": ("postgresql", "postgresql+psycopg")}
@@ -69,13 +68,8 @@ _TRY_APPEND_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 
 
 def resolve_url(url: str | None) -> str:
-    return url or os.environ.get("HISTAUDIT_DB") or DEFAULT_URL
-
-
-def lock_wait_from_env() -> float:
-    """Seconds a writing CLI command waits for the write lock: $HISTAUDIT_LOCK_WAIT or
-    :data:`DEFAULT_LOCK_WAIT_SECONDS`; a value that is not 0..86400 seconds is an error."""
-    return seconds_from_env(LOCK_WAIT_ENV, DEFAULT_LOCK_WAIT_SECONDS, 86400)
+    """``url``, or :data:`DEFAULT_URL` (the edges pass ``$HISTAUDIT_DB`` as ``url``)."""
+    return url or DEFAULT_URL
 
 
 def _redact_url(url: str) -> str:
@@ -153,7 +147,7 @@ class Ledger:
         self._tips = TipMemo()  # the bodies this ledger wrote last: WriteTx.tips
         self.outage = Outage(_redact_url(url), 0.0)
         """How calls wait through a moment when the database server is away
-        (:meth:`ride_out`); :meth:`open` sets the wait from the environment."""
+        (:meth:`ride_out`); :meth:`open` sets the wait."""
 
     def ride_out(self, fn: Callable[[], T], *, landed: Callable[[], T | None] | None = None
                  ) -> T:
@@ -166,13 +160,15 @@ class Ledger:
 
     @classmethod
     def open(cls, url: str | None = None, *, create: bool = False,
-             lock_wait: float | None = None, on_lock_wait: OnLockWait | None = None
-             ) -> Ledger:
+             lock_wait: float | None = None, on_lock_wait: OnLockWait | None = None,
+             outage_wait: float = DEFAULT_OUTAGE_WAIT_SECONDS) -> Ledger:
         """Open (or ``create``) the ledger at ``url``.
 
         ``lock_wait`` bounds how long a write waits for the write lock another process
         holds (default: :data:`SQLITE_BUSY_SECONDS` on SQLite, unbounded on PostgreSQL);
-        ``on_lock_wait()`` is called at once when a write finds the lock held. A SQLite
+        ``on_lock_wait()`` is called at once when a write finds the lock held;
+        ``outage_wait`` is how long a PostgreSQL that went away is waited for
+        (:meth:`ride_out`; ``$HISTAUDIT_STORE_OUTAGE_WAIT`` at the edges). A SQLite
         ledger that cannot be written (``?mode=ro``, a read-only file or directory) still
         opens for reading; a write then fails naming why.
         """
@@ -204,7 +200,7 @@ class Ledger:
                 raise StoreError(f"ledger {shown}: {_one_line(exc)}") from None
             ledger = cls(db, url)
             ledger.lock_wait, ledger.on_lock_wait = lock_wait, on_lock_wait
-            ledger.outage = Outage(shown, outage_wait_from_env())
+            ledger.outage = Outage(shown, outage_wait)
             try:
                 ledger._prepare(create=create)
             except (SQLAlchemyError, OverflowError) as exc:
