@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -18,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from histaudit.testing.engine import free_port
 from support.repo import REPO
 
 __all__ = ["Jaeger", "jaeger_bin"]
@@ -30,12 +30,6 @@ def jaeger_bin() -> Path:
     if not found.is_file():
         raise RuntimeError(f"{found} is missing: run scripts/install-jaeger.sh (make test does)")
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 _CONFIG = """\
@@ -88,7 +82,7 @@ class Jaeger:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.ports = {n: _free_port() for n in ("query", "query_grpc", "health", "otlp")}
+        self.ports = {n: free_port() for n in ("query", "query_grpc", "health", "otlp")}
         self.config = workdir / "jaeger.yaml"
         self.log = workdir / "jaeger.log"
         self._proc: subprocess.Popen[bytes] | None = None

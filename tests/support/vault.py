@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import time
 import urllib.error
@@ -19,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from histaudit.testing.engine import free_port
 from support.repo import REPO
 
 __all__ = ["Vault", "vault_bin"]
@@ -33,18 +33,12 @@ def vault_bin() -> Path:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Vault:
     """One Vault dev server with the transit engine mounted at ``transit``."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.port = _free_port()
+        self.port = free_port()
         self.token = secrets.token_hex(16)
         self.token_file = workdir / "vault-token"
         self.log = workdir / "vault.log"

@@ -248,6 +248,38 @@ def is_key_material(text: str) -> bool:
     return False
 
 
+def secret_from(source: str | None, fallback: str | None, *, secret: str, param: str,
+                owner: str, env: str, limit: int = 4096) -> str:
+    """A secret a key's name points to (a PKCS#11 PIN, a key service's token): from
+    ``param=file:PATH`` (``source``), a file only its owner may read, like a key file;
+    else ``fallback``, what the environment variable ``env`` held. KeyMaterialError in one
+    line naming ``owner`` and the file, never the secret."""
+    if source is None:
+        if not fallback:
+            raise KeyMaterialError(f"{owner}: no {secret} ({param}=file:PATH, or ${env})")
+        return fallback
+    if not source.startswith("file:"):
+        raise KeyMaterialError(f"{owner}: {param} must be file:PATH")
+    path = Path(source.removeprefix("file:"))
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise KeyMaterialError(f"{secret} file {path} is not a regular file")
+        if mode & 0o077:
+            raise KeyMaterialError(f"{secret} file {path} is readable by others (mode "
+                                   f"{stat.S_IMODE(mode):04o}); run: chmod 600 {path}")
+        with path.open("rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise KeyMaterialError(f"{secret} file {path}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise KeyMaterialError(f"{secret} file {path} is over {limit} bytes")
+    text = data.decode("utf-8", "replace").rstrip("\r\n")
+    if not text:
+        raise KeyMaterialError(f"{secret} file {path} is empty")
+    return text
+
+
 def generate_keypair(out_dir: str | os.PathLike[str], *, name: str = "histaudit",
                      not_before: str | None = None,
                      not_after: str | None = None) -> tuple[Path, Path, Signer]:

@@ -24,16 +24,14 @@ serializes the signatures. The binding is python-pkcs11 (``pip install 'histaudi
 from __future__ import annotations
 
 import os
-import stat
 import threading
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from histaudit.config import PKCS11_MODULE_ENV, PKCS11_PIN_ENV
 from histaudit.errors import KeyMaterialError
 
-from .keys import PublicKey, Signer, key_id
+from .keys import PublicKey, Signer, key_id, secret_from
 
 __all__ = ["MODULE_ENV", "PIN_ENV", "Pkcs11Signer", "is_pkcs11_uri"]
 
@@ -57,33 +55,6 @@ def _attributes(part: str, sep: str) -> dict[str, str]:
             raise KeyMaterialError(f"PKCS#11 URI names {name[:40]!r} twice")
         found[name] = unquote(value)
     return found
-
-
-def _pin(query: dict[str, str], fallback: str | None) -> str:
-    source = query.get("pin-source")
-    if source is None:
-        pin = fallback
-        if not pin:
-            raise KeyMaterialError(f"PKCS#11 key: no PIN (pin-source=file:PATH in the URI, "
-                                   f"or ${PIN_ENV})")
-        return pin
-    if not source.startswith("file:"):
-        raise KeyMaterialError("PKCS#11 URI: pin-source must be file:PATH")
-    path = Path(source.removeprefix("file:"))
-    try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise KeyMaterialError(f"PIN file {path} is not a regular file")
-        if mode & 0o077:
-            raise KeyMaterialError(f"PIN file {path} is readable by others (mode "
-                                   f"{stat.S_IMODE(mode):04o}); run: chmod 600 {path}")
-        with path.open("rb") as fh:
-            data = fh.read(_MAX_PIN_FILE + 1)
-    except OSError as exc:
-        raise KeyMaterialError(f"PIN file {path}: {exc.strerror}") from None
-    if len(data) > _MAX_PIN_FILE:
-        raise KeyMaterialError(f"PIN file {path} is over {_MAX_PIN_FILE} bytes")
-    return data.decode("utf-8", "replace").rstrip("\r\n")
 
 
 class Pkcs11Signer(Signer):
@@ -114,7 +85,9 @@ class Pkcs11Signer(Signer):
         if not self._module:
             raise KeyMaterialError(f"PKCS#11 key: no module (module-path= in the URI, or "
                                    f"${MODULE_ENV})")
-        self._pin = _pin(query, pin)
+        self._pin = secret_from(query.get("pin-source"), pin, secret="PIN",
+                                param="pin-source", owner="PKCS#11 key", env=PIN_ENV,
+                                limit=_MAX_PIN_FILE)
         self._lock = threading.Lock()
         self._pid = -1
         self._session: Any = None

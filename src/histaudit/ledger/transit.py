@@ -39,9 +39,7 @@ import http.client
 import ipaddress
 import os
 import ssl
-import stat
 import threading
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
@@ -52,7 +50,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from histaudit.config import VAULT_TOKEN_ENV
 from histaudit.errors import KeyMaterialError
 
-from .keys import PublicKey, Signer, key_id
+from .keys import PublicKey, Signer, key_id, secret_from
 
 __all__ = ["TOKEN_ENV", "TransitSigner", "is_transit_url"]
 
@@ -65,36 +63,6 @@ _TIMEOUT_S = 10.0
 
 def is_transit_url(text: str) -> bool:
     return text.startswith(_SCHEMES)
-
-
-def _token(query: dict[str, str], fallback: str | None) -> str:
-    source = query.get("token-source")
-    if source is None:
-        token = fallback
-        if not token:
-            raise KeyMaterialError(f"transit key: no token (token-source=file:PATH in the "
-                                   f"URL, or ${TOKEN_ENV})")
-        return token
-    if not source.startswith("file:"):
-        raise KeyMaterialError("transit key URL: token-source must be file:PATH")
-    path = Path(source.removeprefix("file:"))
-    try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise KeyMaterialError(f"token file {path} is not a regular file")
-        if mode & 0o077:
-            raise KeyMaterialError(f"token file {path} is readable by others (mode "
-                                   f"{stat.S_IMODE(mode):04o}); run: chmod 600 {path}")
-        with path.open("rb") as fh:
-            data = fh.read(_MAX_TOKEN_FILE + 1)
-    except OSError as exc:
-        raise KeyMaterialError(f"token file {path}: {exc.strerror}") from None
-    if len(data) > _MAX_TOKEN_FILE:
-        raise KeyMaterialError(f"token file {path} is over {_MAX_TOKEN_FILE} bytes")
-    token = data.decode("utf-8", "replace").strip()
-    if not token:
-        raise KeyMaterialError(f"token file {path} is empty")
-    return token
 
 
 def _loopback(host: str) -> bool:
@@ -144,7 +112,9 @@ class TransitSigner(Signer):
         self.shown = f"{parts.scheme}://{self._host}:{self._port}/{self._mount}/{self._name}"
         self._context = ssl.create_default_context(cafile=query.get("ca-file")) \
             if self._tls else None
-        self._token = _token(query, token)
+        self._token = secret_from(query.get("token-source"), token, secret="token",
+                                  param="token-source", owner="transit key", env=TOKEN_ENV,
+                                  limit=_MAX_TOKEN_FILE).strip()
         self._lock = threading.Lock()
         self._conn: http.client.HTTPConnection | None = None
         self._pid = os.getpid()
