@@ -19,6 +19,9 @@ matrix start them the same way.
   (:mod:`.daprd_replica`; its ports in :mod:`.daprd_ports`);
 * both offer what a test drives: ``address``, ``port``, ``env()``,
   ``start``/``kill``/``restart``/``stop``, ``running``, ``pid``, ``log_tail``;
+* :class:`~.witness.Witness` (:mod:`.witness`) — a real C2SP tlog-witness (litewitness)
+  with its own key, database and port, and :func:`~.witness.write_policy` for a policy
+  file naming the witnesses started (``HISTAUDIT_WITNESS_BIN_DIR`` or ``.tools/bin``);
 * :mod:`.daprd_wait` reads daprd's log for what it is doing (a stranded actor type);
   :mod:`.daprd_binaries` and :mod:`.daprd_components` say where the binaries are and
   which components a stack gets.
