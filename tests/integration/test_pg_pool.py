@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from histaudit.errors import StoreError
 from histaudit.ledger import chain
 from histaudit.ledger.keys import Signer
-from histaudit.ledger.store import Ledger, rows
+from histaudit.ledger.store import Ledger, postgres
 
 pytestmark = pytest.mark.postgres
 
@@ -36,14 +36,14 @@ def test_an_idle_connection_the_server_dropped_is_replaced(
     with Ledger.open(pg_url, create=True) as ledger:
         chain.append(ledger, "a", "workflow.started", {}, signer=signer)
         assert _drop_sessions(pg_url) >= 1
-        monkeypatch.setattr(rows, "PING_AFTER_IDLE_SECONDS", 0.0)  # every checkout is "idle"
+        monkeypatch.setattr(postgres, "PING_AFTER_IDLE_SECONDS", 0.0)  # every checkout is "idle"
         entry = chain.append(ledger, "a", "activity.started", {}, signer=signer)
     assert entry.seq == 2
 
 
 def test_a_recently_used_connection_is_not_pinged_and_fails_one_write(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rows, "PING_AFTER_IDLE_SECONDS", 3600.0)
+    monkeypatch.setattr(postgres, "PING_AFTER_IDLE_SECONDS", 3600.0)
     signer = Signer.generate()
     with Ledger.open(pg_url, create=True) as ledger:
         chain.append(ledger, "a", "workflow.started", {}, signer=signer)

@@ -54,7 +54,7 @@ def test_threads_write_on_connections_of_their_own(tmp_path: Path) -> None:
             start.wait(timeout=30)
             for i in range(5):
                 chain.append(ledger, f"t-{n}", "step.done", {"i": i}, signer=signer)
-            conns[n] = id(ledger._writers.get().conn)  # type: ignore[union-attr]
+            conns[n] = id(ledger.writer_connections.get().conn)  # type: ignore[union-attr]
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -74,11 +74,11 @@ def test_a_failed_write_leaves_the_next_one_a_working_connection(tmp_path: Path)
     signer = Signer.generate()
     with _ledger(tmp_path) as ledger:
         chain.append(ledger, "wf", "step.done", {"i": 1}, signer=signer)
-        before = ledger._writers.get()  # type: ignore[union-attr]
+        before = ledger.writer_connections.get()  # type: ignore[union-attr]
         with pytest.raises(StoreError, match="head must match"), ledger.write() as tx:
             # a head naming no stored entry: the schema's trigger refuses it
             tx.put_head(StoredHead("wf", 9, b"{}", b"\x00" * 64), new=False)
-        assert ledger._writers.get() is not before  # type: ignore[union-attr]
+        assert ledger.writer_connections.get() is not before  # type: ignore[union-attr]
         chain.append(ledger, "wf", "step.done", {"i": 2}, signer=signer)
         _clean(ledger, signer, "wf", 2)
 
@@ -87,7 +87,7 @@ def test_close_then_write_opens_a_new_connection(tmp_path: Path) -> None:
     signer = Signer.generate()
     ledger = _ledger(tmp_path)
     chain.append(ledger, "wf", "step.done", {"i": 1}, signer=signer)
-    old = ledger._writers.get().conn  # type: ignore[union-attr]
+    old = ledger.writer_connections.get().conn  # type: ignore[union-attr]
     ledger.close()
     with pytest.raises(Exception, match="closed"):
         old.execute("SELECT 1")
@@ -100,13 +100,13 @@ def test_a_forked_child_writes_on_a_connection_of_its_own(tmp_path: Path) -> Non
     signer = Signer.generate()
     with _ledger(tmp_path) as ledger:
         chain.append(ledger, "wf", "step.done", {"i": 1}, signer=signer)
-        parent = id(ledger._writers.get().conn)  # type: ignore[union-attr]
+        parent = id(ledger.writer_connections.get().conn)  # type: ignore[union-attr]
         pid = os.fork()
         if pid == 0:  # the child: exit status says whether it appended on a new connection
             ok = False
             try:
                 chain.append(ledger, "wf", "step.done", {"i": 2}, signer=signer)
-                ok = id(ledger._writers.get().conn) != parent  # type: ignore[union-attr]
+                ok = id(ledger.writer_connections.get().conn) != parent  # type: ignore[union-attr]
             finally:
                 os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)

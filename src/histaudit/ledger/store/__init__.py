@@ -1,4 +1,4 @@
-"""The ledger store: the only code that knows SQL dialects (SQLite and PostgreSQL).
+"""The ledger store: the only code that knows SQL, one driver per database.
 
 It stores and returns rows — schema, triggers, locks, rows in and out — and nothing else:
 it neither builds, hashes nor signs a record. What goes into a row is decided by
@@ -18,13 +18,18 @@ tail). Rows stream through one cursor in constant memory. Every column value is 
 whatever the database holds there (SQLite keeps any storage class in any column) and
 handed over in a form the verifier reports, never one that crashes the reader.
 
-``rows``     :class:`Ledger`: open, snapshot, write (durable or riding on the next commit)
+``rows``     :class:`Ledger`: open, snapshot, write (durable or riding on the next
+             commit); no dialect of its own: it asks its driver
+``driver``   the :class:`~.driver.Driver` contract and the registry by URL backend name
+``sqlite``   the SQLite driver: a file (read-write, read-only, immutable), WAL, one held
+             write connection per thread (:class:`~.sqlite.WriterConnections`)
+``postgres`` the PostgreSQL driver: pool pings, advisory append lock, pipelined writes,
+             the WAL flush of a durable write; sessions that search pg_catalog first
 ``snapshot`` :class:`Snapshot`: one consistent read, rows streamed through the driver
 ``writetx``  :class:`WriteTx`: the row operations of one write transaction
-``sql``      the hot paths' statements in both dialects' placeholder styles
-``schema``   tables, the append-only triggers of both dialects, the writer role's grants
-``sqlite``   opening a SQLite file (read-write, read-only, immutable) and its connections
-             (writes run on one held per thread: :class:`~.sqlite.WriterConnections`)
+``sql``      the hot paths' statements in both placeholder styles
+``schema``   tables, the append-only triggers' DDL, the writer role's grants
+``outage``   riding out a database server that went away
 ``columns``  column values in a form the verifier reports, whatever storage class
 """
 

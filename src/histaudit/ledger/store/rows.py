@@ -6,9 +6,7 @@ See :mod:`histaudit.ledger.store` for what the store promises.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,20 +22,11 @@ from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 from histaudit.urls import shown_url
 
 from .columns import _text
+from .driver import Driver, driver_for
 from .outage import Outage
-from .pgsession import catalog_first
+from .postgres import APPEND_LOCK_KEY
 from .schema import _guards_outdated, _install_guards, meta_table, metadata, not_stored_tables
 from .snapshot import Snapshot
-from .sql import statements
-from .sqlite import (
-    WriterConnections,
-    _sqlite_engine,
-    _sqlite_lock_held,
-    _sqlite_path,
-    _sqlite_target,
-    _why_unwritable,
-    unwritable_files,
-)
 from .writetx import TipMemo, WriteTx
 
 _log = logging.getLogger("histaudit.ledger")
@@ -50,21 +39,8 @@ SQLITE_BUSY_SECONDS = 300
 # another process holds the write lock, and the command gives up after
 # DEFAULT_LOCK_WAIT_SECONDS instead of the interceptor's five minutes; $HISTAUDIT_LOCK_WAIT
 # (histaudit.config) overrides it.
-# The drivers histaudit installs; any other (asyncpg, psycopg2, ...) is refused up front.
-_DRIVERS = {"sqlite": ("sqlite", "sqlite+pysqlite"),
-            "postgresql": ("postgresql", "postgresql+psycopg")}
 SCHEMA_VERSION = "1"
-# Any 64-bit constant: the key of the PostgreSQL advisory lock that orders appends.
-_PG_APPEND_LOCK = 0x6869_7374_6175_6474  # "histaudt"
-
-_APPEND_LOCK = "SELECT pg_advisory_xact_lock(%s)"
-# A statement of its own transaction, after a write's COMMIT, that returns only once the
-# WAL is on disk up to its own commit record, so up to the write's too: it writes a
-# record and takes a transaction id (a commit flushes only then), and changes nothing.
-# PUBLIC may run it; the message is decoded only by a logical-replication reader that
-# asks for the "histaudit" prefix.
-_PG_FLUSH = "SELECT pg_logical_emit_message(true, 'histaudit', 'flush')"
-_TRY_APPEND_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
+_PG_APPEND_LOCK = APPEND_LOCK_KEY  # the advisory lock key, for tests that hold it
 
 
 def resolve_url(url: str | None) -> str:
@@ -80,47 +56,6 @@ OnLockWait = Callable[[], None]
 T = TypeVar("T")
 
 
-PING_AFTER_IDLE_SECONDS = 1.0
-"""A pooled PostgreSQL connection idle for longer than this is pinged before it is used."""
-
-
-def _pg_engine(parsed: sa.URL) -> Engine:
-    """A PostgreSQL engine whose sessions search pg_catalog first (:func:`catalog_first`),
-    and whose pool pings a connection only when it sat idle for more than
-    :data:`PING_AFTER_IDLE_SECONDS`.
-
-    A ping on every checkout (``pool_pre_ping``) is a round trip and about 0.35 ms of
-    client CPU for every transaction, which is a third of a one-entry append
-    (benchmarks/README.md, figure 2). A connection that was used a moment ago is as
-    good as a ping would find it; if the server went away meanwhile, that one write
-    fails with a StoreError, and the pool replaces the broken connection.
-    """
-    db = sa.create_engine(parsed.set(drivername="postgresql+psycopg"))
-    sa.event.listen(db, "connect", lambda dbapi_conn, _record: catalog_first(dbapi_conn))
-    sa.event.listen(db, "checkin", _note_checkin)
-    sa.event.listen(db, "checkout", functools.partial(_ping_if_idle, db.dialect))
-    return db
-
-
-def _note_checkin(_dbapi_conn: Any, record: Any) -> None:
-    if record is not None:
-        record.info["histaudit_idle_since"] = time.monotonic()
-
-
-def _ping_if_idle(dialect: Any, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
-    """Pool checkout: ping a connection idle for long; one that fails is replaced (the
-    pool retries the checkout on DisconnectionError)."""
-    since = record.info.get("histaudit_idle_since")
-    if since is None or time.monotonic() - since <= PING_AFTER_IDLE_SECONDS:
-        return
-    try:
-        alive = dialect.do_ping(dbapi_conn)
-    except dialect.loaded_dbapi.Error:
-        alive = False
-    if not alive:
-        raise sa.exc.DisconnectionError("the pooled connection did not answer a ping")
-
-
 class Ledger:
     """A histaudit ledger in one SQLite file or one PostgreSQL database.
 
@@ -128,11 +63,12 @@ class Ledger:
     error); ``Ledger.open(url, create=True)`` creates the schema when absent.
     """
 
-    def __init__(self, db: Engine, url: str) -> None:
+    def __init__(self, db: Engine, url: str, driver: Driver) -> None:
         self.db = db
         """The SQLAlchemy engine (connection pool) of the database."""
         self.url = url
-        self.dialect = db.dialect.name
+        self.driver = driver
+        """Everything that differs between databases (:mod:`.driver`)."""
         self.ledger_id = ""
         self.read_only = ""
         """Why this ledger cannot be written ('' when it can): a read-only URL, or a
@@ -142,9 +78,9 @@ class Ledger:
         self.sqlite_file: Path | None = None
         """The SQLite database file (None: PostgreSQL, or an in-memory database)."""
         self._guards_checked = False
-        self._sql = statements(self.dialect)
-        self._writers = WriterConnections(db) if self.dialect == "sqlite" else None
-        self._tips = TipMemo()  # the bodies this ledger wrote last: WriteTx.tips
+        self.writer_connections = driver.writers(db)
+        """Per-thread write connections the driver keeps (None: the pool's)."""
+        self.tips = TipMemo()  # the bodies this ledger wrote last: WriteTx.tips
         self.outage = Outage(_redact_url(url), 0.0)
         """How calls wait through a moment when the database server is away
         (:meth:`ride_out`); :meth:`open` sets the wait."""
@@ -178,43 +114,27 @@ class Ledger:
             parsed = sa.engine.make_url(url)
         except (ArgumentError, ValueError):
             raise StoreError(f"ledger URL {shown!r} is not a database URL") from None
-        backend = parsed.get_backend_name()
-        if backend not in _DRIVERS:
-            raise StoreError(f"ledger URL {shown}: only sqlite and postgresql are supported")
-        if parsed.drivername not in _DRIVERS[backend]:
-            raise StoreError(f"ledger URL {shown}: driver {parsed.drivername!r} is not "
-                             f"supported (use {' or '.join(_DRIVERS[backend])})")
-        modes = ["rw"]
-        if backend == "sqlite":
-            parsed, modes, read_only = _sqlite_target(parsed, create=create, shown=shown)
+        driver = driver_for(parsed, shown)
+        parsed, modes, read_only = driver.targets(parsed, create=create, shown=shown)
         last = ""
         for mode in modes:
             try:
-                if backend == "sqlite":
-                    db = _sqlite_engine(parsed, mode, create=create,
-                                        busy=SQLITE_BUSY_SECONDS if lock_wait is None
-                                        else lock_wait)
-                else:
-                    db = _pg_engine(parsed)
+                db = driver.engine(parsed, mode, create=create,
+                                   busy=SQLITE_BUSY_SECONDS if lock_wait is None else lock_wait)
             except (NoSuchModuleError, ArgumentError, ValueError, TypeError) as exc:
                 raise StoreError(f"ledger {shown}: {_one_line(exc)}") from None
-            ledger = cls(db, url)
+            ledger = cls(db, url, driver)
             ledger.lock_wait, ledger.on_lock_wait = lock_wait, on_lock_wait
             ledger.outage = Outage(shown, outage_wait)
             try:
                 ledger._prepare(create=create)
             except (SQLAlchemyError, OverflowError) as exc:
                 db.dispose()
-                last = _one_line(exc)
-                if "unable to open database file" in last and mode != modes[-1]:
-                    continue  # a read-only directory: try to open for reading only
-                if "unable to open database file" in last and parsed.database:
-                    last += f" ({_why_unwritable(_sqlite_path(parsed))})"
-                raise StoreError(f"ledger {shown}: {last}") from None
-            if backend == "sqlite":
-                ledger.sqlite_file = _sqlite_path(parsed)
-                ledger.read_only = read_only if mode == "rw" else (
-                    read_only or _why_unwritable(_sqlite_path(parsed)))
+                reason = driver.open_failed(_one_line(exc), parsed, mode, modes)
+                if reason is None:
+                    continue
+                raise StoreError(f"ledger {shown}: {reason}") from None
+            driver.opened(ledger, parsed, mode, read_only)
             return ledger
         raise StoreError(f"ledger {shown}: {last}")  # pragma: no cover - loop always returns
 
@@ -226,7 +146,7 @@ class Ledger:
                 raise StoreError(f"ledger {_redact_url(self.url)} holds no histaudit ledger")
             self._create_schema()
         with self.db.connect() as conn:
-            bad = not_stored_tables(conn)
+            bad = not_stored_tables(conn, self.driver)
             if bad:
                 raise StoreError(f"ledger {_redact_url(self.url)} is not a plain histaudit "
                                  f"ledger: {'; '.join(bad)} (its rows must be stored in "
@@ -242,10 +162,9 @@ class Ledger:
 
     def _create_schema(self) -> None:
         with self._write() as conn:
-            if self.dialect == "postgresql":
-                conn.exec_driver_sql(_APPEND_LOCK, (_PG_APPEND_LOCK,))
+            self.driver.schema_lock(conn)
             metadata.create_all(conn)
-            _install_guards(conn)
+            _install_guards(conn, self.driver)
             have = conn.execute(sa.select(meta_table.c.key)).scalars().all()
             if "schema_version" not in have:
                 conn.execute(meta_table.insert(), [
@@ -254,8 +173,8 @@ class Ledger:
                 ])
 
     def close(self) -> None:
-        if self._writers is not None:
-            self._writers.close()
+        if self.writer_connections is not None:
+            self.writer_connections.close()
         self.db.dispose()
 
     def __enter__(self) -> Ledger:
@@ -276,30 +195,26 @@ class Ledger:
         never look at rows stored after the head, and rows nobody signed into a head are
         exactly what a verifier must report. A database failure is a StoreError.
         """
-        with self._driver(lambda exc: f"ledger {_redact_url(self.url)}: {_one_line(exc)}"
-                          ) as raw:
+        with self.connection(lambda exc: f"ledger {_redact_url(self.url)}: {_one_line(exc)}"
+                             ) as raw:
             cur = raw.cursor()
-            # psycopg opens the transaction with this statement's BEGIN; SET TRANSACTION
-            # must be its first statement.
-            cur.execute("BEGIN" if self.dialect == "sqlite" else
-                        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cur.execute(self.driver.begin_snapshot())
             cur.close()
-            yield Snapshot(raw, self.dialect, chunk)
+            yield Snapshot(raw, self.driver, chunk)
 
     @contextlib.contextmanager
-    def _driver(self, failed: Callable[[BaseException], str]) -> Iterator[Any]:
+    def connection(self, failed: Callable[[BaseException], str]) -> Iterator[Any]:
         """The driver's own connection from the pool, for one transaction.
 
         Any database failure becomes a StoreError whose message ``failed(exc)`` writes;
         whatever the transaction left open is rolled back before the connection goes
         back to the pool (after a commit, or a read, that is nothing).
         """
-        errors = self._db_errors()
+        errors = self.db_errors()
         try:
             raw = self.db.raw_connection()
         except errors as exc:  # the pool's own reconnect raises the driver's error as is
-            gone = self.dialect == "postgresql" and isinstance(
-                exc, (sa.exc.OperationalError, self.db.dialect.loaded_dbapi.OperationalError))
+            gone = self.driver.connect_lost(exc, self.db)
             raise (StoreUnavailableError if gone else StoreError)(failed(exc)) from None
         try:
             yield raw
@@ -309,10 +224,11 @@ class Ledger:
                 raise StoreUnavailableError(failed(exc)) from None
             raise StoreError(failed(exc)) from None
         finally:
-            _rollback(raw, self.dialect == "sqlite")
+            with contextlib.suppress(Exception):  # a broken connection: the pool drops it
+                self.driver.rollback(raw)
             raw.close()
 
-    def _db_errors(self) -> tuple[type[BaseException], ...]:
+    def db_errors(self) -> tuple[type[BaseException], ...]:
         """What a failing database operation raises: the driver's errors, SQLAlchemy's,
         and OverflowError (an integer the driver cannot bind)."""
         return (self.db.dialect.loaded_dbapi.Error, SQLAlchemyError, OverflowError)
@@ -382,14 +298,13 @@ class Ledger:
         """A write transaction (on SQLite it holds the database write lock from BEGIN)."""
         with self.db.connect() as conn:
             raw: Any = conn.connection.dbapi_connection
-            if self.dialect == "sqlite" and self.on_lock_wait is not None and \
-                    _sqlite_lock_held(raw, self._busy_ms()):
+            if self.on_lock_wait is not None and self.driver.lock_held(raw, self.busy_ms()):
                 self.on_lock_wait()
             conn = conn.execution_options(histaudit_write=True)
             with conn.begin():
                 yield conn
 
-    def _busy_ms(self) -> int:
+    def busy_ms(self) -> int:
         return int(1000 * (SQLITE_BUSY_SECONDS if self.lock_wait is None else self.lock_wait))
 
     @contextlib.contextmanager
@@ -418,71 +333,8 @@ class Ledger:
         def failed(exc: BaseException) -> str:
             return f"{what} failed: {self._explain(exc)}"
 
-        if self._writers is not None:
-            with self._sqlite_write(failed, durable=durable) as tx:
-                yield tx
-            return
-        with self._driver(failed) as raw:
-            cur = raw.cursor()
-            try:
-                # The whole transaction in pipeline mode: the lock and the batch's first
-                # reads go in one round trip, its inserts and COMMIT in the next, so the
-                # append lock is held across one wait on the server (test_group_commit).
-                # Without a bound on the wait the lock goes with the first statement
-                # (WriteTx.start).
-                with raw.dbapi_connection.pipeline():
-                    lock = None
-                    if self.lock_wait is None:
-                        lock = (_APPEND_LOCK, (_PG_APPEND_LOCK,))
-                    else:
-                        self._pg_append_lock(cur)
-                    # The COMMIT does not wait for the WAL flush, so the lock is released
-                    # at once; a durable write waits for it after (_PG_FLUSH).
-                    cur.execute("SET LOCAL synchronous_commit = off")
-                    yield WriteTx(cur, self._sql, pipelined=True, tips=self._tips, lock=lock)
-                    # queued like the inserts and sent, with them, when the pipeline ends
-                    # (psycopg's commit() inside a pipeline can stall on a large batch:
-                    # it waits for the answer before the queued bytes are all sent)
-                    cur.execute("COMMIT")
-                    if durable:
-                        cur.execute(_PG_FLUSH)
-            finally:
-                cur.close()
-
-    @contextlib.contextmanager
-    def _sqlite_write(self, failed: Callable[[BaseException], str], *, durable: bool
-                      ) -> Iterator[WriteTx]:
-        """A SQLite write transaction on this thread's held connection: the database
-        write lock is taken at BEGIN IMMEDIATE; ``synchronous`` is FULL for a durable
-        write, NORMAL for one that rides on the next durable commit (set only when the
-        connection's last write used the other)."""
-        assert self._writers is not None
-        if self.sqlite_file is not None and (why := unwritable_files(self.sqlite_file)):
-            raise StoreError(failed(StoreError(why)))
-        errors = self._db_errors()
-        try:
-            held = self._writers.get()
-        except SQLAlchemyError as exc:
-            raise StoreError(failed(exc)) from None
-        raw = held.conn
-        try:
-            cur = raw.cursor()
-            try:
-                if self.on_lock_wait is not None and _sqlite_lock_held(raw, self._busy_ms()):
-                    self.on_lock_wait()
-                mode = "FULL" if durable else "NORMAL"
-                if held.synchronous != mode:
-                    cur.execute(f"PRAGMA synchronous = {mode}")
-                    held.synchronous = mode
-                cur.execute("BEGIN IMMEDIATE")
-                yield WriteTx(cur, self._sql, tips=self._tips)
-                cur.execute("COMMIT")
-            finally:
-                cur.close()
-                _rollback(raw, True)
-        except errors as exc:
-            self._writers.drop(held)  # the thread's next write starts on a fresh connection
-            raise StoreError(failed(exc)) from None
+        with self.driver.write(self, failed, durable=durable) as tx:
+            yield tx
 
     def _explain(self, exc: BaseException) -> str:
         text = _one_line(exc)
@@ -490,10 +342,7 @@ class Ledger:
             wait = SQLITE_BUSY_SECONDS if self.lock_wait is None else self.lock_wait
             return (f"gave up after {wait:g} s waiting for the write lock held by "
                     f"another process (set {LOCK_WAIT_ENV} to wait longer)")
-        if "readonly database" in text or "unable to open database file" in text:
-            path = _sqlite_path(sa.engine.make_url(self.url))
-            text += f" ({_why_unwritable(path)})" if path else ""
-        return text
+        return self.driver.explain(text, self.url)
 
     def _upgrade_guards(self) -> None:
         """Bring the append-only triggers of a ledger made by an older histaudit up to date.
@@ -512,31 +361,22 @@ class Ledger:
         self._guards_checked = True
         try:
             with self.db.connect() as conn:
-                if not _guards_outdated(conn):
+                if not _guards_outdated(conn, self.driver):
                     return
             with self._write() as conn:
-                if self.dialect == "postgresql":
-                    conn.exec_driver_sql(_APPEND_LOCK, (_PG_APPEND_LOCK,))
-                if _guards_outdated(conn):
-                    _install_guards(conn, upgrade=True)
+                self.driver.schema_lock(conn)
+                if _guards_outdated(conn, self.driver):
+                    _install_guards(conn, self.driver, upgrade=True)
         except SQLAlchemyError as exc:
             _log.warning("histaudit: ledger %s has the append-only triggers of an older "
                          "histaudit, which do not check a head against its signed body, and "
                          "they could not be upgraded (%s); open it for writing once as its "
                          "owner to upgrade them", _redact_url(self.url), _one_line(exc))
 
-    def _pg_append_lock(self, cur: Any) -> None:
-        """The append lock, waited for at most ``lock_wait`` (set: see :meth:`_pg_write`)."""
-        assert self.lock_wait is not None
-        lock = (_PG_APPEND_LOCK,)
-        cur.execute(_TRY_APPEND_LOCK, lock)
-        if cur.fetchone()[0]:
-            return
-        if self.on_lock_wait is not None:
-            self.on_lock_wait()
-        # lock_timeout also bounds advisory locks; 0 would mean "wait forever".
-        cur.execute(f"SET LOCAL lock_timeout = {max(1, int(self.lock_wait * 1000))}")
-        cur.execute(_APPEND_LOCK, lock)
+    @property
+    def dialect(self) -> str:
+        """The database's name (``sqlite``, ``postgresql``): the driver's."""
+        return self.driver.name
 
 
 def _connection_lost(raw: Any) -> bool:
@@ -544,16 +384,6 @@ def _connection_lost(raw: Any) -> bool:
     closed when the server went away): a failure then says nothing about the statement."""
     conn = getattr(raw, "dbapi_connection", None)
     return bool(getattr(conn, "broken", False) or getattr(conn, "closed", False))
-
-
-def _rollback(raw: Any, sqlite: bool) -> None:
-    """Undo an open write transaction; a connection that broke meanwhile is dropped by
-    the pool on return, so a failure to roll back is not a second error."""
-    with contextlib.suppress(Exception):
-        if not sqlite:
-            raw.rollback()
-        elif raw.in_transaction:
-            raw.execute("ROLLBACK")
 
 
 def _one_line(exc: BaseException) -> str:

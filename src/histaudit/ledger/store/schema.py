@@ -6,10 +6,13 @@ and a head may only move forward, onto the newest entry its signed body names.
 
 from __future__ import annotations
 
-import re
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+if TYPE_CHECKING:
+    from .driver import Driver
 
 metadata = sa.MetaData()
 meta_table = sa.Table(
@@ -88,7 +91,7 @@ _SQLITE_HEAD_MATCHES = f"""coalesce(typeof(NEW.body) = 'blob' AND typeof(NEW.seq
                            WHERE e.instance = NEW.instance AND e.seq > NEW.seq)
          ELSE 0 END, 0)"""
 
-_SQLITE_TRIGGERS = [
+SQLITE_TRIGGERS = [
     """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_update BEFORE UPDATE
        ON histaudit_entries BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
     """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_delete BEFORE DELETE
@@ -147,7 +150,7 @@ _SQLITE_TRIGGERS = [
        BEGIN SELECT RAISE(ABORT, 'payloads can be erased, not changed'); END""",
 ]
 
-_PG_TRIGGERS = [
+PG_TRIGGERS = [
     """CREATE OR REPLACE FUNCTION histaudit_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
        BEGIN RAISE EXCEPTION 'histaudit ledger is append-only (% on %)', TG_OP, TG_TABLE_NAME;
        END $$""",
@@ -218,33 +221,17 @@ def writer_role_sql(role: str = "histaudit_writer") -> list[str]:
     ]
 
 
-def _pg_guards(conn: Connection) -> list[str]:
-    schema = str(conn.execute(sa.text("SELECT current_schema()")).scalar())
-    quoted = '"' + schema.replace('"', '""') + '"'
-    return [stmt.replace("@SCHEMA@", quoted) for stmt in _PG_TRIGGERS]
-
-
-def _install_guards(conn: Connection, *, upgrade: bool = False) -> None:
+def _install_guards(conn: Connection, driver: Driver, *, upgrade: bool = False) -> None:
     """Create the append-only triggers (``upgrade``: replace outdated ones first).
 
     Also the two migrations there are: a ledger made before witness cosignatures gets the
     (empty) ``histaudit_cosignatures`` table here, before its triggers are created, and one
-    whose table is keyed without the line is rekeyed (:func:`_rekey_cosignatures`).
+    whose table is keyed without the line is rekeyed (``driver.rekey_cosignatures``).
     """
     cosignatures.create(conn, checkfirst=True)
     if _cosignatures_keyed_old(conn):
-        _rekey_cosignatures(conn)
-    if conn.dialect.name == "postgresql":
-        # CREATE OR REPLACE: installing is idempotent, and it is also the upgrade.
-        # text() escapes the '%' in the PL/pgSQL RAISE format for psycopg's pyformat
-        # paramstyle; exec_driver_sql would hand it over unescaped.
-        for stmt in _pg_guards(conn):
-            conn.execute(sa.text(stmt))
-        return
-    if upgrade:
-        conn.exec_driver_sql("DROP TRIGGER IF EXISTS histaudit_heads_forward")
-    for stmt in _SQLITE_TRIGGERS:
-        conn.execute(sa.text(stmt))
+        driver.rekey_cosignatures(conn)
+    driver.install_guards(conn, upgrade=upgrade)
 
 
 def _cosignatures_keyed_old(conn: Connection) -> bool:
@@ -254,50 +241,15 @@ def _cosignatures_keyed_old(conn: Connection) -> bool:
     return "line" not in (pk.get("constrained_columns") or ())
 
 
-def _rekey_cosignatures(conn: Connection) -> None:
-    """Key the cosignatures table by its line too, rows kept (PostgreSQL alters the key;
-    SQLite cannot, so the table is copied into a new one, whose triggers
-    :func:`_install_guards` then creates: the old ones go with the old table)."""
-    if conn.dialect.name == "postgresql":
-        pk = sa.inspect(conn).get_pk_constraint(cosignatures.name)["name"]
-        quoted = '"' + str(pk).replace('"', '""') + '"'
-        conn.execute(sa.text(f"ALTER TABLE histaudit_cosignatures DROP CONSTRAINT {quoted}, "
-                             f"ADD PRIMARY KEY (size, witness, key_hash, line)"))
-        return
-    conn.exec_driver_sql("ALTER TABLE histaudit_cosignatures "
-                         "RENAME TO histaudit_cosignatures_rekeyed")
-    cosignatures.create(conn)
-    conn.exec_driver_sql("INSERT INTO histaudit_cosignatures (size, witness, key_hash, line) "
-                         "SELECT size, witness, key_hash, line "
-                         "FROM histaudit_cosignatures_rekeyed")
-    conn.exec_driver_sql("DROP TABLE histaudit_cosignatures_rekeyed")
-
-
-def _guards_outdated(conn: Connection) -> bool:
+def _guards_outdated(conn: Connection, driver: Driver) -> bool:
     """True when the head trigger exists but is an older histaudit's, or the ledger predates
     the cosignatures table or its present key (see :meth:`Ledger._upgrade_guards`)."""
     if not sa.inspect(conn).has_table(cosignatures.name) or _cosignatures_keyed_old(conn):
         return True
-    if conn.dialect.name == "postgresql":
-        found = conn.execute(sa.text(
-            "SELECT p.prosrc, (SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = c.oid "
-            "  AND t.tgname = 'histaudit_heads_checked_insert') "
-            "FROM pg_proc p, pg_class c "
-            "WHERE p.proname = 'histaudit_head_forward' "
-            "  AND p.pronamespace = (SELECT oid FROM pg_namespace "
-            "                        WHERE nspname = current_schema()) "
-            "  AND c.oid = to_regclass(quote_ident(current_schema()) || '.histaudit_heads')"
-        )).first()
-        return found is not None and (HEAD_MISMATCH not in str(found[0]) or not found[1])
-    sql = conn.execute(sa.text("SELECT sql FROM sqlite_master WHERE type = 'trigger' "
-                               "AND name = 'histaudit_heads_forward'")).scalar()
-    return sql is not None and HEAD_MISMATCH not in str(sql)
+    return driver.guards_outdated(conn)
 
 
-_VIRTUAL = re.compile(r"\s*CREATE\s+VIRTUAL\b", re.IGNORECASE)
-
-
-def not_stored_tables(conn: Connection) -> list[str]:
+def not_stored_tables(conn: Connection, driver: Driver) -> list[str]:
     """What is wrong with each of the ledger's tables that is not a plain stored table.
 
     A database handed to the verifier may define ``histaudit_entries`` (or any other of
@@ -307,34 +259,4 @@ def not_stored_tables(conn: Connection) -> list[str]:
     at open, before any row is read. Returns one phrase per bad table ("histaudit_entries
     is a view"); empty when every ledger table present is a plain table.
     """
-    names = [t.name for t in metadata.sorted_tables]
-    problems: list[str] = []
-    if conn.dialect.name == "postgresql":
-        kinds = {"v": "a view", "m": "a materialized view", "f": "a foreign table",
-                 "p": "a partitioned table", "c": "a composite type"}
-        for name, kind, generated in conn.execute(sa.text(
-                "SELECT c.relname, c.relkind, (SELECT count(*) FROM pg_attribute a "
-                "  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
-                "  AND a.attgenerated <> '') "
-                "FROM unnest(CAST(:names AS text[])) AS n(name) "
-                "JOIN pg_class c ON c.oid = to_regclass(quote_ident(n.name))"),
-                {"names": names}):
-            if kind != "r":
-                problems.append(f"{name} is {kinds.get(kind, f'of relkind {kind!r}')}")
-            elif generated:
-                problems.append(f"{name} has a generated column")
-        return problems
-    for name, kind, sql, hidden in conn.execute(sa.text(
-            "SELECT m.name, m.type, m.sql, (SELECT count(*) FROM pragma_table_xinfo(m.name) "
-            "  WHERE hidden <> 0) "
-            # SQLite matches names without regard to ASCII case, as lower() folds them
-            "FROM sqlite_master m WHERE m.type IN ('table', 'view') "
-            f"AND lower(m.name) IN ({', '.join(f':n{i}' for i in range(len(names)))})"),
-            {f"n{i}": n for i, n in enumerate(names)}):
-        if kind != "table":
-            problems.append(f"{name} is a {kind}")
-        elif _VIRTUAL.match(str(sql or "")):
-            problems.append(f"{name} is a virtual table")
-        elif hidden:
-            problems.append(f"{name} has a generated column")
-    return problems
+    return driver.not_stored_tables(conn, [t.name for t in metadata.sorted_tables])

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 
 from .columns import _blob, _int, _text, _top_leaf
-from .sql import entry_row, instance_entry, instance_rows, statements
+from .sql import entry_row, instance_entry, instance_rows
 
-_cursor_names = itertools.count(1)
-_SQLITE_FETCH = 256
+if TYPE_CHECKING:
+    from .driver import Driver
 """Rows per fetch of :meth:`Snapshot.entry_chunks` from SQLite: a fetch of ~0.5 KB rows
 that stays in a core's L2 cache while the scan reads it (5,000 rows did not: 5 % slower
 per row at 1M entries); PostgreSQL fetches the snapshot's ``chunk`` a round trip."""
@@ -34,21 +33,17 @@ class Snapshot:
     Point lookups (a payload, a head) are one prepared statement each.
     """
 
-    def __init__(self, raw: Any, dialect: str, chunk: int) -> None:
+    def __init__(self, raw: Any, driver: Driver, chunk: int) -> None:
         self._raw = raw  # the driver's connection, inside the snapshot's transaction
         self._chunk = chunk
-        self._pg = dialect == "postgresql"
-        self._sql = statements(dialect)
+        self._driver = driver
+        self._sql = driver.statements
 
     @contextlib.contextmanager
     def _streaming(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
         """A cursor that has run ``sql``, its rows not yet read: on PostgreSQL a named
         (server-side) one that fetches ``chunk`` rows a round trip."""
-        if self._pg:
-            cur = self._raw.cursor(name=f"histaudit_stream_{next(_cursor_names)}")
-            cur.itersize = self._chunk
-        else:
-            cur = self._raw.cursor()
+        cur = self._driver.stream_cursor(self._raw, self._chunk)
         try:
             cur.execute(sql, params)
             yield cur
@@ -89,7 +84,7 @@ class Snapshot:
         return self._chunks(instance), functools.partial(instance_entry, instance)
 
     def _chunks(self, instance: str) -> Iterator[list[tuple[Any, ...]]]:
-        fetch = self._chunk if self._pg else _SQLITE_FETCH
+        fetch = self._driver.fetch_size(self._chunk)
         with self._streaming(self._sql.entry_rows_of, (instance,)) as cur:
             while rows := cur.fetchmany(fetch):
                 yield rows
@@ -143,7 +138,7 @@ class Snapshot:
         stripped of its key) the first returned is kept."""
         found: dict[str, tuple[bytes, bytes]] = {}
         wanted = list(dict.fromkeys(commitments))
-        mark = "%s" if self._pg else "?"
+        mark = self._driver.placeholder
         cur = self._raw.cursor()
         try:
             for i in range(0, len(wanted), self.PAYLOAD_BATCH):

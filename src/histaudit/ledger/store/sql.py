@@ -115,9 +115,10 @@ _FORMAT = dataclasses.replace(
             "WHERE instance = i.instance ORDER BY seq DESC LIMIT 1) AS e")
 
 
-def statements(dialect: str) -> Statements:
-    """The statements for ``dialect`` ("sqlite" or "postgresql")."""
-    return _QMARK if dialect == "sqlite" else _FORMAT
+QMARK = _QMARK
+"""The statements with ``?`` placeholders (SQLite's sqlite3)."""
+FORMAT = _FORMAT
+"""The statements with ``%s`` placeholders (psycopg), PostgreSQL's own reads."""
 
 
 def instance_rows(instance: str, rows: Iterable[Any]) -> Iterator[StoredEntry]:

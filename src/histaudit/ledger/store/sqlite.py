@@ -1,14 +1,18 @@
-"""SQLite: opening a ledger file (read-write, read-only, immutable) and its connections."""
+"""SQLite: opening a ledger file (read-write, read-only, immutable), its connections, and
+the store driver (:class:`SqliteDriver`)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import re
 import sqlite3
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import sqlalchemy as sa
@@ -18,6 +22,13 @@ from sqlalchemy.engine import Connection, Engine
 from histaudit.errors import StoreError
 
 from .columns import _sqlite_text
+from .driver import Driver
+from .schema import HEAD_MISMATCH, SQLITE_TRIGGERS, cosignatures
+from .sql import QMARK
+from .writetx import WriteTx
+
+if TYPE_CHECKING:
+    from .rows import Ledger
 
 _URI_KEYS = ("uri", "mode", "immutable", "cache", "nolock", "vfs")
 
@@ -260,3 +271,152 @@ def _close_quietly(conn: sqlite3.Connection) -> None:
         conn.close()
     except sqlite3.Error:
         pass
+
+
+# --- the driver --------------------------------------------------------------------------
+
+_FETCH = 256
+"""Rows a SQLite snapshot hands the verifier's scan per fetch (it steps its statement;
+there is no round trip to save)."""
+_VIRTUAL = re.compile(r"\s*CREATE\s+VIRTUAL\b", re.IGNORECASE)
+
+
+class SqliteDriver(Driver):
+    """A ledger in one SQLite file: WAL, one held write connection per thread, the write
+    lock taken at ``BEGIN IMMEDIATE``, triggers for the append-only rule."""
+
+    name = "sqlite"
+    drivernames = ("sqlite", "sqlite+pysqlite")
+    statements = QMARK
+    placeholder = "?"
+
+    def targets(self, parsed: sa.URL, *, create: bool, shown: str
+                ) -> tuple[sa.URL, list[str], str]:
+        return _sqlite_target(parsed, create=create, shown=shown)
+
+    def engine(self, parsed: sa.URL, mode: str, *, create: bool, busy: float) -> Engine:
+        return _sqlite_engine(parsed, mode, create=create, busy=busy)
+
+    def opened(self, ledger: Ledger, parsed: sa.URL, mode: str, read_only: str) -> None:
+        ledger.sqlite_file = _sqlite_path(parsed)
+        ledger.read_only = read_only if mode == "rw" else (
+            read_only or _why_unwritable(_sqlite_path(parsed)))
+
+    def open_failed(self, message: str, parsed: sa.URL, mode: str, modes: list[str]
+                    ) -> str | None:
+        if "unable to open database file" in message and mode != modes[-1]:
+            return None  # a read-only directory: try to open for reading only
+        if "unable to open database file" in message and parsed.database:
+            message += f" ({_why_unwritable(_sqlite_path(parsed))})"
+        return message
+
+    def file(self, parsed: sa.URL) -> Path | None:
+        return _sqlite_path(parsed)
+
+    # --- the guards ---
+
+    def install_guards(self, conn: Connection, *, upgrade: bool) -> None:
+        if upgrade:
+            conn.exec_driver_sql("DROP TRIGGER IF EXISTS histaudit_heads_forward")
+        for stmt in SQLITE_TRIGGERS:
+            conn.execute(sa.text(stmt))
+
+    def guards_outdated(self, conn: Connection) -> bool:
+        sql = conn.execute(sa.text("SELECT sql FROM sqlite_master WHERE type = 'trigger' "
+                                   "AND name = 'histaudit_heads_forward'")).scalar()
+        return sql is not None and HEAD_MISMATCH not in str(sql)
+
+    def rekey_cosignatures(self, conn: Connection) -> None:
+        # SQLite cannot alter a key: the table is copied into a new one, whose triggers
+        # install_guards then creates (the old ones go with the old table).
+        conn.exec_driver_sql("ALTER TABLE histaudit_cosignatures "
+                             "RENAME TO histaudit_cosignatures_rekeyed")
+        cosignatures.create(conn)
+        conn.exec_driver_sql("INSERT INTO histaudit_cosignatures (size, witness, key_hash, "
+                             "line) SELECT size, witness, key_hash, line "
+                             "FROM histaudit_cosignatures_rekeyed")
+        conn.exec_driver_sql("DROP TABLE histaudit_cosignatures_rekeyed")
+
+    def not_stored_tables(self, conn: Connection, names: list[str]) -> list[str]:
+        problems: list[str] = []
+        for name, kind, sql, hidden in conn.execute(sa.text(
+                "SELECT m.name, m.type, m.sql, (SELECT count(*) FROM "
+                "  pragma_table_xinfo(m.name) WHERE hidden <> 0) "
+                # SQLite matches names without regard to ASCII case, as lower() folds them
+                "FROM sqlite_master m WHERE m.type IN ('table', 'view') "
+                f"AND lower(m.name) IN ({', '.join(f':n{i}' for i in range(len(names)))})"),
+                {f"n{i}": n for i, n in enumerate(names)}):
+            if kind != "table":
+                problems.append(f"{name} is a {kind}")
+            elif _VIRTUAL.match(str(sql or "")):
+                problems.append(f"{name} is a virtual table")
+            elif hidden:
+                problems.append(f"{name} has a generated column")
+        return problems
+
+    def schema_lock(self, conn: Connection) -> None:
+        """Nothing more: a SQLite write transaction holds the database's write lock."""
+
+    # --- reading ---
+
+    def begin_snapshot(self) -> str:
+        return "BEGIN"  # deferred: the WAL snapshot is fixed by its first read
+
+    def fetch_size(self, chunk: int) -> int:
+        return _FETCH
+
+    # --- writing and errors ---
+
+    def writers(self, db: Engine) -> WriterConnections:
+        return WriterConnections(db)
+
+    @contextlib.contextmanager
+    def write(self, ledger: Ledger, failed: Callable[[BaseException], str], *,
+              durable: bool) -> Iterator[WriteTx]:
+        """A write transaction on this thread's held connection: the database write lock
+        is taken at BEGIN IMMEDIATE; ``synchronous`` is FULL for a durable write, NORMAL
+        for one that rides on the next durable commit (set only when the connection's
+        last write used the other)."""
+        writers = ledger.writer_connections
+        assert writers is not None
+        if ledger.sqlite_file is not None and (why := unwritable_files(ledger.sqlite_file)):
+            raise StoreError(failed(StoreError(why)))
+        errors = ledger.db_errors()
+        try:
+            held = writers.get()
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(failed(exc)) from None
+        raw = held.conn
+        try:
+            cur = raw.cursor()
+            try:
+                if ledger.on_lock_wait is not None and _sqlite_lock_held(raw,
+                                                                         ledger.busy_ms()):
+                    ledger.on_lock_wait()
+                mode = "FULL" if durable else "NORMAL"
+                if held.synchronous != mode:
+                    cur.execute(f"PRAGMA synchronous = {mode}")
+                    held.synchronous = mode
+                cur.execute("BEGIN IMMEDIATE")
+                yield WriteTx(cur, self.statements, tips=ledger.tips)
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
+                self.rollback(raw)
+        except errors as exc:
+            writers.drop(held)  # the thread's next write starts on a fresh connection
+            raise StoreError(failed(exc)) from None
+
+    def lock_held(self, raw: Any, busy_ms: int) -> bool:
+        return _sqlite_lock_held(raw, busy_ms)
+
+    def rollback(self, raw: Any) -> None:
+        if raw.in_transaction:
+            raw.execute("ROLLBACK")
+
+    def explain(self, text: str, url: str) -> str:
+        if "readonly database" in text or "unable to open database file" in text:
+            path = _sqlite_path(sa.engine.make_url(url))
+            text += f" ({_why_unwritable(path)})" if path else ""
+        return text
+
