@@ -9,7 +9,6 @@ OTLP exporter posts to (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), ``url`` the que
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import urllib.error
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from histaudit.testing.engine import free_port
-from support.repo import REPO
+from support.repo import tool_binary
 
 __all__ = ["Jaeger", "jaeger_bin"]
 
@@ -26,10 +25,7 @@ _READY_TIMEOUT = 30.0
 
 
 def jaeger_bin() -> Path:
-    found = Path(os.environ.get("HISTAUDIT_JAEGER_BIN") or REPO / ".tools" / "bin" / "jaeger")
-    if not found.is_file():
-        raise RuntimeError(f"{found} is missing: run scripts/install-jaeger.sh (make test does)")
-    return found
+    return tool_binary("jaeger", "HISTAUDIT_JAEGER_BIN", "scripts/install-jaeger.sh")
 
 
 _CONFIG = """\

@@ -40,3 +40,12 @@ def app_env() -> dict[str, str]:
     """PYTHONPATH for a child process that imports ``examples.*`` and ``histaudit``."""
     parts = [str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH", "")]
     return {"PYTHONPATH": os.pathsep.join(p for p in parts if p)}
+
+
+def tool_binary(name: str, env: str, script: str) -> Path:
+    """A program ``make test`` builds into ``.tools/bin`` (``$env`` names another); a
+    RuntimeError saying which script builds it when it is missing."""
+    found = Path(os.environ.get(env) or REPO / ".tools" / "bin" / name)
+    if not found.is_file():
+        raise RuntimeError(f"{found} is missing: run {script} (make test does)")
+    return found

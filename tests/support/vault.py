@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from histaudit.testing.engine import free_port
-from support.repo import REPO
+from support.repo import tool_binary
 
 __all__ = ["Vault", "vault_bin"]
 
@@ -27,10 +27,7 @@ _READY_TIMEOUT = 60.0
 
 
 def vault_bin() -> Path:
-    found = Path(os.environ.get("HISTAUDIT_VAULT_BIN") or REPO / ".tools" / "bin" / "vault")
-    if not found.is_file():
-        raise RuntimeError(f"{found} is missing: run scripts/install-vault.sh (make test does)")
-    return found
+    return tool_binary("vault", "HISTAUDIT_VAULT_BIN", "scripts/install-vault.sh")
 
 
 class Vault:

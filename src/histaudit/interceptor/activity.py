@@ -188,9 +188,10 @@ def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
 
         @functools.wraps(fn)
         async def audited_async(*args: Any, **kwargs: Any) -> Any:
-            with tracing.span(f"activity {name()}") as traced:
+            activity = name()
+            with tracing.span(f"activity {activity}") as traced:
                 # Ledger I/O runs off the event loop so other async activities keep going.
-                run = await asyncio.to_thread(_start_activity, recorder, name(), args)
+                run = await asyncio.to_thread(_start_activity, recorder, activity, args)
                 traced.set(_span_attributes(run))
                 token = _CURRENT.set(run)
                 try:
@@ -214,8 +215,9 @@ def audit_activity(recorder: AuditRecorder, fn: Callable[..., Any],
 
     @functools.wraps(fn)
     def audited(*args: Any, **kwargs: Any) -> Any:
-        with tracing.span(f"activity {name()}") as traced:
-            run = _start_activity(recorder, name(), args)
+        activity = name()
+        with tracing.span(f"activity {activity}") as traced:
+            run = _start_activity(recorder, activity, args)
             traced.set(_span_attributes(run))
             token = _CURRENT.set(run)
             try:
