@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,10 +53,17 @@ def test_crash_at_step_87_reexecutes_only_step_87(kind: str, engine_binary: Path
     out = run.stdout
     assert run.returncode == 0, out[-6000:] + run.stderr[-3000:]
     assert "died at after:step:87 (exit 86" in out
-    assert "executions: 101 for 100 steps; run twice: [87]; never run: none" in out
+    # Step 87 ran again after the crash, and no other step did. The standalone engine
+    # delivers it once more; daprd may deliver it twice more at once after the restart
+    # (seen once in CI: two starts of task 87 before either completed), which Dapr's
+    # at-least-once contract allows and the ledger shows as one more delivery.
+    deliveries = int(re.search(r"activity competitors \(task 87\) delivered (\d+) times",
+                               out)[1])
+    assert deliveries == 2 if kind == DURABLETASK else deliveries in (2, 3), out[-3000:]
+    assert (f"executions: {99 + deliveries} for 100 steps; run twice: [87]; never run: none"
+            in out)
     assert "LLM calls: 16 (one per analysis step: 16); reports sent: 1" in out
     assert "findings: ['activity-reexecuted'])" in out
-    assert "activity competitors (task 87) delivered 2 times" in out
     sent = (out_dir / "data" / "reports_sent.txt").read_text().splitlines()
     assert len(sent) == 1 and sent[0].startswith("ACME ")
     assert f"as expected on {kind}" in out
