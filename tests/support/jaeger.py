@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from histaudit.testing.engine import free_port
+from histaudit.testing.engine import end_process, free_port
 from support.repo import tool_binary
 
 __all__ = ["Jaeger", "jaeger_bin"]
@@ -111,13 +111,7 @@ class Jaeger:
                            f"{self.log.read_text()[-2000:]}")
 
     def __exit__(self, *_: object) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
+        end_process(self._proc)
 
     def get(self, path: str) -> Any:
         with urllib.request.urlopen(self.url + path, timeout=10) as response:

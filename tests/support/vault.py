@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from histaudit.testing.engine import free_port
+from histaudit.testing.engine import end_process, free_port
 from support.repo import tool_binary
 
 __all__ = ["Vault", "vault_bin"]
@@ -72,13 +72,7 @@ class Vault:
         return self
 
     def __exit__(self, *_: object) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
+        end_process(self._proc)
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         request = urllib.request.Request(

@@ -30,6 +30,7 @@ a span is exported once and cannot name a checkpoint made after it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -95,6 +96,13 @@ def annotate(attributes: Mapping[str, Any]) -> None:
             Traced(current).set(attributes)
 
 
+@functools.cache
+def _tracer() -> Any:
+    """histaudit's tracer, asked for once: before the app sets its provider it is the
+    API's proxy, which hands each span to the provider set by then."""
+    return _otel.get_tracer("histaudit", _VERSION, schema_url=SCHEMA_URL)
+
+
 @contextlib.contextmanager
 def span(name: str, attributes: Mapping[str, Any] | None = None, *, client: bool = False,
          start_ns: int | None = None) -> Iterator[Traced]:
@@ -104,7 +112,7 @@ def span(name: str, attributes: Mapping[str, Any] | None = None, *, client: bool
     if not _HAVE_OTEL:
         yield _NOT_TRACED
         return
-    tracer = _otel.get_tracer("histaudit", _VERSION, schema_url=SCHEMA_URL)
+    tracer = _tracer()
     kind = _otel.SpanKind.CLIENT if client else _otel.SpanKind.INTERNAL
     with tracer.start_as_current_span(name, kind=kind, start_time=start_ns,
                                       record_exception=False,

@@ -94,6 +94,20 @@ def find_engine_binary() -> Path:
     raise EngineError(f"workflow engine binary {BINARY_NAME} not found; {_HINT}")
 
 
+def end_process(proc: subprocess.Popen[bytes] | None, *, sig: int = signal.SIGTERM,
+                grace: float = 10.0) -> None:
+    """Ask ``proc`` to exit with ``sig``, SIGKILL it if it has not after ``grace`` s, and
+    reap it (nothing when it is None or has exited already)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace)
+
+
 def free_port(host: str = _LOOPBACK) -> int:
     """Ask the kernel for a currently unused TCP port on ``host``.
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .engine import _repo_root, free_port
+from .engine import _repo_root, end_process, free_port
 
 __all__ = ["Witness", "WitnessError", "witness_bin_dir", "write_policy"]
 
@@ -142,17 +142,9 @@ class Witness:
 
     def stop(self) -> None:
         """Stop the witness (its state stays: :meth:`start` again resumes it)."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGINT)
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
+        end_process(self._proc, sig=signal.SIGINT, grace=5)
         self._proc = None
-        if self._agent is not None and self._agent.poll() is None:
-            self._agent.terminate()
-            self._agent.wait(5)
+        end_process(self._agent, grace=5)
         self._agent = None
         self.sock.unlink(missing_ok=True)
 
