@@ -1,15 +1,19 @@
 """The store driver contract (ledger/store/driver.py), the same tests over every driver:
-a new database is one module, one line in ``DRIVERS`` and one more parameter here.
+a new database is one module, one line in ``DRIVERS`` and one more entry in ``STORES``
+here (the fixture that makes a fresh URL of it).
 Cost: ≈ 2 s of CPU (SQLite and the run's PostgreSQL).
 
 What every driver must do, seen from the ledger: open and create a ledger at its URL;
 stream an instance's rows back in leaf order inside one snapshot; keep payloads and heads;
 enforce the append-only rule in the database itself (an UPDATE or DELETE of an entry is
 refused, whoever sends it); report no stored table as anything else; tell a write that
-another process holds the append lock; and say one line for what it cannot open.
+another opener holds the append lock; and say one line for what it cannot open.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -20,7 +24,26 @@ from histaudit.ledger.keys import Signer
 from histaudit.ledger.store import Ledger
 from histaudit.ledger.store.driver import DRIVERS, Driver, driver_for
 from histaudit.ledger.store.schema import not_stored_tables
-from support.ledgers import write_lock_held
+
+STORES = [pytest.param("sqlite_url", id="sqlite"),
+          pytest.param("pg_url", id="postgres", marks=pytest.mark.postgres)]
+"""One parameter per driver: the fixture that makes a fresh ledger URL for it."""
+
+
+@pytest.fixture(params=STORES)
+def store_url(request: pytest.FixtureRequest) -> str:
+    """A fresh ledger URL of each driver in turn."""
+    return str(request.getfixturevalue(request.param))
+
+
+@contextlib.contextmanager
+def another_writer(url: str) -> Iterator[None]:
+    """Another opener of the ledger, inside its write transaction: it holds the append
+    lock, however the driver takes it (a bounded ``lock_wait`` takes it on entering the
+    transaction, not with the first statement)."""
+    with Ledger.open(url, lock_wait=5.0) as other, \
+            other.write("hold the append lock", durable=False):
+        yield
 
 
 def test_every_registered_driver_is_a_whole_driver() -> None:
@@ -41,10 +64,10 @@ def test_a_database_without_a_driver_is_one_line(url: str) -> None:
     assert "\n" not in str(info.value)
 
 
-def test_a_driver_opens_writes_streams_and_guards(db_url: str) -> None:
+def test_a_driver_opens_writes_streams_and_guards(store_url: str) -> None:
     signer = Signer.generate()
-    with Ledger.open(db_url, create=True) as ledger:
-        assert ledger.driver.name == ledger.dialect == db_url.split(":")[0].split("+")[0]
+    with Ledger.open(store_url, create=True) as ledger:
+        assert ledger.driver.name == ledger.dialect == store_url.split(":")[0].split("+")[0]
         for i in range(5):
             chain.append(ledger, "wf-a" if i % 2 else "wf-b", "step.done", {"i": i},
                          signer=signer)
@@ -62,15 +85,15 @@ def test_a_driver_opens_writes_streams_and_guards(db_url: str) -> None:
                      "DELETE FROM histaudit_entries WHERE seq = 1"):
             with pytest.raises(sa.exc.DBAPIError), ledger.db.begin() as conn:
                 conn.exec_driver_sql(stmt)
-    with Ledger.open(db_url) as again:  # opened again, nothing lost
+    with Ledger.open(store_url) as again:  # opened again, nothing lost
         assert [r.seq for r in again.entries("wf-a")] == [1, 2]
 
 
-def test_a_driver_tells_a_write_that_the_append_lock_is_held(db_url: str) -> None:
-    Ledger.open(db_url, create=True).close()
+def test_a_driver_tells_a_write_that_the_append_lock_is_held(store_url: str) -> None:
+    Ledger.open(store_url, create=True).close()
     told: list[str] = []
-    with Ledger.open(db_url, lock_wait=0.2, on_lock_wait=lambda: told.append("wait")) \
-            as ledger, write_lock_held(db_url), \
+    with Ledger.open(store_url, lock_wait=0.2, on_lock_wait=lambda: told.append("wait")) \
+            as ledger, another_writer(store_url), \
             pytest.raises(StoreError, match="waiting for the write lock"):
         chain.append(ledger, "wf", "step.done", {}, signer=Signer.generate())
     assert told == ["wait"]

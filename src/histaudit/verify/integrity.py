@@ -29,6 +29,44 @@ from .findings import Finding
 from .signatures import key_findings
 
 
+class ChainTip:
+    """Where one instance's chain stands, and the rule for its next link.
+
+    ``seq``, ``hash`` and ``leaf`` are the newest entry's (what the next entry links to
+    and the signed head must name); ``last_leaf`` is the previous row's leaf, which the
+    next must exceed. :class:`IntegrityCheck` and the fast path of
+    :class:`~histaudit.verify.scan.ChainScan` move one such object: the rule is
+    :meth:`advance`, used by both, and how a misplaced entry moves it is :meth:`jump`.
+    """
+
+    __slots__ = ("hash", "last_leaf", "leaf", "seq")
+
+    def __init__(self) -> None:
+        self.seq, self.hash, self.leaf, self.last_leaf = 0, rec.GENESIS_PREV, -1, -1
+
+    def advance(self, seq: int, prev: object, leaf: int, digest: str) -> bool:
+        """If an entry with this ``seq``, ``prev`` and ``leaf`` (ints, as the caller has
+        checked) is the next link — seq one past the tip, prev the tip's hash, leaf after
+        the previous row's — move to it (``digest``: its hash) and say True; else change
+        nothing and say False."""
+        if seq == self.seq + 1 and prev == self.hash and leaf > self.last_leaf:
+            self.seq, self.hash, self.leaf, self.last_leaf = seq, digest, leaf, leaf
+            return True
+        return False
+
+    def jump(self, seq: int, digest: str, leaf: int | None) -> None:
+        """Move past an entry that is not the next link (``leaf`` None: its body could
+        not be read, so its leaf is unknown and the leaves stay). A stray older entry
+        (reordered) does not replace the newest: the next entry links to, and the head
+        signs, the newest one. Its leaf is the previous row's all the same."""
+        if seq >= self.seq:
+            self.seq, self.hash = seq, digest
+            if leaf is not None:
+                self.leaf = leaf
+        if leaf is not None:
+            self.last_leaf = leaf
+
+
 class IntegrityCheck:
     """Hashes, parsing, sequence, links and leaves of one instance's rows."""
 
@@ -36,10 +74,9 @@ class IntegrityCheck:
         self.instance = instance
         self.canonical = canonical
         self.findings: list[Finding] = []
-        self.tip_seq, self.tip_hash, self.tip_leaf = 0, rec.GENESIS_PREV, -1
-        """The newest entry seen: its seq, hash and leaf (what the head must sign)."""
-        self.last_leaf = -1
-        """Leaf of the previous row."""
+        self.tip = ChainTip()
+        """Where the chain stands; :class:`~histaudit.verify.scan.ChainScan` moves the
+        same object for the rows it checks itself."""
         self._late: list[tuple[int, Finding]] = []  # (place in findings, finding)
 
     def _add(self, code: str, seq: int | None, message: str) -> None:
@@ -52,8 +89,7 @@ class IntegrityCheck:
                                                f"{digest[:12]}…, recorded {row.hash[:12]}…")
         if not isinstance(parsed, rec.Entry):
             self._add("entry-malformed", row.seq, f"entry {row.seq}: {parsed}")
-            if row.seq >= self.tip_seq:
-                self.tip_seq, self.tip_hash = row.seq, digest
+            self.tip.jump(row.seq, digest, None)
             return
         entry = parsed
         if self.canonical and not is_canonical(entry.body):
@@ -65,33 +101,39 @@ class IntegrityCheck:
             # The seq column is an unsigned index; what counts is the signed body's seq.
             self._add("entry-malformed", entry.seq,
                       f"entry {entry.seq} is stored with seq column {row.seq}")
-        expected = self.tip_seq + 1
+        tip = self.tip
+        tip_seq, tip_hash, last_leaf = tip.seq, tip.hash, tip.last_leaf
+        linked = tip.advance(entry.seq, entry.prev, entry.leaf, digest)
+        if not linked:
+            self._misplaced(entry, tip_seq, tip_hash)
+        if entry.leaf != row.leaf:
+            self._add("leaf-mismatch", entry.seq, f"entry {entry.seq} says ledger leaf "
+                                                  f"{entry.leaf}, stored as leaf {row.leaf}")
+        if not linked:
+            if entry.leaf <= last_leaf:
+                self._add("seq-reordered", entry.seq,
+                          f"entry {entry.seq} has ledger leaf {entry.leaf}, not after the "
+                          f"previous entry's leaf {last_leaf}")
+            tip.jump(entry.seq, digest, entry.leaf)
+
+    def _misplaced(self, entry: rec.Entry, tip_seq: int, tip_hash: str) -> None:
+        """The finding for an entry that is not the next link, if its seq or prev say
+        why (a leaf out of order alone is reported by the caller)."""
+        expected = tip_seq + 1
         if entry.seq == expected:
-            if entry.prev != self.tip_hash:
+            if entry.prev != tip_hash:
                 self._add("link-broken", entry.seq,
                           f"entry {entry.seq}: previous-hash mismatch (entry says "
-                          f"{entry.prev[:12]}…, entry {self.tip_seq} hashes to "
-                          f"{self.tip_hash[:12]}…)")
+                          f"{entry.prev[:12]}…, entry {tip_seq} hashes to "
+                          f"{tip_hash[:12]}…)")
         elif entry.seq > expected:
             self._add("seq-gap", entry.seq, f"entries {expected}..{entry.seq - 1} are missing")
-        elif entry.seq == self.tip_seq:
+        elif entry.seq == tip_seq:
             self._add("seq-duplicate", entry.seq,
                       f"entry {entry.seq} appears twice (chain forked)")
         else:
             self._add("seq-reordered", entry.seq,
-                      f"entry {entry.seq} stored after entry {self.tip_seq}")
-        if entry.leaf != row.leaf:
-            self._add("leaf-mismatch", entry.seq, f"entry {entry.seq} says ledger leaf "
-                                                  f"{entry.leaf}, stored as leaf {row.leaf}")
-        if entry.leaf <= self.last_leaf:
-            self._add("seq-reordered", entry.seq,
-                      f"entry {entry.seq} has ledger leaf {entry.leaf}, not after the "
-                      f"previous entry's leaf {self.last_leaf}")
-        # A stray older entry (reordered) must not replace the hash of the newest entry:
-        # the next entry links to, and the head signs, the newest one.
-        if entry.seq >= self.tip_seq:
-            self.tip_seq, self.tip_hash, self.tip_leaf = entry.seq, digest, entry.leaf
-        self.last_leaf = entry.leaf
+                      f"entry {entry.seq} stored after entry {tip_seq}")
 
     def not_canonical(self, place: int, seq: int) -> None:
         """An entry checked elsewhere is not in canonical form; ``place`` is how many
@@ -131,8 +173,8 @@ class HeadCheck:
         if self.rows == 0 and head is None:
             return [Finding.make("instance-missing", instance, None,
                                  f"no entries and no head stored for {shown_id(instance)}")]
-        last_seq, last_hash, last_leaf = (self.chain.tip_seq, self.chain.tip_hash,
-                                          self.chain.tip_leaf)
+        tip = self.chain.tip
+        last_seq, last_hash, last_leaf = tip.seq, tip.hash, tip.leaf
         if head is None:
             return [Finding.make("head-missing", instance, last_seq,
                                  f"{last_seq} entries stored but no signed head")]

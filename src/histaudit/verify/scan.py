@@ -3,27 +3,28 @@ handful of comparisons unless something about it is off.
 
 :meth:`ChainScan.run` is what :func:`~histaudit.verify.verifier.verify_chain` runs in place
 of :func:`~histaudit.verify.check.run_checks`, with the same findings. For each row it
-hashes the body and ``orjson.loads`` it once, then tests in one expression that the row
-is the next link of a well-formed chain of this instance:
+hashes the body and ``orjson.loads`` it once, then tests that the row is the next link of
+a well-formed chain of this instance:
 
 * the body hashes to the ``hash`` column (as text, or its bytes: SQLite's raw rows carry
   TEXT as bytes, see ``Statements.entry_rows_of``), is a ten-name object (names below),
   ``v`` is the integer 1 and ``type`` is ``"entry"``, ``data`` an object;
-* ``seq`` is the integer one past the newest entry and equals the ``seq`` column;
-  ``prev`` equals that entry's hash — itself 64 lowercase hex digits, so ``prev`` is too;
-* ``leaf`` is an integer equal to the ``leaf`` column and above the previous row's leaf
-  (which is at least -1, so ``leaf`` >= 0);
+* ``seq`` and ``leaf`` are integers equal to the ``seq`` and ``leaf`` columns;
 * ``instance`` equals the (non-empty) instance verified, ``ts`` matches the format;
 * ``kind`` and ``kid`` are in a cache of values that passed ``parse_entry``'s rules, with
-  what they need: the behaviour event a kind makes, whether a key ever has findings.
+  what they need: the behaviour event a kind makes, whether a key ever has findings;
+* last, the chain's own rule, :meth:`ChainTip.advance
+  <histaudit.verify.integrity.ChainTip.advance>` of the integrity check's tip: ``seq``
+  one past the newest entry, ``prev`` its hash, ``leaf`` after the previous row's. It
+  moves the tip when it holds, so the tip is one object both loops move, never a copy.
 
 Such a row is one ``parse_entry`` accepts with exactly these fields, on which
 ``IntegrityCheck.observe`` would report nothing and move the tip to it, so the other
 checks get its fields (:class:`~histaudit.verify.check.ValidEntryCheck`) and no ``Entry``
 is built. Any other row — malformed, tampered, out of order — takes the slow path:
-``parse_entry`` and every check's ``observe``, exactly the loop of ``run_checks``, with
-the integrity check's state written back first. tests/unit/verify/test_scan.py compares
-both loops on tables of malformed bodies and on random chains.
+``parse_entry`` and every check's ``observe``, exactly the loop of ``run_checks``.
+tests/unit/verify/test_scan.py compares both loops on tables of malformed bodies and on
+random chains.
 """
 
 from __future__ import annotations
@@ -145,8 +146,7 @@ class ChainScan:
         after = tuple(c.observe_valid for c in self._after)
         key_valid, routes, kids = self.keys.observe_valid, self._routes, self._kids
         sha, loads, one, stamps = hashlib.sha256, orjson.loads, _ONE, _Timestamps()
-        tip_seq, tip_hash = integrity.tip_seq, integrity.tip_hash
-        tip_leaf, last_leaf = integrity.tip_leaf, integrity.last_leaf
+        advance = integrity.tip.advance
         count = slow = 0
         entry: Any = None
         row: Any  # a StoredEntry, or a driver's tuple when as_entry is given
@@ -157,14 +157,13 @@ class ChainScan:
             try:
                 digest = sha(body).hexdigest()
                 doc = loads(body)
-                seq, leaf, data, v = doc["seq"], doc["leaf"], doc["data"], doc["v"]
-                kind, kid, ts = doc["kind"], doc["kid"], doc["ts"]
+                seq, leaf, prev, data = doc["seq"], doc["leaf"], doc["prev"], doc["data"]
+                v, kind, kid, ts = doc["v"], doc["kind"], doc["kid"], doc["ts"]
                 ok = ((hash_c == digest.encode() if hash_c.__class__ is bytes
                        else digest == hash_c)
-                      and body.__class__ is bytes and seq == tip_seq + 1
-                      and seq.__class__ is int and seq == seq_c and seq_c.__class__ is int
-                      and doc["prev"] == tip_hash and leaf.__class__ is int and leaf == leaf_c
-                      and leaf_c.__class__ is int and leaf > last_leaf
+                      and body.__class__ is bytes and seq.__class__ is int and seq == seq_c
+                      and seq_c.__class__ is int and leaf.__class__ is int and leaf == leaf_c
+                      and leaf_c.__class__ is int
                       and doc["instance"] == instance and len(doc) == 10 and v is one
                       and doc["type"] == "entry" and data.__class__ is dict
                       and ((ts.__class__ is str and len(ts) == 27
@@ -177,13 +176,10 @@ class ChainScan:
             if ok and (route is None or checked is None):
                 route, checked = self._learn(kind, kid)
                 ok = route is not None
-            if not ok:
-                integrity.tip_seq, integrity.tip_hash = tip_seq, tip_hash
-                integrity.tip_leaf, integrity.last_leaf = tip_leaf, last_leaf
+            # the chain's own rule, last: it moves the tip when the row is the next link
+            if not (ok and advance(seq, prev, leaf, digest)):
                 self._slow(row if as_entry is None else as_entry(row))
                 slow += 1
-                tip_seq, tip_hash = integrity.tip_seq, integrity.tip_hash
-                tip_leaf, last_leaf = integrity.tip_leaf, integrity.last_leaf
                 continue
             if inline_canonical and not is_canonical(body, doc):
                 integrity.not_canonical(len(integrity.findings), seq)
@@ -198,8 +194,5 @@ class ChainScan:
             if after:
                 for observe in after:
                     observe(entry, instance, seq, kind, kid, ts, data)
-            tip_seq, tip_hash, tip_leaf, last_leaf = seq, digest, leaf, leaf
-        integrity.tip_seq, integrity.tip_hash = tip_seq, tip_hash
-        integrity.tip_leaf, integrity.last_leaf = tip_leaf, last_leaf
         self.head.rows += count - slow
         return count
