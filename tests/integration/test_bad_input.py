@@ -154,7 +154,7 @@ def test_bad_sqlite_database(case: str, command: str, tmp_path: Path, big_ledger
 
 BAD_URLS: dict[str, tuple[str, tuple[str, ...]]] = {
     "not a url": ("not a url", ("'not a url'", "not a database URL")),
-    "mysql": ("mysql://x/y", ("mysql://x/y", "only sqlite and postgresql")),
+    "mysql": ("mysql://x/y", ("mysql://x/y", "no store driver for 'mysql'")),
     "unreachable postgres": ("postgresql+psycopg://nobody@127.0.0.1:1/x",
                              ("127.0.0.1", "port 1")),
     "plain postgresql scheme, unreachable": ("postgresql://nobody@127.0.0.1:1/x",
@@ -192,7 +192,7 @@ def test_password_in_url_is_never_printed(tmp_path: Path) -> None:
 
 def test_bad_url_from_the_environment(tmp_path: Path) -> None:
     r = run(["list"], cwd=tmp_path, env={"HISTAUDIT_DB": "mysql://x/y"})
-    one_error_line(r, "mysql://x/y", "only sqlite and postgresql")
+    one_error_line(r, "mysql://x/y", "no store driver for 'mysql'")
 
 
 def test_default_ledger_missing(tmp_path: Path) -> None:

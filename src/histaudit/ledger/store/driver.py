@@ -159,9 +159,11 @@ when a URL names it."""
 def driver_for(parsed: sa.URL, shown: str) -> Driver:
     """The driver of ``parsed``'s backend; StoreError naming the URL when there is none,
     or it does not take the URL's drivername."""
-    where = DRIVERS.get(parsed.get_backend_name())
+    backend = parsed.get_backend_name()
+    where = DRIVERS.get(backend)
     if where is None:
-        raise StoreError(f"ledger URL {shown}: only {' and '.join(DRIVERS)} are supported")
+        raise StoreError(f"ledger URL {shown}: no store driver for {backend!r} (there are: "
+                         f"{', '.join(DRIVERS)})")
     module, _, name = where.partition(":")
     driver: Driver = getattr(importlib.import_module(module), name)()
     if parsed.drivername not in driver.drivernames:
