@@ -26,7 +26,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -126,7 +126,7 @@ class PostgresDriver(Driver):
     """A ledger in one PostgreSQL database (module docstring)."""
 
     name = "postgresql"
-    drivernames = ("postgresql", "postgresql+psycopg")
+    drivernames: ClassVar[tuple[str, ...]] = ("postgresql", "postgresql+psycopg")
     statements = FORMAT
     placeholder = "%s"
 

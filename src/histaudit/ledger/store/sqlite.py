@@ -12,7 +12,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote
 
 import sqlalchemy as sa
@@ -286,7 +286,7 @@ class SqliteDriver(Driver):
     lock taken at ``BEGIN IMMEDIATE``, triggers for the append-only rule."""
 
     name = "sqlite"
-    drivernames = ("sqlite", "sqlite+pysqlite")
+    drivernames: ClassVar[tuple[str, ...]] = ("sqlite", "sqlite+pysqlite")
     statements = QMARK
     placeholder = "?"
 
