@@ -60,6 +60,13 @@ def test_crash_at_step_87_reexecutes_only_step_87(kind: str, engine_binary: Path
     deliveries = int(re.search(r"activity competitors \(task 87\) delivered (\d+) times",
                                out)[1])
     assert deliveries == 2 if kind == DURABLETASK else deliveries in (2, 3), out[-3000:]
+    # the ledger shows every delivery after the crash running the body, the two at once
+    # as well (each signed its completion); the crashed one died before it signed any
+    # (the report's table wraps the message: read it unwrapped)
+    ran = deliveries - 1
+    flat = " ".join(out.replace("│", " ").split())
+    assert re.search(r"\(task 87\) delivered \d+ times \(starts at entries [\d, ]+\); the "
+                     rf"body is known to have run {ran} times?\b", flat), out[-3000:]
     assert (f"executions: {99 + deliveries} for 100 steps; run twice: [87]; never run: none"
             in out)
     assert "LLM calls: 16 (one per analysis step: 16); reports sent: 1" in out

@@ -8,8 +8,9 @@ leaves a pattern this analyzer names:
 
 * one task (same ``task_id`` and ``execution_id``) started more than once: Dapr
   re-delivered it after a crash (at-least-once) — ``activity-reexecuted``, which counts
-  deliveries (starts) and, apart, the ones known to have run the body (a completion,
-  failure or effect record before the next start);
+  deliveries (starts) and, apart, the ones known to have run the body: each completion
+  or failure is one delivery's last record, and an effect intent shows the latest
+  delivery before it ran (``tasks_in_memory`` in :mod:`.behaviour_events`);
 * its completions carry different output digests (same signing key): the activity is
   not deterministic — ``activity-nondeterministic``;
 * one effect (``name``, ``key``) done twice — ``effect-duplicate``;
@@ -166,9 +167,10 @@ def effect_findings(instance: str, eff: ev.EffectView) -> list[Finding]:
 
 
 def ran_wording(ran: int, delivered: int) -> str:
-    """How many deliveries are known to have run the body: those followed, before the
-    next delivery, by a completion, a failure or a side-effect record of the task. A
-    delivery that crashed before the body (or before its first record) is not counted."""
+    """How many deliveries are known to have run the body: one per completion or failure
+    (each the last record of one delivery before it, so two deliveries at once that both
+    completed count twice), and the latest delivery before an effect intent. A delivery
+    that crashed before the body (or before its first record) is not counted."""
     if ran == delivered:
         return "the body ran each time"
     if ran == 0:

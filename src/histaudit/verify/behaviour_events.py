@@ -39,9 +39,10 @@ Result = tuple[int, Any, Any, int, str, str, "str | None"]
 """(o, task_id, execution_id, seq, kid, output digest, task_id as written or None)."""
 EffectEvent = tuple[int, str, str, int, int, "int | None", Any, Any]
 """(o, name, key, effect kind, seq, intent seq closed, task_id, execution_id)."""
-Ran = tuple[int, Any, Any]
-"""(o, task_id, execution_id): a record only a running body writes — a completion (with
-or without a digest), a failure, an effect intent — credited to the task's latest start."""
+Ran = tuple[int, Any, Any, bool]
+"""(o, task_id, execution_id, ends): a record only a running body writes — a failure or a
+completion without a digest (``ends``: the body's last record), an effect intent (not
+``ends``). See :func:`tasks_in_memory` for the start each is credited to."""
 Decision = tuple[int, str, int, str, "int | None", "str | None"]
 """(event no., identity, seq, label, task id, activity): a task id for a scheduled activity
 or child, an activity name for a scheduled activity, else None."""
@@ -64,7 +65,7 @@ class TaskView:
     task_ref: int | str | None  # task_id as a finding's JSON names it (findings.task_ref)
     activity: str
     starts: int
-    ran: int  # starts followed, before the next start, by a record only the body writes
+    ran: int  # starts known to have run the body (tasks_in_memory)
     first_starts: list[int]  # seqs of its first six starts
     nondeterministic: list[tuple[int, list[int]]]  # per key: (results, six lowest seqs)
 
@@ -221,7 +222,7 @@ class Events:
         """An ``activity.failed`` (or a completion without a digest): the body ran."""
         tid, eid, _ = task_key(data.get("task_id"), data.get("execution_id"))
         self.o += 1
-        self.ran.append((self.o, tid, eid))
+        self.ran.append((self.o, tid, eid, True))
         if len(self.ran) >= self.spill_at:
             self._move()
 
@@ -260,7 +261,7 @@ class Events:
         if kind == Kind.EFFECT_INTENT:
             tid, eid, _ = task_key(data.get("task_id"), data.get("execution_id"))
             self.effects.append((self.o, name, key, INTENT, seq, None, tid, eid))
-            self.ran.append((self.o, tid, eid))
+            self.ran.append((self.o, tid, eid, False))
         else:
             code = DONE if kind == Kind.EFFECT_DONE else (
                 SKIPPED if kind == Kind.EFFECT_SKIPPED else CLOSING)
@@ -318,13 +319,15 @@ def decisions_in_memory(decisions: Iterable[Decision]) -> list[DecisionView]:
 class Task:
     """One task as the original analyzer kept it."""
 
-    __slots__ = ("activity", "first_o", "ran", "results", "shown", "start_os", "starts")
+    __slots__ = ("activity", "ended", "first_o", "ran", "results", "shown", "start_os",
+                 "starts")
 
     def __init__(self, o: int, shown: object) -> None:
         self.first_o, self.shown, self.activity = o, shown, "?"
         self.starts: list[int] = []
         self.start_os: list[int] = []  # each start's event number, ascending
         self.ran: set[int] = set()  # indexes of the starts whose body left a record
+        self.ended = 0  # bit i set: start i holds a last record (a bitset: no object each)
         self.results: dict[tuple[str, str], int] = {}  # (kid, digest) -> first seq
 
     def touched(self, o: int, shown: object) -> None:
@@ -349,8 +352,13 @@ def tasks_in_memory(starts: Iterable[Start], results: Iterable[Result],
                     ran: Iterable[Ran]) -> Tasks:
     """Each task's starts and results; ``first_o`` is its first event of either kind.
 
-    ``ran`` (and each result) credits the task's latest start before it: that delivery
-    is known to have run the body. A record before any start credits none."""
+    A record a running body writes shows that some delivery before it ran the body. An
+    effect intent is credited to the task's latest start before it. A body's last record
+    (a completion or a failure, one per delivery) is credited to the latest start before
+    it that no other last record holds: two deliveries at once (starts, starts, then both
+    completions) ran the body twice. Last records are credited in entry order, so the
+    count does not depend on how they were batched. A record before any start credits
+    none."""
     tasks: Tasks = {}
     for o, tid, eid, seq, activity, show in starts:
         task = tasks.get((tid, eid))
@@ -359,6 +367,7 @@ def tasks_in_memory(starts: Iterable[Start], results: Iterable[Result],
         task.activity = activity
         task.starts.append(seq)
         task.start_os.append(o)
+    ends: list[tuple[int, Task]] = []
     for o, tid, eid, seq, kid, digest, show in results:
         task = tasks.get((tid, eid))
         shown = tid if show is None else show
@@ -367,17 +376,32 @@ def tasks_in_memory(starts: Iterable[Start], results: Iterable[Result],
         else:
             task.touched(o, shown)
         task.results.setdefault((kid, digest), seq)
-        _credit(task, o)
-    for o, tid, eid in ran:
+        ends.append((o, task))
+    for o, tid, eid, last in ran:
         task = tasks.get((tid, eid))
         if task is not None:
-            _credit(task, o)
+            if last:
+                ends.append((o, task))
+            else:
+                _credit(task, o)
+    ends.sort(key=lambda end: end[0])
+    for o, task in ends:
+        _credit_end(task, o)
     return tasks
 
 
 def _credit(task: Task, o: int) -> None:
     at = bisect.bisect_left(task.start_os, o) - 1
     if at >= 0:
+        task.ran.add(at)
+
+
+def _credit_end(task: Task, o: int) -> None:
+    below = bisect.bisect_left(task.start_os, o)  # starts 0..below-1 came before
+    free = ~task.ended & ((1 << below) - 1)  # those no last record holds yet
+    if free:
+        at = free.bit_length() - 1  # the latest of them
+        task.ended |= 1 << at
         task.ran.add(at)
 
 

@@ -29,6 +29,7 @@ class _Task:
     activity: str = "?"
     starts: list[int] = field(default_factory=list)  # seq of each activity.started
     ran: set[int] = field(default_factory=set)  # indexes of starts whose body left a record
+    ended: set[int] = field(default_factory=set)  # indexes of starts a last record took
     results: dict[tuple[str, str], int] = field(default_factory=dict)  # (kid, digest) -> seq
 
 
@@ -84,6 +85,17 @@ class OriginalBehaviourCheck:
         if task is not None and task.starts:
             task.ran.add(len(task.starts) - 1)
 
+    def _ended(self, data: Any) -> None:
+        """A body's last record (completion, failure): the latest start no other last
+        record took."""
+        task = self._tasks.get(_task_key(data))
+        if task is None:
+            return
+        free = [i for i in range(len(task.starts)) if i not in task.ended]
+        if free:
+            task.ended.add(free[-1])
+            task.ran.add(free[-1])
+
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
         if isinstance(parsed, Entry):
             self.observe_entry(parsed)
@@ -92,7 +104,7 @@ class OriginalBehaviourCheck:
         data, kind = entry.data, entry.kind
         self._order += 1
         if kind == Kind.ACTIVITY_FAILED:
-            self._ran(data)
+            self._ended(data)
         if kind in (Kind.WORKFLOW_STARTED, Kind.WORKFLOW_SCHEDULED_ACTIVITY,
                     Kind.WORKFLOW_SCHEDULED_CHILD):
             self._decision(entry)
@@ -104,7 +116,7 @@ class OriginalBehaviourCheck:
             digest = data.get("output_digest")
             if isinstance(digest, str):
                 self._tasks[_task_key(data)].results.setdefault((entry.kid, digest), entry.seq)
-            self._ran(data)
+            self._ended(data)
         elif kind == Kind.REPLAY_MISMATCH:
             self._mismatches.append(Finding.make(
                 "replay-mismatch", self.instance, entry.seq,

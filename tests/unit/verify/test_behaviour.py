@@ -204,6 +204,12 @@ WORDING: dict[str, tuple[str, list[tuple[str, dict[str, Any]]], str]] = {
     "both deliveries ran": (
         "activity-reexecuted", [started(1), completed(1, "d"), started(1), completed(1, "d")],
         "delivered 2 times (starts at entries 1, 3); the body ran each time"),
+    "two deliveries at once, both completed": (
+        "activity-reexecuted", [started(1), started(1), completed(1, "d"), completed(1, "d")],
+        "delivered 2 times (starts at entries 1, 2); the body ran each time"),
+    "an effect intent and one completion after two starts are one run": (
+        "activity-reexecuted", [started(1), started(1), intent(1), completed(1, "d")],
+        "delivered 2 times (starts at entries 1, 2); the body is known to have run 1 time"),
     "a failure and an effect intent are runs too": (
         "activity-reexecuted", [started(1), failed(1), started(1), intent(1), started(1)],
         "delivered 3 times (starts at entries 1, 3, 5); the body is known to have run 2 times"),
