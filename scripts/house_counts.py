@@ -1,0 +1,124 @@
+"""The code-health counts issue #41 asks for, from the tree as it stands.
+
+    .venv/bin/python scripts/house_counts.py
+
+Prints: files per package of ``src/histaudit``, the largest file, import loops (strongly
+connected components of grimp's import graph of ``histaudit``, type-checking imports left
+out: they never run), private names imported across packages and within them (an ``ast``
+walk of ``from histaudit… import _name``), ``os.environ`` reads outside the edges (the
+modules that read configuration on purpose, listed in ``EDGES``), and the README's size.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src" / "histaudit"
+EDGES = ("config.py", "cli/", "interceptor/runtime.py", "crash.py", "testing/",
+         "crashtest/sandbox.py", "crashtest/worker.py")
+"""Where the environment is read on purpose: the configuration snapshot itself, the CLI,
+the runtime's construction, crash points (the harness's channel into an app) and the
+process launchers (CONTRIBUTING.md, "What is in the box")."""
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else "(top)"
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def private_imports(files: list[Path]) -> tuple[int, int]:
+    """(across packages, within a package) counts of ``from histaudit… import _name``."""
+    across = within = 0
+    for path in files:
+        here = module_name(path)
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = here.split(".")
+                base = base[:len(base) - node.level + (1 if is_pkg else 0)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("histaudit"):
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    if package_of(target + ".x") == package_of(here + ".x"):
+                        within += 1
+                    else:
+                        across += 1
+    return across, within
+
+
+def import_loops() -> list[set[str]]:
+    graph = grimp.build_graph("histaudit", exclude_type_checking_imports=True)
+    index, low, on_stack, stack, loops = {}, {}, set(), [], []
+    counter = 0
+
+    def visit(node: str) -> None:  # Tarjan's algorithm, recursive: the graph is small
+        nonlocal counter
+        index[node] = low[node] = counter
+        counter += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.find_modules_directly_imported_by(node):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                loops.append(component)
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return loops
+
+
+def main() -> None:
+    files = sorted(SRC.rglob("*.py"))
+    per_package = collections.Counter(
+        "(top-level modules)" if f.parent == SRC else f.parent.relative_to(SRC).parts[0]
+        for f in files)
+    sizes = {f: len(f.read_text().splitlines()) for f in files}
+    largest = max(sizes, key=lambda f: sizes[f])
+    environ = [f"{f.relative_to(SRC)}:{n}" for f in files
+               for n, line in enumerate(f.read_text().splitlines(), 1)
+               if "os.environ" in line
+               and not str(f.relative_to(SRC)).startswith(EDGES)]
+    across, within = private_imports(files)
+    loops = import_loops()
+    print("files per package:", ", ".join(f"{p} {n}" for p, n in sorted(per_package.items())))
+    print(f"largest file: {largest.relative_to(ROOT)}, {sizes[largest]} lines")
+    print(f"import loops: {len(loops)}", *(sorted(loop) for loop in loops))
+    print(f"private names imported across packages: {across} (within packages: {within})")
+    print(f"os.environ outside the edges: {len(environ)}", *environ)
+    print(f"README: {len((ROOT / 'README.md').read_text())} characters")
+
+
+if __name__ == "__main__":
+    main()
