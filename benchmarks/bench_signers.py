@@ -15,6 +15,8 @@ Ratios per round: token or service ÷ key file, one at a time and grouped.
 ``*_signatures_per_entry`` counts each signer's signatures over its grouped appends: an
 entry is signed once and a batch signs one head per instance it touched (here every
 thread has its own instance, so 2 per entry), the same for every signer: none adds one.
+``*_requests_per_entry`` counts the calls that asked for them: a batch asks once
+(``Signer.sign_all``), which the transit signer sends as one request.
 
 Needs SoftHSM2 (``make softhsm``), python-pkcs11 (the ``hsm`` extra) and Vault
 (``make vault``). The token lives in the run's work directory (its own SOFTHSM2_CONF),
@@ -43,15 +45,22 @@ _SLICES = 5
 
 
 class _Counting:
-    """A signer that counts its signatures (the token's calls), signing with ``inner``."""
+    """A signer that counts its signatures (``calls``) and the calls that asked for them
+    (``requests``: a batch of appends asks once, ``sign_all``), signing with ``inner``."""
 
     def __init__(self, inner: Signer) -> None:
-        self.inner, self.calls = inner, 0
+        self.inner, self.calls, self.requests = inner, 0, 0
         self.kid, self.public = inner.kid, inner.public
 
     def sign(self, message: bytes) -> bytes:
         self.calls += 1
+        self.requests += 1
         return self.inner.sign(message)
+
+    def sign_all(self, messages: list[bytes]) -> list[bytes]:
+        self.calls += len(messages)
+        self.requests += 1
+        return self.inner.sign_all(messages)
 
 
 def _token(workdir: Path) -> str:
@@ -128,23 +137,27 @@ def _rounds(workdir: Path, signers: dict[str, _Counting], *, rounds: int,
     for r in range(rounds):
         with Ledger.open(f"sqlite:///{workdir / f'signers-{r}.db'}", create=True) as ledger:
             done: dict[str, list[Timing]] = {k: [] for k in names}
-            calls = dict.fromkeys(signers, 0)
+            calls, requests = dict.fromkeys(signers, 0), dict.fromkeys(signers, 0)
             order = [(f"{s}_{how}", s, fn) for s in signers
                      for how, fn in (("one", _one), ("group", _group))]
             for sl in range(_SLICES):
                 turn = order[sl % len(order):] + order[:sl % len(order)]
                 for name, who, fn in turn:
                     signer, tag = signers[who], f"{name}-{r}-{sl}"
-                    before = signer.calls
+                    before, asked = signer.calls, signer.requests
                     t = measure(lambda fn=fn, signer=signer, tag=tag: fn(ledger, signer, per,
                                                                          tag))
                     done[name].append(t)
                     if name.endswith("_group"):
                         calls[who] += signer.calls - before
+                        requests[who] += signer.requests - asked
             rate = {k: sum(t.ops for t in v) / sum(t.wall for t in v) for k, v in done.items()}
         for k, v in rate.items():
             series[k].add(v)
         signed = {s: calls[s] / sum(t.ops for t in done[f"{s}_group"]) for s in signers}
+        asked = {s: requests[s] / sum(t.ops for t in done[f"{s}_group"]) for s in signers}
+        for s in signers:
+            series.setdefault(f"{s}_requests_per_entry", Series()).add(asked[s])
         series["file_signatures_per_entry"].add(signed["file"])
         for s in others:
             series[f"{s}_one_ratio"].add(rate[f"{s}_one"] / rate["file_one"])
@@ -152,7 +165,7 @@ def _rounds(workdir: Path, signers: dict[str, _Counting], *, rounds: int,
             series[f"{s}_signatures_per_entry"].add(signed[s])
         log(f"  round {r + 1}/{rounds}: appends/s one at a time / grouped: " + "; ".join(
             f"{s} {rate[f'{s}_one']:.0f} / {rate[f'{s}_group']:.0f} "
-            f"({signed[s]:.3f} sig/entry)" for s in signers))
+            f"({signed[s]:.3f} sig, {asked[s]:.3f} requests/entry)" for s in signers))
     return {"params": {"rounds": rounds, "appends_per_measure": per * _SLICES,
                        "threads": _THREADS, "module": MODULE},
             "series": {k: v.to_json() for k, v in series.items()}}

@@ -9,16 +9,18 @@ real HashiCorp Vault dev server's transit engine (`make vault`) and the real eng
   running app signing with the version it exported; a signer opened after the rotation is
   a new histaudit key (the new version's public key), and the trust store takes both.
 * A signature the service's answer carries is verified before it is used: through a
-  proxy that alters one byte of every answer's signature, the app's activity fails in one
-  line and the ledger holds nothing that does not verify.
+  proxy that alters one byte of every answer's signature, a checkpoint fails in one line,
+  a batch of appends is refused whole, and the ledger holds nothing.
+* A batch of appends (its entries and heads) is signed in one request.
 * Every wrong way to name the key is one line, exit 2, the token shown nowhere, and the
   ledger unchanged.
 
-Cost: ≈ 4 s of CPU, 10 s of wall (one Vault, one engine, one app).
+Cost: ≈ 4 s of CPU, 11 s of wall (one Vault, one engine, one app).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import threading
@@ -28,8 +30,14 @@ from pathlib import Path
 
 import pytest
 
+from histaudit.errors import KeyMaterialError
+from histaudit.ledger import chain
+from histaudit.ledger.chain import Item
+from histaudit.ledger.keys import TrustStore
+from histaudit.ledger.signers import load_signer
 from histaudit.ledger.store import Ledger
 from histaudit.testing.engine import EngineProcess
+from histaudit.verification import Verifier
 from support.apps import AppProcess, AppRig
 from support.cli import cli, exits, one_error_line
 from support.ledgers import read_entries
@@ -96,23 +104,30 @@ def test_a_ledger_signed_by_vault_verifies_with_only_its_exported_public_key(
             assert b"PRIVATE KEY" not in data and vault.token.encode() not in data, path
 
 
-class _Tamperer(http.server.BaseHTTPRequestHandler):
-    """Forwards to Vault and flips one byte of every signature in the answers."""
+class _Proxy(http.server.BaseHTTPRequestHandler):
+    """Forwards to Vault, counts the sign requests and (``tamper``) flips one byte of
+    every signature in the answers, a single one or a batch's."""
 
     upstream = ""
+    tamper = True
+    sign_requests = 0
 
     def _forward(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
         request = urllib.request.Request(
             self.upstream + self.path, data=body, method=self.command,
             headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+        if "/sign/" in self.path:
+            type(self).sign_requests += 1
         with urllib.request.urlopen(request, timeout=10) as response:
             doc = json.loads(response.read())
-        signature = (doc.get("data") or {}).get("signature")
-        if isinstance(signature, str):
-            head, _, sig = signature.rpartition(":")
-            flipped = "A" if sig[0] != "A" else "B"
-            doc["data"]["signature"] = f"{head}:{flipped}{sig[1:]}"
+        data = doc.get("data") or {}
+        for answer in [data, *(data.get("batch_results") or [])] if self.tamper else []:
+            signature = answer.get("signature")
+            if isinstance(signature, str):
+                head, _, sig = signature.rpartition(":")
+                flipped = "A" if sig[0] != "A" else "B"
+                answer["signature"] = f"{head}:{flipped}{sig[1:]}"
         data = json.dumps(doc).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -130,21 +145,49 @@ class _Tamperer(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
+def _proxied(vault: Vault, *, tamper: bool) -> Iterator[str]:
+    """The ledger key's URL through a :class:`_Proxy` in front of ``vault``."""
+    _Proxy.upstream, _Proxy.tamper, _Proxy.sign_requests = f"http://{vault.address}", \
+        tamper, 0
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        yield vault.key_url("ledger").replace(vault.address,
+                                              f"127.0.0.1:{proxy.server_port}")
+    finally:
+        proxy.shutdown()
+
+
 def test_a_signature_altered_on_the_way_never_reaches_the_ledger(vault: Vault) -> None:
     url = f"sqlite:///{vault.workdir / 'ledger.db'}"
     Ledger.open(url, create=True).close()
-    _Tamperer.upstream = f"http://{vault.address}"
-    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Tamperer)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    try:
-        key = vault.key_url("ledger").replace(vault.address,
-                                              f"127.0.0.1:{proxy.server_port}")
+    with _proxied(vault, tamper=True) as key:
         r = cli("checkpoint", "--db", url, "--key", key, cwd=vault.workdir)
         one_error_line(r, "signature does not verify with the key's public key")
-    finally:
-        proxy.shutdown()
+        with Ledger.open(url) as ledger:  # a batch of appends: refused whole
+            signer = load_signer(key)
+            with pytest.raises(KeyMaterialError, match="does not verify"):
+                chain.append_many(ledger, [Item("wf", "step.done", {"i": i}, None)
+                                           for i in range(3)], signer=signer)
     with Ledger.open(url) as ledger:
         assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
+
+
+def test_a_batch_of_appends_is_signed_in_one_request(vault: Vault) -> None:
+    """Entries and heads of one batch go to the service together (``batch_input``): one
+    round trip, every signature verified and the chains whole."""
+    url = f"sqlite:///{vault.workdir / 'ledger.db'}"
+    with _proxied(vault, tamper=False) as key, Ledger.open(url, create=True) as ledger:
+        signer = load_signer(key)
+        before = _Proxy.sign_requests
+        items = [Item(f"wf-{i % 3}", "step.done", {"i": i}, None) for i in range(10)]
+        chain.append_many(ledger, items, signer=signer)
+        assert _Proxy.sign_requests - before == 1  # 10 entries and 3 heads
+        chain.append(ledger, "wf-0", "step.done", {"i": 10}, signer=signer)
+        assert _Proxy.sign_requests - before == 2  # a single append: its entry and head
+        verdict = Verifier(ledger, TrustStore([signer.public]), full=True).all()
+        assert verdict.passes() and sum(r.entries for r in verdict.reports) == 11
 
 
 def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(

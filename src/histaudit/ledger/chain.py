@@ -86,7 +86,9 @@ class _Batch:
 
     The tips of the instances (in one lookup) and the next leaf are read once and then
     carried forward, and each instance's head is signed once, over its last entry of the
-    batch.
+    batch. The entries and heads are signed together when the batch is stored
+    (:meth:`Signer.sign_all <histaudit.ledger.keys.Signer.sign_all>`): for a key service,
+    one round trip a batch.
     """
 
     def __init__(self, tx: WriteTx, signer: Signer, instances: Sequence[str]) -> None:
@@ -98,7 +100,7 @@ class _Batch:
             i: (tips[i][0], tips[i][1], False) if i in tips else (0, rec.GENESIS_PREV, True)
             for i in instances}
         self._heads: dict[str, tuple[int, int, str, str]] = {}  # seq, leaf, hash, ts
-        self._rows: list[rec.StoredEntry] = []
+        self._rows: list[tuple[int, str, int, str, bytes]] = []  # a StoredEntry but its sig
         self._payloads: list[tuple[str, bytes, bytes]] = []
 
     def add(self, item: Item) -> rec.Entry:
@@ -110,8 +112,7 @@ class _Batch:
         digest = rec.sha256_hex(body)
         if parses:
             self._tx.remember(instance, body, seq, digest)
-        self._rows.append(rec.StoredEntry(leaf, instance, seq, digest, body,
-                                          self._signer.sign(body)))
+        self._rows.append((leaf, instance, seq, digest, body))
         if payloads:
             self._payloads += [(c, salt, raw) for salt, (c, raw) in payloads.items()]
         self._tips[instance] = (seq, digest, new)
@@ -124,14 +125,15 @@ class _Batch:
         """Store the entries, then each instance's head (the triggers check it names the
         newest entry), then the payloads, in that order (on PostgreSQL they go to the
         server with the commit: see :class:`~histaudit.ledger.store.WriteTx`)."""
-        heads = []
-        for instance, (seq, leaf, digest, ts) in self._heads.items():
-            head = rec.head_body(instance=instance, seq=seq, leaf=leaf, hash=digest, ts=ts,
-                                 kid=self._signer.kid)
-            heads.append((rec.StoredHead(instance, seq, head, self._signer.sign(head)),
-                          self._tips[instance][2]))
-        self._tx.insert_entries(self._rows)
-        self._tx.put_heads(heads)
+        heads = [(instance, seq, rec.head_body(instance=instance, seq=seq, leaf=leaf,
+                                               hash=digest, ts=ts, kid=self._signer.kid))
+                 for instance, (seq, leaf, digest, ts) in self._heads.items()]
+        sigs = self._signer.sign_all([row[4] for row in self._rows] + [h[2] for h in heads])
+        n = len(self._rows)
+        self._tx.insert_entries([rec.StoredEntry(*row, sig)
+                                 for row, sig in zip(self._rows, sigs[:n], strict=True)])
+        self._tx.put_heads([(rec.StoredHead(instance, seq, head, sig), self._tips[instance][2])
+                            for (instance, seq, head), sig in zip(heads, sigs[n:], strict=True)])
         self._tx.insert_payloads(self._payloads)
 
 

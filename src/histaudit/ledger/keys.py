@@ -17,7 +17,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -169,6 +169,12 @@ class Signer:
         """The Ed25519 signature of ``message`` (libsodium's combined form is signature
         then message: its first 64 bytes)."""
         return crypto_sign(message, self._sodium)[:64]
+
+    def sign_all(self, messages: Sequence[bytes]) -> list[bytes]:
+        """The signatures of ``messages``, in order: what one batch of appends signs (its
+        entries and heads). Here one by one; a signer whose signature is a round trip to
+        a service signs them in as few requests as it can."""
+        return [self.sign(message) for message in messages]
 
     def __repr__(self) -> str:  # never show key material
         return f"Signer(kid={self.kid})"
