@@ -105,11 +105,12 @@ def test_a_ledger_signed_by_vault_verifies_with_only_its_exported_public_key(
 
 
 class _Proxy(http.server.BaseHTTPRequestHandler):
-    """Forwards to Vault, counts the sign requests and (``tamper``) flips one byte of
-    every signature in the answers, a single one or a batch's."""
+    """Forwards to Vault and counts the sign requests; ``mode`` "flip" flips one byte of
+    every signature in the answers (a single one or a batch's), "error" answers each
+    batch item with an error of two lines."""
 
     upstream = ""
-    tamper = True
+    mode = "pass"
     sign_requests = 0
 
     def _forward(self) -> None:
@@ -122,7 +123,10 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
         with urllib.request.urlopen(request, timeout=10) as response:
             doc = json.loads(response.read())
         data = doc.get("data") or {}
-        for answer in [data, *(data.get("batch_results") or [])] if self.tamper else []:
+        if self.mode == "error" and "batch_results" in data:
+            data["batch_results"] = [{"error": "key is disabled\nfor signing"}
+                                     for _ in data["batch_results"]]
+        for answer in [data, *(data.get("batch_results") or [])] if self.mode == "flip" else []:
             signature = answer.get("signature")
             if isinstance(signature, str):
                 head, _, sig = signature.rpartition(":")
@@ -146,10 +150,9 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def _proxied(vault: Vault, *, tamper: bool) -> Iterator[str]:
-    """The ledger key's URL through a :class:`_Proxy` in front of ``vault``."""
-    _Proxy.upstream, _Proxy.tamper, _Proxy.sign_requests = f"http://{vault.address}", \
-        tamper, 0
+def _proxied(vault: Vault, *, mode: str) -> Iterator[str]:
+    """The ledger key's URL through a :class:`_Proxy` in ``mode`` in front of ``vault``."""
+    _Proxy.upstream, _Proxy.mode, _Proxy.sign_requests = f"http://{vault.address}", mode, 0
     proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
@@ -162,14 +165,19 @@ def _proxied(vault: Vault, *, tamper: bool) -> Iterator[str]:
 def test_a_signature_altered_on_the_way_never_reaches_the_ledger(vault: Vault) -> None:
     url = f"sqlite:///{vault.workdir / 'ledger.db'}"
     Ledger.open(url, create=True).close()
-    with _proxied(vault, tamper=True) as key:
+    batch = [Item("wf", "step.done", {"i": i}, None) for i in range(3)]
+    with _proxied(vault, mode="flip") as key:
         r = cli("checkpoint", "--db", url, "--key", key, cwd=vault.workdir)
         one_error_line(r, "signature does not verify with the key's public key")
-        with Ledger.open(url) as ledger:  # a batch of appends: refused whole
-            signer = load_signer(key)
-            with pytest.raises(KeyMaterialError, match="does not verify"):
-                chain.append_many(ledger, [Item("wf", "step.done", {"i": i}, None)
-                                           for i in range(3)], signer=signer)
+        signer = load_signer(key)
+        with Ledger.open(url) as ledger, \
+                pytest.raises(KeyMaterialError, match="does not verify"):
+            chain.append_many(ledger, batch, signer=signer)  # a batch: refused whole
+    with _proxied(vault, mode="error") as key, Ledger.open(url) as ledger:
+        signer = load_signer(key)
+        with pytest.raises(KeyMaterialError) as info:  # the service's words, one line
+            chain.append_many(ledger, batch, signer=signer)
+        assert str(info.value).endswith("could not sign: key is disabled for signing")
     with Ledger.open(url) as ledger:
         assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
 
@@ -178,7 +186,7 @@ def test_a_batch_of_appends_is_signed_in_one_request(vault: Vault) -> None:
     """Entries and heads of one batch go to the service together (``batch_input``): one
     round trip, every signature verified and the chains whole."""
     url = f"sqlite:///{vault.workdir / 'ledger.db'}"
-    with _proxied(vault, tamper=False) as key, Ledger.open(url, create=True) as ledger:
+    with _proxied(vault, mode="pass") as key, Ledger.open(url, create=True) as ledger:
         signer = load_signer(key)
         before = _Proxy.sign_requests
         items = [Item(f"wf-{i % 3}", "step.done", {"i": i}, None) for i in range(10)]

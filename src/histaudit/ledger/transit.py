@@ -222,9 +222,10 @@ class TransitSigner(Signer):
     def _checked(self, result: object, message: bytes) -> bytes:
         """One batch result's signature, verified with the pinned public key."""
         if isinstance(result, dict) and isinstance(result.get("error"), str):
-            # the service's own words: never the token, which it does not echo
+            # the service's own words, on one line: never the token, which it does not echo
+            said = " ".join(result["error"].split())[:200]
             raise KeyMaterialError(f"transit key {self.shown}: the service could not sign: "
-                                   f"{result['error'][:200]}")
+                                   f"{said}")
         signature = result.get("signature") if isinstance(result, dict) else None
         prefix = f"vault:v{self._version}:"
         if not isinstance(signature, str) or not signature.startswith(prefix):
