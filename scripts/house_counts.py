@@ -26,9 +26,10 @@ the runtime's construction, crash points (the harness's channel into an app) and
 process launchers (CONTRIBUTING.md, "What is in the box")."""
 
 
-def package_of(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 2 else "(top)"
+def package_of(name: str) -> str:
+    """The package a dotted name of histaudit lies in (a top-level module is its own)."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "(top)"
 
 
 def module_name(path: Path) -> str:
@@ -58,7 +59,7 @@ def private_imports(files: list[Path]) -> tuple[int, int]:
                 continue
             for alias in node.names:
                 if alias.name.startswith("_") and not alias.name.startswith("__"):
-                    if package_of(target + ".x") == package_of(here + ".x"):
+                    if package_of(target) == package_of(here):
                         within += 1
                     else:
                         across += 1
