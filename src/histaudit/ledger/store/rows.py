@@ -219,14 +219,23 @@ class Ledger:
         try:
             yield raw
         except errors as exc:
-            if _connection_lost(raw):
-                raw.invalidate()  # not back into the pool (nor reset there, with a traceback)
-                raise StoreUnavailableError(failed(exc)) from None
-            raise StoreError(failed(exc)) from None
+            raise (StoreUnavailableError if _connection_lost(raw) else StoreError)(
+                failed(exc)) from None
         finally:
-            with contextlib.suppress(Exception):  # a broken connection: the pool drops it
-                self.driver.rollback(raw)
+            # A connection that cannot roll back is broken: it is dropped here, never put
+            # back into the pool, whose own reset would fail again and log a traceback
+            # (the server can go away after the failure, or after a success).
+            if _connection_lost(raw) or not self._rolled_back(raw):
+                raw.invalidate()
             raw.close()
+
+    def _rolled_back(self, raw: Any) -> bool:
+        """Whether whatever transaction ``raw`` had open is now rolled back."""
+        try:
+            self.driver.rollback(raw)
+        except Exception:  # noqa: BLE001 - any failure means the connection is unusable
+            return False
+        return True
 
     def db_errors(self) -> tuple[type[BaseException], ...]:
         """What a failing database operation raises: the driver's errors, SQLAlchemy's,
