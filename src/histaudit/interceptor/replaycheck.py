@@ -38,6 +38,14 @@ class ReplayedResultCheck:
     activity, expected and seen digests, the seq of the signed completion, and a
     commitment to the seen result); the same mismatch is not recorded twice.
 
+    A result whose execution id is not the one the history's ``TaskScheduled`` of that
+    task carries is the result of another execution of the task id: daprd 1.18 can hand a
+    generation that continued as new the late result of the previous generation's task
+    of the same id (its activity actors are per generation, their completions name only
+    the task id). It is a signed output, but not of the task the workflow is waiting
+    for: it is recorded as a mismatch too (``scheduled_execution_id`` says which execution
+    was scheduled), before any memory of it as a good result of the earlier execution.
+
     Results with no signed completion (an unaudited activity, another app's) are left to
     ``histaudit verify --engine``. The check records evidence and never stops the
     workflow: raising here would fail history resolution, and with it the workflow.
@@ -60,7 +68,8 @@ class ReplayedResultCheck:
         self.recorder = recorder
         self._good: dict[tuple[str, int, str], str | bytes] = {}
         self._lock = threading.Lock()
-        self._prefixes: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
+        self._prefixes: OrderedDict[str, tuple[tuple[Any, ...], dict[int, str]]] = \
+            OrderedDict()
         self._prefix_events = 0
 
     def check_turn(self, instance: str, committed: Sequence[Any], new: Iterable[Any]) -> int:
@@ -74,39 +83,44 @@ class ReplayedResultCheck:
         identity cannot be reused) and skipped. Anything else — a full resend, a history fetched
         anew, another generation, a process with empty memory — is checked in full.
         """
-        skip = self._checked_prefix(instance, committed)
+        skip, scheduled = self._checked_prefix(instance, committed)
         events = itertools.chain(itertools.islice(committed, skip, None), new)
-        count, first_open = self._check(instance, events)
+        count, first_open = self._check(instance, events, scheduled)
         clean = len(committed) if first_open is None else min(skip + first_open,
                                                               len(committed))
-        self._remember_prefix(instance, committed, clean)
+        self._remember_prefix(instance, committed, clean, scheduled)
         return count
 
-    def _checked_prefix(self, instance: str, committed: Sequence[Any]) -> int:
-        """How many leading events of ``committed`` are the objects checked clean before."""
+    def _checked_prefix(self, instance: str, committed: Sequence[Any]
+                        ) -> tuple[int, dict[int, str]]:
+        """How many leading events of ``committed`` are the objects checked clean before,
+        and the execution ids of the tasks scheduled in the history read then (a copy:
+        the history of one generation only grows, so they hold for this turn too)."""
         with self._lock:
-            events = self._prefixes.get(instance)
-        if events is None:
-            return 0
+            known = self._prefixes.get(instance)
+        if known is None:
+            return 0, {}
+        events, scheduled = known
         clean = len(events)
         if clean > len(committed) or not all(map(operator.is_, itertools.islice(
                 committed, clean), itertools.islice(events, clean))):
-            return 0
-        return clean
+            return 0, {}
+        return clean, dict(scheduled)
 
-    def _remember_prefix(self, instance: str, committed: Sequence[Any], clean: int) -> None:
+    def _remember_prefix(self, instance: str, committed: Sequence[Any], clean: int,
+                         scheduled: dict[int, str]) -> None:
         with self._lock:
             old = self._prefixes.pop(instance, None)
             if old is not None:
-                self._prefix_events -= len(old)
+                self._prefix_events -= len(old[0])
             if not clean or clean > self._MAX_PREFIX_EVENTS:
                 return
             # a copy: what was checked stays what is compared, whatever becomes of the list
-            self._prefixes[instance] = tuple(committed[:clean])
+            self._prefixes[instance] = (tuple(committed[:clean]), scheduled)
             self._prefix_events += clean
             while (len(self._prefixes) > self._MAX_PREFIXES
                    or self._prefix_events > self._MAX_PREFIX_EVENTS):
-                _, dropped = self._prefixes.popitem(last=False)
+                _, (dropped, _) = self._prefixes.popitem(last=False)
                 self._prefix_events -= len(dropped)
 
     def check(self, instance: str, events: Iterable[Any]) -> int:
@@ -117,27 +131,42 @@ class ReplayedResultCheck:
         (a non-completion event reads back task id 0), and a result already found good is
         recognized by its text (or the digest of a long one) without a ledger lookup.
         """
-        return self._check(instance, events)[0]
+        return self._check(instance, events, {})[0]
 
-    def _check(self, instance: str, events: Iterable[Any]) -> tuple[int, int | None]:
+    def _check(self, instance: str, events: Iterable[Any], scheduled: dict[int, str]
+               ) -> tuple[int, int | None]:
         """:meth:`check`; also the index (in ``events``) of the first result still not
-        found good afterwards (None: every one was)."""
+        found good afterwards (None: every one was). ``scheduled`` (task id: execution
+        id of its ``TaskScheduled``) is what earlier events scheduled, and gains these."""
         todo = []
         where = []
+        other: list[tuple[int, str, str, str]] = []
+        first_other = None
         good, short = self._good, self._SHORT
         for index, event in enumerate(events):
             done = event.taskCompleted
             task_id = done.taskScheduledId
             if not task_id and not event.HasField("taskCompleted"):
+                if event.HasField("taskScheduled"):
+                    scheduled[event.eventId] = event.taskScheduled.taskExecutionId
                 continue
             text = done.result.value
+            execution = done.taskExecutionId
+            ordered = scheduled.get(task_id)
+            if ordered and execution and ordered != execution:
+                other.append((task_id, execution, ordered, text))
+                if first_other is None:
+                    first_other = index
+                continue
             seen = text if len(text) <= short else _digest(text)
-            key = (instance, task_id, done.taskExecutionId)
+            key = (instance, task_id, execution)
             if good.get(key) != seen:
                 todo.append((key, text, seen))
                 where.append(index)
+        # never taken as clean: fed back again, looked at again (and recorded once)
+        recorded = self._record_other(instance, other) if other else 0
         if not todo:
-            return 0, None
+            return recorded, first_other
         task_ids = {key[1] for key, _, _ in todo}
         # Answered from memory when this process signed (or read) every completion asked
         # about; a result memory cannot vouch for is judged again on a fresh read of the
@@ -149,7 +178,9 @@ class ReplayedResultCheck:
                                 final=True)
         first_open = next((index for index, (key, _, seen) in zip(where, todo)
                            if good.get(key) != seen), None)
-        return count or 0, first_open
+        if first_other is not None:
+            first_open = first_other if first_open is None else min(first_open, first_other)
+        return recorded + (count or 0), first_open
 
     def _judge(self, instance: str, todo: list[tuple[tuple[str, int, str], str, str | bytes]],
                signed: tuple[dict[int, list[rec.Entry]], set[Any]], *, final: bool
@@ -177,9 +208,9 @@ class ReplayedResultCheck:
             if not final:
                 return None
             seen_digest = None if raw is None else self.recorder.digest(instance, raw)
-            if (task_id, seen_digest) in recorded:
+            if (task_id, seen_digest, execution_id or None) in recorded:
                 continue
-            recorded.add((task_id, seen_digest))
+            recorded.add((task_id, seen_digest, execution_id or None))
             last = mine[-1]
             seen_ref = self.recorder.commit(instance, text if raw is not None else None)
             self.recorder.append(instance, Kind.REPLAY_MISMATCH, {
@@ -191,6 +222,36 @@ class ReplayedResultCheck:
             log.warning("histaudit: instance %s, task %s (%s): the engine fed back a result "
                         "that is not the signed completion at entry %s; recorded %s",
                         instance, task_id, last.data.get("activity"), last.seq,
+                        Kind.REPLAY_MISMATCH)
+            count += 1
+        return count
+
+    def _record_other(self, instance: str, other: list[tuple[int, str, str, str]]) -> int:
+        """Record results of another execution than the one scheduled (see the class);
+        each once. Returns how many were recorded now."""
+        completions, recorded = self._signed(instance, {o[0] for o in other}, fresh=True)
+        count = 0
+        for task_id, execution, ordered, text in other:
+            raw = text.encode("utf-8") if text != "" else None
+            seen_digest = None if raw is None else self.recorder.digest(instance, raw)
+            if (task_id, seen_digest, execution) in recorded:
+                continue
+            recorded.add((task_id, seen_digest, execution))
+            signed = completions.get(task_id, [])
+            theirs = [e for e in signed if e.data.get("execution_id") == execution]
+            mine = [e for e in signed if e.data.get("execution_id") == ordered]
+            activity = next((e.data.get("activity") for e in theirs + mine), None)
+            seen_ref = self.recorder.commit(instance, text if raw is not None else None)
+            self.recorder.append(instance, Kind.REPLAY_MISMATCH, {
+                "activity": activity, "task_id": task_id, "execution_id": execution,
+                "scheduled_execution_id": ordered,
+                "expected_digest": mine[-1].data.get("output_digest") if mine else None,
+                "seen_digest": seen_digest,
+                "completed_seq": theirs[-1].seq if theirs else None,
+                "seen": seen_ref.ref, "worker": worker_id()}, seen_ref)
+            log.warning("histaudit: instance %s, task %s (%s): the engine fed back the result "
+                        "of execution %s, not of execution %s the history scheduled; "
+                        "recorded %s", instance, task_id, activity, execution, ordered,
                         Kind.REPLAY_MISMATCH)
             count += 1
         return count
@@ -211,7 +272,8 @@ class ReplayedResultCheck:
                 if isinstance(task_id, int):
                     completions.setdefault(task_id, []).append(entry)
             elif entry.kind == Kind.REPLAY_MISMATCH:
-                recorded.add((entry.data.get("task_id"), entry.data.get("seen_digest")))
+                recorded.add((entry.data.get("task_id"), entry.data.get("seen_digest"),
+                              entry.data.get("execution_id")))
 
         def known(state: tuple[dict[int, list[rec.Entry]], set[Any]]) -> bool:
             return not fresh and all(t in state[0] for t in task_ids)

@@ -97,12 +97,21 @@ class BehaviourCheck:
             self.llm.started(self.events.generation)
 
     def mismatch(self, seq: int, kind: str, kid: str, data: Any) -> None:
+        what = f"activity {data.get('activity', '?')} (task {data.get('task_id')})"
+        if data.get("scheduled_execution_id"):  # another execution's result (replaycheck)
+            where = data.get("completed_seq")
+            signed = "" if where is None else f", signed at entry {where}"
+            detail = (f"{what}: the engine fed back the result of execution "
+                      f"{data.get('execution_id')} (digest {_short(data.get('seen_digest'))}"
+                      f"{signed}), not of execution {data.get('scheduled_execution_id')} "
+                      f"that the workflow's history scheduled")
+        else:
+            detail = (f"{what}: on replay the engine fed back a result (digest "
+                      f"{_short(data.get('seen_digest'))}) that is not the completion signed "
+                      f"at entry {data.get('completed_seq')} (digest "
+                      f"{_short(data.get('expected_digest'))})")
         self._mismatches.append(Finding.make(
-            "replay-mismatch", self.instance, seq,
-            f"activity {data.get('activity', '?')} (task {data.get('task_id')}): on "
-            f"replay the engine fed back a result (digest {_short(data.get('seen_digest'))})"
-            f" that is not the completion signed at entry {data.get('completed_seq')} "
-            f"(digest {_short(data.get('expected_digest'))})",
+            "replay-mismatch", self.instance, seq, detail,
             entries=[data.get("completed_seq")], task_id=data.get("task_id"),
             activity=data.get("activity")))
 
