@@ -29,11 +29,39 @@ effect's two, ran, after), check_delivery in each of the monitor's 4 generations
 EFFECT_POINTS = {"before-effect:place-order", "after-effect:place-order"}
 
 
-def _matrix(tmp: Path, *args: str) -> tuple[dict[str, Any], str]:
+def _matrix(tmp: Path, *args: str, engine_faults: bool = False
+            ) -> tuple[dict[str, Any], str]:
+    """The matrix's JSON and its table. ``engine_faults``: a sweep may diverge when, and
+    only when, histaudit proved the engine fed a generation another execution's result
+    (:func:`_engine_faults`); those sweeps are taken out of ``points``."""
     out = tmp / "matrix.json"
     r = cli("crashtest", TARGET, "--json", out, *args, cwd=tmp, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    return json.loads(out.read_text()), r.stdout
+    said = r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.returncode in (0, 1) and out.exists(), said
+    doc = json.loads(out.read_text())
+    faults = _engine_faults(doc) if engine_faults else []
+    assert r.returncode == (1 if faults else 0), said
+    return doc, r.stdout
+
+
+def _engine_faults(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Remove from ``doc["points"]`` the sweeps that diverged because the engine resolved
+    a task with the result of another execution of its task id, and return them.
+
+    daprd 1.18.3 can hand a generation that continued as new the late result of the
+    previous generation's task of the same id (the completion names only the task id; CI,
+    stop 46: the monitor's last generation read "in transit" from the one before, once in
+    many runs, only with a sweep's crashes together). That divergence is real — the
+    workflow's output changed — and histaudit must name it: the sweep has to carry the
+    replay-mismatch saying which execution's result it was, or it fails the test."""
+    faults = [p for p in doc["points"] if p["point"].startswith("sweep of ")]
+    for p in faults:
+        assert p["outcome"] == "diverged" and "replay-mismatch" in p["codes"], p
+        assert any(f["code"] == "replay-mismatch" and "the workflow's history scheduled"
+                   in f["detail"] for f in p["findings"]), p
+    doc["points"] = [p for p in doc["points"] if p not in faults]
+    doc["engine_faults"] = faults
+    return faults
 
 
 def _assert_recovered_everywhere(doc: dict[str, Any], kinds: set[str]) -> None:
@@ -60,7 +88,7 @@ def _assert_recovered_everywhere(doc: dict[str, Any], kinds: set[str]) -> None:
 @pytest.mark.parametrize("engine", ["durabletask", "daprd"])
 def test_every_point_app_and_engine_recovers(tmp_path: Path, engine: str) -> None:
     doc, out = _matrix(tmp_path, "--input", '{"approval_timeout_s": 60}', "--event", APPROVED,
-                       "--engine", engine)
+                       "--engine", engine, engine_faults=True)
     clean = doc["clean"]["output"]
     assert clean["decision"] == {"by": "ops-7"} and clean["delivery"] == "delivered"
     _assert_recovered_everywhere(doc, {"app", "engine"})
@@ -71,7 +99,9 @@ def test_every_point_app_and_engine_recovers(tmp_path: Path, engine: str) -> Non
     # few more points are confirmed alone (measured idle: 64 crashes, 3 isolated runs).
     m = re.search(r"in (\d+) sweep\(s\) of (\d+) crashes and (\d+) isolated", out)
     assert m, out
-    assert int(m[2]) >= 2 * ACTIVITY_POINTS - 6 and int(m[3]) <= 3 + 6, out
+    assert int(m[2]) >= 2 * ACTIVITY_POINTS - 6, out
+    if not doc["engine_faults"]:  # (bisecting a fault's sweep runs more points alone)
+        assert int(m[3]) <= 3 + 6, out
 
 
 def test_the_timeout_branch_recovers_and_orders_nothing(tmp_path: Path) -> None:

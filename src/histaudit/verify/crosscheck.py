@@ -8,6 +8,10 @@ completion should be in the engine's history. :func:`crosscheck` checks both dir
 * an engine completion with no signed record — ``engine-unsigned-completion``;
 * an engine completion whose result is not the signed output — ``replay-mismatch``
   (the engine state was altered, or something other than the audited activity answered);
+  so is one naming another execution than the history's ``TaskScheduled`` of its task
+  (the engine resolved the task with another execution's result: daprd 1.18.3 can hand
+  a generation that continued as new the late result of the previous generation's task
+  of the same id; :mod:`histaudit.interceptor.replaycheck` records it live);
 * a signed completion whose task the engine has no completion for —
   ``engine-missing-completion`` (the engine lost or dropped it; also seen while the
   completion is still in flight, or after ``continue_as_new`` purged older history);
@@ -104,13 +108,27 @@ def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
         by_task[s.task_id].append(s)
     findings: list[Finding] = []
     engine_tasks: dict[int, set[str]] = defaultdict(set)  # task id -> execution ids
+    scheduled: dict[int, str] = {}  # task id -> execution id its TaskScheduled names
     for event in history:
+        if event.HasField("taskScheduled"):
+            scheduled[int(event.eventId)] = str(event.taskScheduled.taskExecutionId or "")
         if not event.HasField("taskCompleted"):
             continue
         done = event.taskCompleted
         task_id, execution_id = int(done.taskScheduledId), str(done.taskExecutionId or "")
         engine_tasks[task_id].add(execution_id)
         raw = done.result.value.encode("utf-8") if done.result.value != "" else None
+        ordered = scheduled.get(task_id, "")
+        if ordered and execution_id and ordered != execution_id:
+            theirs = [s for s in by_task.get(task_id, ()) if s.execution_id == execution_id]
+            where = f", signed at entry {theirs[-1].seq}" if theirs else ""
+            findings.append(Finding.make(
+                "replay-mismatch", instance, theirs[-1].seq if theirs else None,
+                f"task {task_id}: the engine's history completes it with the result of "
+                f"execution {execution_id} ({_size(raw)}{where}), not of execution "
+                f"{ordered} that the history scheduled",
+                entries=[s.seq for s in theirs], task_id=task_id))
+            continue
         mine = [s for s in by_task.get(task_id, ()) if _same_task(s, task_id, execution_id)]
         if not mine:
             findings.append(Finding.make(

@@ -89,21 +89,32 @@ class _TaskCompleted:
 
 
 @dataclass(frozen=True, slots=True)
+class _TaskScheduled:
+    taskExecutionId: str  # noqa: N815
+
+
+@dataclass(frozen=True, slots=True)
 class DaprEvent:
-    """The parts of one stored ``HistoryEvent`` the cross-check reads. ``HasField`` and
-    ``taskCompleted`` are those of the generated class, so :class:`EngineCrossCheck`
-    takes these as it takes the engine's own events."""
+    """The parts of one stored ``HistoryEvent`` the cross-check reads. ``HasField``,
+    ``eventId``, ``taskCompleted`` and ``taskScheduled`` are those of the generated
+    class, so :class:`EngineCrossCheck` takes these as it takes the engine's own
+    events."""
 
     index: int
     event_id: int
     kind: str  # "taskScheduled", "taskCompleted", "executionCompleted", … or "other"
     taskCompleted: _TaskCompleted | None = None  # noqa: N815
+    taskScheduled: _TaskScheduled | None = None  # noqa: N815
     result: str | None = None  # executionCompleted's result (None when absent)
     status: int | None = None  # executionCompleted's OrchestrationStatus
     members: frozenset[str] = field(default_factory=frozenset)
 
     def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name
         return name in self.members
+
+    @property
+    def eventId(self) -> int:  # noqa: N802 - protobuf's name
+        return self.event_id
 
 
 def _int32(value: int) -> int:
@@ -137,8 +148,11 @@ def parse_history_event(raw: bytes, index: int) -> DaprEvent:
         return DaprEvent(index, event_id, "executionCompleted",
                          result=_string_value(ended.get(2)), status=_int32(ended.get(1, 0)),
                          members=frozenset({"executionCompleted"}))
-    for number, name in ((_TASK_SCHEDULED, "taskScheduled"), (_TASK_FAILED, "taskFailed"),
-                         (_CONTINUE_AS_NEW, "continueAsNew")):
+    if _TASK_SCHEDULED in f:
+        ordered = read_message(f[_TASK_SCHEDULED], {5: bytes})
+        return DaprEvent(index, event_id, "taskScheduled", taskScheduled=_TaskScheduled(
+            bytes(ordered.get(5, b"")).decode("utf-8")), members=frozenset({"taskScheduled"}))
+    for number, name in ((_TASK_FAILED, "taskFailed"), (_CONTINUE_AS_NEW, "continueAsNew")):
         if number in f:
             return DaprEvent(index, event_id, name, members=frozenset({name}))
     return DaprEvent(index, event_id, "other")

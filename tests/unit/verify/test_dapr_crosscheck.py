@@ -43,15 +43,17 @@ def _ev(event_id: int = -1, **member: Any) -> bytes:
     return pb.HistoryEvent(eventId=event_id, **member).SerializeToString()
 
 
-def _scheduled(task: int, name: str) -> bytes:
-    return _ev(task, taskScheduled=pb.TaskScheduledEvent(name=name))
+def _scheduled(task: int, name: str, execution: str = "") -> bytes:
+    return _ev(task, taskScheduled=pb.TaskScheduledEvent(name=name,
+                                                         taskExecutionId=execution))
 
 
-def _completed(task: int, result: str) -> bytes:
+def _completed(task: int, result: str, execution: str = "") -> bytes:
     from google.protobuf import wrappers_pb2
 
     return _ev(taskCompleted=pb.TaskCompletedEvent(
-        taskScheduledId=task, result=wrappers_pb2.StringValue(value=result)))
+        taskScheduledId=task, result=wrappers_pb2.StringValue(value=result),
+        taskExecutionId=execution))
 
 
 def _ended(result: str) -> bytes:
@@ -90,7 +92,7 @@ def _codes(findings: list[Any]) -> list[str]:
 
 
 def test_the_wire_reader_reads_what_the_generated_classes_read() -> None:
-    for i, raw in enumerate(FULL):
+    for i, raw in enumerate([*FULL, _scheduled(3, "x", "exec-3"), _completed(3, "", "exec-3")]):
         mine, theirs = parse_history_event(raw, i), pb.HistoryEvent.FromString(raw)
         assert mine.event_id == theirs.eventId and mine.index == i
         kind = theirs.WhichOneof("eventType")
@@ -99,6 +101,9 @@ def test_the_wire_reader_reads_what_the_generated_classes_read() -> None:
         if mine.taskCompleted is not None:
             assert mine.taskCompleted.taskScheduledId == theirs.taskCompleted.taskScheduledId
             assert mine.taskCompleted.result.value == theirs.taskCompleted.result.value
+            assert mine.taskCompleted.taskExecutionId == theirs.taskCompleted.taskExecutionId
+        if mine.taskScheduled is not None:
+            assert mine.taskScheduled.taskExecutionId == theirs.taskScheduled.taskExecutionId
     assert parse_history_event(FULL[-1], 5).result == '{"a": 1}'
 
 
@@ -134,6 +139,23 @@ def test_a_different_completion_result_or_workflow_result_is_a_mismatch() -> Non
     findings = crosscheck_dapr(INSTANCE, changed, _ledger(), LOOKUP)
     assert _codes(findings) == ["replay-mismatch", "replay-mismatch"]
     assert {f.seq for f in findings} == {5, 6}
+
+
+def test_a_completion_of_another_execution_than_the_scheduled_one_is_a_mismatch() -> None:
+    """The task's result is a signed output, but of execution x2 where the history
+    scheduled y2 (daprd 1.18.3 can resolve a continued-as-new generation's task with the
+    late result of the previous generation's task of the same id)."""
+    def history(execution: str) -> list[bytes]:
+        return [*FULL[:3], _scheduled(2, "shout", "y2"), _completed(2, '"HI!"', execution),
+                FULL[5]]
+
+    findings = crosscheck_dapr(INSTANCE, history("x2"), _ledger(), LOOKUP)
+    assert _codes(findings) == ["replay-mismatch"]
+    assert findings[0].task_id == 2 and findings[0].severity is Severity.ERROR
+    assert "result of execution x2" in findings[0].message
+    assert "not of execution y2 that the history scheduled" in findings[0].message
+    assert crosscheck_dapr(INSTANCE, history("y2"), _ledger(), LOOKUP) == []
+    assert crosscheck_dapr(INSTANCE, history(""), _ledger(), LOOKUP) == []  # names none
 
 
 def test_a_completion_the_ledger_never_signed_is_unsigned() -> None:
