@@ -147,8 +147,9 @@ class ReplayedResultCheck:
             done = event.taskCompleted
             task_id = done.taskScheduledId
             if not task_id and not event.HasField("taskCompleted"):
-                if event.HasField("taskScheduled"):
-                    scheduled[event.eventId] = event.taskScheduled.taskExecutionId
+                ordered = event.taskScheduled.taskExecutionId  # "" when not a schedule
+                if ordered:
+                    scheduled[event.eventId] = ordered
                 continue
             text = done.result.value
             execution = done.taskExecutionId
