@@ -1,6 +1,6 @@
-"""The app of tests/integration/test_sweep.py and test_sweep_engine.py: a short workflow
-with one point that makes the output differ and, with ``FRAGILE=1``, one whose
-re-execution kills the worker.
+"""The app of tests/integration/test_sweep.py, test_sweep_stops.py and
+test_sweep_engine.py: a short workflow with one point that makes the output differ and,
+with ``FRAGILE=1``, one whose re-execution kills the worker.
 
 ``steps``: ``add`` three times, then ``stamp`` (returns how many times its body has run,
 counted in ``$DATA_DIR/stamp.runs``: re-run after a crash, it returns 2 and the output
