@@ -208,23 +208,11 @@ class ReplayedResultCheck:
                 continue
             if not final:
                 return None
-            seen_digest = None if raw is None else self.recorder.digest(instance, raw)
-            if (task_id, seen_digest, execution_id or None) in recorded:
-                continue
-            recorded.add((task_id, seen_digest, execution_id or None))
             last = mine[-1]
-            seen_ref = self.recorder.commit(instance, text if raw is not None else None)
-            self.recorder.append(instance, Kind.REPLAY_MISMATCH, {
-                "activity": last.data.get("activity"), "task_id": task_id,
-                "execution_id": execution_id or None,
-                "expected_digest": last.data.get("output_digest"),
-                "seen_digest": seen_digest, "completed_seq": last.seq,
-                "seen": seen_ref.ref, "worker": worker_id()}, seen_ref)
-            log.warning("histaudit: instance %s, task %s (%s): the engine fed back a result "
-                        "that is not the signed completion at entry %s; recorded %s",
-                        instance, task_id, last.data.get("activity"), last.seq,
-                        Kind.REPLAY_MISMATCH)
-            count += 1
+            count += self._record(instance, recorded, task_id, execution_id or None, text, {
+                "activity": last.data.get("activity"),
+                "expected_digest": last.data.get("output_digest"), "completed_seq": last.seq,
+            }, f"a result that is not the signed completion at entry {last.seq}")
         return count
 
     def _record_other(self, instance: str, other: list[tuple[int, str, str, str]]) -> int:
@@ -233,29 +221,36 @@ class ReplayedResultCheck:
         completions, recorded = self._signed(instance, {o[0] for o in other}, fresh=True)
         count = 0
         for task_id, execution, ordered, text in other:
-            raw = text.encode("utf-8") if text != "" else None
-            seen_digest = None if raw is None else self.recorder.digest(instance, raw)
-            if (task_id, seen_digest, execution) in recorded:
-                continue
-            recorded.add((task_id, seen_digest, execution))
             signed = completions.get(task_id, [])
             theirs = [e for e in signed if e.data.get("execution_id") == execution]
             mine = [e for e in signed if e.data.get("execution_id") == ordered]
-            activity = next((e.data.get("activity") for e in theirs + mine), None)
-            seen_ref = self.recorder.commit(instance, text if raw is not None else None)
-            self.recorder.append(instance, Kind.REPLAY_MISMATCH, {
-                "activity": activity, "task_id": task_id, "execution_id": execution,
+            count += self._record(instance, recorded, task_id, execution, text, {
+                "activity": next((e.data.get("activity") for e in theirs + mine), None),
                 "scheduled_execution_id": ordered,
                 "expected_digest": mine[-1].data.get("output_digest") if mine else None,
-                "seen_digest": seen_digest,
                 "completed_seq": theirs[-1].seq if theirs else None,
-                "seen": seen_ref.ref, "worker": worker_id()}, seen_ref)
-            log.warning("histaudit: instance %s, task %s (%s): the engine fed back the result "
-                        "of execution %s, not of execution %s the history scheduled; "
-                        "recorded %s", instance, task_id, activity, execution, ordered,
-                        Kind.REPLAY_MISMATCH)
-            count += 1
+            }, f"the result of execution {execution}, not of execution {ordered} the "
+               f"history scheduled")
         return count
+
+    def _record(self, instance: str, recorded: set[Any], task_id: int, execution: str | None,
+                text: str, about: dict[str, Any], said: str) -> int:
+        """Sign one ``replay.mismatch`` (``about`` names what the result was compared
+        with) unless the chain holds it already; 1 if signed now, else 0."""
+        raw = text.encode("utf-8") if text != "" else None
+        seen_digest = None if raw is None else self.recorder.digest(instance, raw)
+        if (task_id, seen_digest, execution) in recorded:
+            return 0
+        recorded.add((task_id, seen_digest, execution))
+        seen_ref = self.recorder.commit(instance, text if raw is not None else None)
+        self.recorder.append(instance, Kind.REPLAY_MISMATCH, {
+            **about, "task_id": task_id, "execution_id": execution,
+            "seen_digest": seen_digest, "seen": seen_ref.ref, "worker": worker_id()},
+            seen_ref)
+        log.warning("histaudit: instance %s, task %s (%s): the engine fed back %s; "
+                    "recorded %s", instance, task_id, about.get("activity"), said,
+                    Kind.REPLAY_MISMATCH)
+        return 1
 
     def _signed(self, instance: str, task_ids: set[int], *, fresh: bool
                 ) -> tuple[dict[int, list[rec.Entry]], set[Any]]:
