@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import os
+import random
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from support.ledgers import LedgerDb
 # --- running the command ----------------------------------------------------------------
 
 HUGE = 50 * 1024 * 1024  # a 50 MB stored body
+GARBAGE = bytes(random.Random(20240607).randrange(256) for _ in range(8192))
+"""8 KiB of seeded random bytes: a file that is no database, trust store or key."""
 # File modes cannot make a file unreadable for root, and CI runs as root: "unreadable"
 # is covered by paths that fail for everyone (a directory, a dangling symlink).
 
