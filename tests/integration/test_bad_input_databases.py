@@ -117,16 +117,23 @@ BAD_SQLITE: dict[str, tuple[MakeFile, Callable[[Path], str], tuple[str, ...]]] =
 }
 
 
+def _bad_sqlite_file(case: str, tmp: Path, big: Path) -> tuple[Path, str, tuple[str, ...]]:
+    """``BAD_SQLITE[case]`` made at ``tmp/db/ledger.db``: (its path, its URL, what the
+    error line must say)."""
+    make, to_url, needles = BAD_SQLITE[case]
+    db_dir = tmp / "db"
+    db_dir.mkdir()
+    path = db_dir / "ledger.db"
+    make(path, big)
+    return path, to_url(path), needles
+
+
 @pytest.mark.parametrize("command", DB_COMMANDS)
 @pytest.mark.parametrize("case", BAD_SQLITE)
 def test_bad_sqlite_database(case: str, command: str, tmp_path: Path, big_ledger: Path) -> None:
-    make, to_url, needles = BAD_SQLITE[case]
     key, trust, _ = keys_for(tmp_path)
-    db_dir = tmp_path / "db"
-    db_dir.mkdir()
-    path = db_dir / "ledger.db"
-    make(path, big_ledger)
-    ctx = Ctx(tmp=tmp_path, url=to_url(path), key=key, trust=trust, files=tmp_path)
+    path, url, needles = _bad_sqlite_file(case, tmp_path, big_ledger)
+    ctx = Ctx(tmp=tmp_path, url=url, key=key, trust=trust, files=tmp_path)
     before = ctx.state()
     line = one_error_line(run(DB_COMMANDS[command](ctx), cwd=tmp_path), *needles)
     if not case.startswith("missing directory"):
@@ -349,18 +356,14 @@ def test_corrupt_database_under_checkpoint_export_and_since_checkpoint(
         case: str, command: str, tmp_path: Path, big_ledger: Path) -> None:
     """A cut or corrupted SQLite file: one line naming it, exit 2, no file changed, no
     bundle written."""
-    make, to_url, needles = BAD_SQLITE[case]
     key, trust, signer = keys_for(tmp_path)
-    db_dir = tmp_path / "db"
-    db_dir.mkdir()
-    path = db_dir / "ledger.db"
-    make(path, big_ledger)
+    path, url, needles = _bad_sqlite_file(case, tmp_path, big_ledger)
     good = tmp_path / "good.db"
     with Ledger.open(f"sqlite:///{good}", create=True) as ledger:  # a real note to compare
         append_order(ledger, signer, "order-1")
         note = tmp_path / "kept.note"
         note.write_bytes(chain.make_checkpoint(ledger, signer).note)
-    ctx = Ctx(tmp=tmp_path, url=to_url(path), key=key, trust=trust, files=db_dir)
+    ctx = Ctx(tmp=tmp_path, url=url, key=key, trust=trust, files=path.parent)
     before = ctx.state()
     line = one_error_line(run(WRITING_COMMANDS[command](ctx, note), cwd=tmp_path), *needles)
     assert str(path) in line, line
