@@ -69,8 +69,9 @@ softhsm:
 # fsync) while others compute; each worker starts its own PostgreSQL server and engines on
 # free ports. Tests are dealt out one by one, longest kinds first (tests/conftest.py), and
 # a file whose module fixtures are costly stays on one worker (pytest.mark.xdist_group).
-# The run prints its slowest tests and files and fails when a file passes its budget
-# (tests/support/timings.py).
+# The run prints its slowest tests and files and names a file over its budget (scaled by a
+# CPU calibration taken in the same run; `PYTEST_ARGS=--file-budget 120` to fail on it;
+# tests/support/timings.py).
 PYTEST_WORKERS ?= 4
 PYTEST_ENV = HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) \
     HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD)))

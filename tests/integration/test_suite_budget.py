@@ -1,6 +1,8 @@
-"""The suite's own guard (``tests/support/timings.py``): a test file that passes its CPU
-budget fails the run, naming the file; one inside it passes, and the slowest tests are
-listed either way. Runs pytest in a subprocess on a generated file. Cost: ≈ 4 s of CPU.
+"""The suite's own guard (``tests/support/timings.py``): with ``--file-budget`` a test file
+that passes its CPU budget fails the run, naming the file; one inside it passes, and the
+slowest tests are listed either way. Without it (``make test``, CI) a file over the
+calibrated budget is named and the run still passes: a timing never fails CI. Runs pytest
+in a subprocess on a generated file. Cost: ≈ 6 s of CPU.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ def test_burns_cpu():
 """
 
 
-def _run(pytester: pytest.Pytester, budget: str) -> pytest.RunResult:
+def _run(pytester: pytest.Pytester, budget: str, option: str = "--file-budget"
+         ) -> pytest.RunResult:
     pytester.makepyfile(test_burn=BURN)
     tests = Path(__file__).resolve().parents[1]
     pytester.makeconftest(f"import sys\nsys.path.insert(0, {str(tests)!r})\n"
                           "pytest_plugins = ['support.timings']\n")
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--file-budget", budget,
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", option, budget,
                                          "--timings-json", "t.json")
 
 
@@ -47,3 +50,15 @@ def test_a_file_inside_its_budget_passes(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.OK
     assert "FAILED budget" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*slowest files*", "*test_burn.py"])
+
+
+def test_without_an_enforced_budget_a_file_over_it_is_named_and_the_run_passes(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HISTAUDIT_FILE_BUDGET", raising=False)
+    result = _run(pytester, "0.5", option="--file-budget-report")
+    assert result.ret == pytest.ExitCode.OK
+    out = result.stdout.str()
+    assert "FAILED budget" not in out
+    result.stdout.fnmatch_lines([
+        "*reported only; calibration *, * s against 0.25 s, factor *",
+        "OVER budget (reported): test_burn.py took * s of CPU, over the * s a file may take*"])
