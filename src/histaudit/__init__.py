@@ -9,13 +9,19 @@ from .errors import HistauditError
 
 if TYPE_CHECKING:
     from .agents import audit_agent
-    from .interceptor import AuditedWorkflowRuntime, SideEffect, once, side_effect
+    from .interceptor import (
+        AuditedWorkflowRuntime,
+        SideEffect,
+        current_effect,
+        once,
+        side_effect,
+    )
     from .interceptor.llm import LlmCall, record_llm_call
     from .verification import KeptCheckpoint, Verdict, Verifier
 
 __all__ = ["AuditedWorkflowRuntime", "HistauditError", "KeptCheckpoint", "LlmCall",
            "SideEffect", "Verdict", "Verifier", "__version__", "audit_agent", "crash_point",
-           "once", "record_llm_call", "side_effect"]
+           "current_effect", "once", "record_llm_call", "side_effect"]
 __version__ = "0.1.0"
 
 # The supported API. The Dapr-facing names import the Dapr SDK (and gRPC), the verifier
@@ -23,6 +29,7 @@ __version__ = "0.1.0"
 # light for the CLI and for code that needs one part.
 _LAZY = {"AuditedWorkflowRuntime": "interceptor", "SideEffect": "interceptor",
          "once": "interceptor", "side_effect": "interceptor",
+         "current_effect": "interceptor",
          "LlmCall": "interceptor.llm", "record_llm_call": "interceptor.llm",
          "audit_agent": "agents",
          "Verifier": "verification", "Verdict": "verification", "KeptCheckpoint": "verification"}

@@ -8,13 +8,20 @@ was defined with, ``tool:write_note``), keyed by the ``run_tool`` call's executi
 (stable across re-deliveries): a re-delivery that finds it done returns the recorded
 result without calling the tool (``effect-deduplicated``); one that finds only its intent
 (a crash inside the tool) calls it again and the verifier says so (``effect-uncertain``).
-Tools declared ``read_only`` run unguarded. The crash points ``before-effect:tool:<name>``
-and ``after-effect:tool:<name>`` follow.
+A tool that fails comes back from dapr-agents as an error result (``isError``), not as an
+exception: it is signed ``effect.failed`` with ``ToolError``, never as done. The tool call's
+id (the LLM's) is signed with its intent, and inside the tool
+``histaudit.current_effect().idempotency_key`` is the key to hand a service that
+deduplicates requests. Tools declared ``read_only`` run unguarded. The crash points
+``before-effect:tool:<name>`` and ``after-effect:tool:<name>`` follow.
 
 Every call of the agent's LLM client (``agent.llm.generate``) made inside an activity —
 ``call_llm``, ``summarize``, any other — is signed as ``llm.call`` with the model, token
 counts and requested tools (:mod:`histaudit.interceptor.llm`), so ``verify`` reports what
-a crash cost in repeated calls and tokens, and a conversation the agent lost.
+a crash cost in repeated calls and tokens, and a conversation the agent lost. The token
+counts are the provider's own: read from the OpenAI client's raw answer where the client
+has one (a structured-output call returns only the validated model; its usage is there),
+else from the answer's metadata.
 
 The agent's workflows and activities are registered on the returned runtime at once, so
 ``histaudit replay`` and ``crashtest`` find them without ``start()``. An agent is
@@ -26,6 +33,8 @@ crash-safe only with its own state store (a Dapr state component named
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -59,6 +68,9 @@ def audit_agent(agent: Any, *, read_only: Iterable[str] = (),
     if executor is None or not callable(register):
         raise UsageError(f"audit_agent(): {type(agent).__name__} is not a dapr-agents "
                          "DurableAgent (it has no tool_executor or register())")
+    if hasattr(getattr(executor, "run_tool", None), "_histaudit_unguarded"):
+        raise UsageError(f"audit_agent(): agent {getattr(agent, 'name', '?')!r} is already "
+                         "audited; use the runtime the first call returned")
     exempt: set[str] = set()
     for name in read_only:
         found = executor.get_tool(name)
@@ -91,26 +103,46 @@ def _guarded(executor: Any, exempt: set[str]) -> Callable[..., Any]:
     """The executor's ``run_tool`` (a coroutine function) with each call of a tool not in
     ``exempt`` inside the side effect ``tool:<name>`` of the running activity. The name is
     the tool's own (``write_note``), whichever spelling the LLM asked for (``WriteNote``:
-    dapr-agents matches names without case and underscores). Guarding an executor again
-    (``audit_agent`` called twice on one agent) wraps its own ``run_tool`` once more, with
-    the new ``exempt`` set: a tool call is never nested in two side effects of one key."""
+    dapr-agents matches names without case and underscores). ``audit_agent`` refuses an
+    agent whose executor is guarded already."""
     run_tool = executor.run_tool
-    run_tool = getattr(run_tool, "_histaudit_unguarded", run_tool)
 
     async def run_guarded(tool_name: str, *args: Any, **kwargs: Any) -> Any:
         found = executor.get_tool(tool_name)
-        if found is None or found.name in exempt:  # unknown: dapr-agents says so itself
+        if found is None or found.name in exempt or current_activity() is None:
+            # unknown: dapr-agents says so itself; outside an activity: nothing to sign into
             return await run_tool(tool_name, *args, **kwargs)
-        with side_effect(None, TOOL_EFFECT_PREFIX + str(found.name)) as effect:
-            tracing.annotate({"gen_ai.tool.call.id": _tool_call_id()})
+        call_id = _tool_call_id()
+        with side_effect(None, TOOL_EFFECT_PREFIX + str(found.name),
+                         call_id=call_id) as effect:
+            tracing.annotate({"gen_ai.tool.call.id": call_id})
             if effect.already_done:  # an earlier delivery of this call ran the tool
                 effect.skip()
                 return effect.previous_result
-            effect.result = await run_tool(tool_name, *args, **kwargs)
-        return effect.result
+            result = await run_tool(tool_name, *args, **kwargs)
+            if _is_error(result):  # the tool raised; dapr-agents made it a value
+                effect.fail("ToolError", _error_text(result))
+            effect.result = result
+        return result
 
     run_guarded._histaudit_unguarded = run_tool  # type: ignore[attr-defined]
     return run_guarded
+
+
+def _is_error(result: Any) -> bool:
+    """A tool result dapr-agents (or an MCP server) marks as an error: ``isError``."""
+    flag = (result.get("isError") if isinstance(result, dict)
+            else getattr(result, "isError", None))
+    return flag is True
+
+
+def _error_text(result: Any) -> str:
+    """The text of an error result's content blocks."""
+    content = (result.get("content") if isinstance(result, dict)
+               else getattr(result, "content", None))
+    parts = [block.get("text") if isinstance(block, dict) else getattr(block, "text", None)
+             for block in (content if isinstance(content, list) else [])]
+    return "\n".join(p for p in parts if isinstance(p, str))
 
 
 def _tool_call_id() -> str | None:
@@ -130,6 +162,7 @@ def _accounted(llm: Any) -> Callable[..., Any]:
     generate = llm.generate
     if getattr(generate, "_histaudit_accounted", False):
         return generate  # type: ignore[no-any-return]
+    _watch_provider(llm)
 
     def generate_accounted(*args: Any, **kwargs: Any) -> Any:
         run = current_activity()
@@ -139,17 +172,79 @@ def _accounted(llm: Any) -> Callable[..., Any]:
         sent = len(messages) if isinstance(messages, (list, tuple)) else None
         model = getattr(llm, "model", None)
         started = time.time_ns()
+        answers: list[Any] = []
+        token = _PROVIDER_ANSWERS.set(answers)
         try:
             response = generate(*args, **kwargs)
         except Exception as exc:
-            record_llm_call(LlmCall(model=model, messages=sent,
-                                    error_type=type(exc).__name__), run, started_ns=started)
+            record_llm_call(_with_usage(LlmCall(model=model, messages=sent,
+                                                error_type=type(exc).__name__), answers),
+                            run, started_ns=started)
             raise
-        record_llm_call(_described(response, model, sent), run, started_ns=started)
+        finally:
+            _PROVIDER_ANSWERS.reset(token)
+        record_llm_call(_with_usage(_described(response, model, sent), answers), run,
+                        started_ns=started)
         return response
 
     generate_accounted._histaudit_accounted = True  # type: ignore[attr-defined]
     return generate_accounted
+
+
+_PROVIDER_ANSWERS: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "histaudit_provider_answers", default=None)
+"""The raw answers of the provider's client during one accounted ``generate``."""
+
+
+def _watch_provider(llm: Any) -> None:
+    """Have the OpenAI client under dapr-agents' client (``llm.client``, an
+    ``openai.OpenAI``) hand each raw answer of ``chat.completions.create`` to the
+    accounted ``generate`` running in this context: its ``usage`` is the provider's count,
+    which a structured-output ``generate`` does not return. Other clients (Dapr's
+    conversation API, a stub without ``chat.completions``) are left alone."""
+    completions = getattr(getattr(getattr(llm, "client", None), "chat", None),
+                          "completions", None)
+    create = getattr(completions, "create", None)
+    if not callable(create) or getattr(create, "_histaudit_watched", False):
+        return
+
+    def create_watched(*args: Any, **kwargs: Any) -> Any:
+        answer = create(*args, **kwargs)
+        answers = _PROVIDER_ANSWERS.get()
+        if answers is not None:
+            answers.append(answer)
+        return answer
+
+    create_watched._histaudit_watched = True  # type: ignore[attr-defined]
+    try:
+        object.__setattr__(completions, "create", create_watched)
+    except (AttributeError, TypeError):  # a client that refuses attributes: metadata only
+        return
+
+
+def _with_usage(call: LlmCall, answers: list[Any]) -> LlmCall:
+    """``call`` with the token counts and model of the provider's raw answers (summed when
+    ``generate`` made several requests), where they reported usage; else as it is."""
+    counts = [_usage_of(answer) for answer in answers]
+    reported = [c for c in counts if c is not None]
+    if not reported:
+        return call
+    prompt, completion, total = (sum(c[i] for c in reported) for i in range(3))
+    model = next((getattr(a, "model", None) for a in answers
+                  if isinstance(getattr(a, "model", None), str)), None)
+    return dataclasses.replace(call, prompt_tokens=prompt, completion_tokens=completion,
+                               total_tokens=total, model=model or call.model)
+
+
+def _usage_of(answer: Any) -> tuple[int, int, int] | None:
+    """(prompt, completion, total) tokens of an OpenAI ``ChatCompletion``, or None."""
+    usage = getattr(answer, "usage", None)
+    counts = [getattr(usage, name, None)
+              for name in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    found = [c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c >= 0]
+    if len(found) != 3:
+        return None
+    return found[0], found[1], found[2]
 
 
 def _described(response: Any, model: Any, sent: int | None) -> LlmCall:

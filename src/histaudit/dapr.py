@@ -12,6 +12,7 @@ from .interceptor import (
     ReplayedResultCheck,
     SideEffect,
     current_activity,
+    current_effect,
     once,
     payload_digest,
     sdk_decode,
@@ -20,5 +21,6 @@ from .interceptor import (
 )
 
 __all__ = ["ActivityRun", "AuditRecorder", "AuditedWorkflowContext", "AuditedWorkflowRuntime",
-           "ReplayedResultCheck", "SideEffect", "current_activity", "once", "payload_digest",
+           "ReplayedResultCheck", "SideEffect", "current_activity", "current_effect", "once",
+           "payload_digest",
            "sdk_decode", "sdk_json", "side_effect"]

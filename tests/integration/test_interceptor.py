@@ -24,6 +24,7 @@ from histaudit.ledger.store import Ledger
 from histaudit.testing import Sidecar
 from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig
+from support.dedup_service import DedupService
 from support.ledgers import LedgerDb, only, read_entries, stored_payload, verify_url
 
 APP_READY = "APP READY"  # what apps/interceptor_app.py prints once its worker is started
@@ -262,6 +263,59 @@ def test_crash_before_activity_body(audit: Audit) -> None:
 # --- failures ---------------------------------------------------------------------------
 
 @pytest.mark.engine
+@pytest.mark.crash
+def test_a_crash_inside_an_effect_told_its_key_is_harmless_to_a_deduplicating_service(
+        audit: Audit) -> None:
+    """Crash after the charge reached the service, before its done record: the retry sends
+    the same request with the same idempotency key, which the service answers without
+    charging again. The ledger signs that the attempt was told its key; verify says the
+    retry's done is a duplicate only if the service did not deduplicate (issue 48)."""
+    with DedupService() as service:
+        audit.app.start(HISTAUDIT_CRASH_AT="after-effect:payment", PAY_URL=service.url)
+        instance = audit.schedule("payment", 30)
+        assert audit.app.wait_exit() == CRASH_EXIT_CODE
+        audit.app.start(PAY_URL=service.url)
+        state = audit.wait(instance)
+        assert state.runtime_status.name == "COMPLETED"
+        assert (service.requests, len(service.charges), service.unkeyed) == (2, 1, 0)
+        (key,) = service.charges
+        first_intent = only(audit.entries(instance), "effect.intent")[0]
+        assert key == f"{instance}/payment/{first_intent.data['key']}"
+    entries = audit.entries(instance)
+    assert kinds(entries, "pay")[1:] == [
+        "activity.started", "effect.intent",                                    # crashed
+        "activity.started", "effect.intent", "effect.done", "activity.completed"]
+    (done,) = only(entries, "effect.done")
+    assert done.data["key_told"] is True
+    report = verify_url(audit.url, instance, audit.signer, full=True)
+    (uncertain,) = [f for f in report.findings if f.code == "effect-uncertain"]
+    assert "with the same idempotency key" in uncertain.message
+    assert "a duplicate only if the service it called does not deduplicate" in \
+        uncertain.message
+
+
+@pytest.mark.engine
+def test_an_effect_that_reports_its_failure_as_a_value_is_signed_failed_not_done(
+        audit: Audit) -> None:
+    """A declined card comes back as an answer, not an exception: ``effect.fail`` signs
+    ``effect.failed`` with the error's type and never a done, and verify counts no
+    duplicate (issue 48: a tool's error result was signed as done)."""
+    with DedupService() as service:
+        audit.app.start(PAY_URL=service.url)
+        instance = audit.schedule("payment", -5)
+        assert audit.wait(instance).runtime_status.name == "COMPLETED"
+    entries = audit.entries(instance)
+    assert kinds(entries, "pay")[1:] == [
+        "activity.started", "effect.intent", "effect.failed", "activity.completed"]
+    (failed,) = only(entries, "effect.failed")
+    assert failed.data["error_type"] == "PaymentDeclined"
+    assert failed.data["key_told"] is True
+    assert audit.payload(failed.data["error"]) == "card declined"
+    assert "effect.done" not in kinds(entries)
+    assert audit.verify(instance) & {"effect-duplicate", "effect-uncertain"} == set()
+
+
+@pytest.mark.engine
 def test_failed_activity_is_recorded_then_retried(audit: Audit) -> None:
     """A retry policy re-schedules a failed activity: new task id, same call, attempt 2."""
     audit.app.start()
@@ -442,8 +496,14 @@ def test_output_over_the_payload_limit_is_signed_as_the_failure_the_engine_got(
     history = audit.history(instance)
     assert not any(e.HasField("taskCompleted") for e in history)
     assert any(e.HasField("taskFailed") for e in history)
-    assert audit.verify(instance) == set()
-    assert _engine_codes(audit, instance) == set()  # the ledger's story is the engine's
+    # how it ended is a warning naming the signed end and the failure's message (issue 48)
+    assert audit.verify(instance) == {"workflow-failed"}
+    (ended,) = verify_url(audit.url, instance, audit.signer).findings
+    assert ended.seq == entries[-1].seq and ended.message.startswith(
+        f"the workflow failed (workflow.failed at entry {ended.seq}): TaskFailedError: ")
+    assert "over histaudit's payload limit" in ended.message, ended.message
+    # the ledger's story is the engine's
+    assert _engine_codes(audit, instance) == {"workflow-failed"}
 
 
 @pytest.mark.engine

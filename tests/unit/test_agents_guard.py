@@ -1,6 +1,6 @@
-"""``audit_agent`` twice on one agent guards each tool call once (a leftover of issue #38:
-the tool executor was wrapped again, nesting two ``tool:<name>`` effects of one key).
-Cost: under 1 s of CPU.
+"""``audit_agent`` twice on one agent is refused in one line (issue 48: the second call
+silently registered the agent on a second runtime; before that, issue #38, it nested two
+``tool:<name>`` effects of one key). Cost: under 1 s of CPU.
 
 The agent here is a stand-in with a DurableAgent's shape (a ``tool_executor`` with
 ``run_tool``/``get_tool``/``list_tools``, ``register``): what is tested is how histaudit's
@@ -13,7 +13,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from histaudit.agents import audit_agent
+from histaudit.errors import UsageError
 
 
 class _Executor:
@@ -41,15 +44,13 @@ class _Agent:
         self.registered.append(runtime)
 
 
-def test_a_second_audit_agent_rewraps_the_original_tool_runner() -> None:
+def test_a_second_audit_agent_on_one_agent_is_refused_in_one_line() -> None:
     agent = _Agent()
-    original = _Executor.run_tool
     audit_agent(agent)
     first = agent.tool_executor.run_tool
-    audit_agent(agent, read_only=["lookup"])
-    second = agent.tool_executor.run_tool
-    assert first is not second
-    # both wrap the executor's own run_tool, never each other
-    for guard in (first, second):
-        assert guard._histaudit_unguarded.__func__ is original
-    assert len(agent.registered) == 2
+    with pytest.raises(UsageError) as raised:
+        audit_agent(agent, read_only=["lookup"])
+    assert "already audited" in str(raised.value) and "\n" not in str(raised.value)
+    # nothing changed: the first guard stays, registered on one runtime only
+    assert agent.tool_executor.run_tool is first
+    assert len(agent.registered) == 1

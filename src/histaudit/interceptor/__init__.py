@@ -15,12 +15,13 @@
 """
 
 from .activity import ActivityRun, current_activity
-from .effects import SideEffect, once, side_effect
+from .effects import SideEffect, current_effect, once, side_effect
 from .recorder import AuditRecorder, payload_digest, sdk_decode, sdk_json
 from .replaycheck import ReplayedResultCheck
 from .runtime import AuditedWorkflowRuntime
 from .workflow import AuditedWorkflowContext
 
 __all__ = ["ActivityRun", "AuditRecorder", "AuditedWorkflowContext", "AuditedWorkflowRuntime",
-           "ReplayedResultCheck", "SideEffect", "current_activity", "once", "payload_digest",
+           "ReplayedResultCheck", "SideEffect", "current_activity", "current_effect", "once",
+           "payload_digest",
            "sdk_decode", "sdk_json", "side_effect"]

@@ -20,14 +20,23 @@ or, for the common case, ``once(ctx, "post-comment", lambda: tracker.post(...), 
 Entering the block records ``effect.intent``, on stable storage before the block runs.
 Leaving it normally records ``effect.done`` (with the committed ``effect.result``):
 leaving normally *asserts the effect happened*.
-Leaving after ``effect.skip()`` records ``effect.skipped`` (the effect was already done,
-this attempt did not repeat it). Leaving with an exception records ``effect.failed``.
+Leaving it after ``effect.skip()`` records ``effect.skipped`` (the effect was already done,
+this attempt did not repeat it). Leaving with an exception, or after ``effect.fail(...)``
+(an effect that reports its error as a value, as agent frameworks do with a tool's
+exception), records ``effect.failed`` with the error's type: never a done.
 ``already_done`` is true when a done record exists; ``uncertain`` when only an intent does
 (an earlier attempt crashed in the middle, after its intent and before its done): ask
 the target system, as above, before doing it again; the verifier then reports the crash
 as ``effect-uncertain`` and says whether the retry skipped the effect or repeated it.
 Code that ignores ``already_done`` and does the effect again records a second done —
 exactly what the verifier reports as a duplicate side effect.
+
+Inside the block :func:`current_effect` is the effect (a tool can read it without being
+handed it), and ``effect.idempotency_key`` is a key unique to this effect of this instance
+that every attempt of it shares: pass it to a service that deduplicates by key (an
+``Idempotency-Key`` header) and a crash inside the effect becomes harmless, since the
+retry's request is the same request. Reading it is signed (``key_told`` in the record
+that closes the block), so the verifier says which effects were told.
 
 All records go into the activity's own instance chain, signed by the runtime's key. The
 effect ``name`` and ``key`` are stored in clear so the verifier and a person can group
@@ -44,6 +53,7 @@ leaves an effect whose outcome is unknown.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -57,7 +67,8 @@ from . import tracing
 from .activity import ActivityRun, current_activity
 from .recorder import sdk_decode, sdk_json
 
-__all__ = ["TOOL_EFFECT_PREFIX", "SideEffect", "once", "runs_unaudited", "side_effect"]
+__all__ = ["TOOL_EFFECT_PREFIX", "SideEffect", "current_effect", "once", "runs_unaudited",
+           "side_effect"]
 
 TOOL_EFFECT_PREFIX = "tool:"
 """An agent's tool call is the side effect ``tool:<the tool's name in the agent>``."""
@@ -81,6 +92,11 @@ class SideEffect:
     result: Any = None
     """Set inside the block: committed into ``effect.done`` (JSON, as activity results)."""
     skipped: bool = False
+    failure: tuple[str, str] | None = None
+    """Set by :meth:`fail`: (error type, error text)."""
+    instance: str = ""
+    key_told: bool = False
+    """Whether :attr:`idempotency_key` was read inside the block (signed on closing)."""
 
     def skip(self) -> None:
         """Declare that this attempt did not do the effect (it was already done).
@@ -90,6 +106,23 @@ class SideEffect:
         """
         self.skipped = True
 
+    def fail(self, error_type: str, error: str = "") -> None:
+        """Declare that this attempt failed without raising: leaving the block records
+        ``effect.failed`` with ``error_type`` (a class name, in clear) and ``error`` (its
+        text, a committed payload), never a done. For an effect whose error comes back as
+        a value: an agent framework's tool result marked as an error."""
+        if not isinstance(error_type, str) or not error_type:
+            raise UsageError("SideEffect.fail(): error_type must be a non-empty string")
+        self.failure = (error_type, str(error))
+
+    @property
+    def idempotency_key(self) -> str:
+        """``<instance>/<name>/<key>``: the same for every attempt of this effect and for
+        no other effect; hand it to a service that deduplicates requests by key. Reading
+        it is recorded (``key_told``)."""
+        self.key_told = True
+        return f"{self.instance}/{self.name}/{self.key}"
+
 
 @dataclass(frozen=True, slots=True)
 class _State:
@@ -97,6 +130,16 @@ class _State:
     done_result: Any
     done_result_available: bool
     open_intents: int
+
+
+_CURRENT: contextvars.ContextVar[SideEffect | None] = contextvars.ContextVar(
+    "histaudit_effect", default=None)
+
+
+def current_effect() -> SideEffect | None:
+    """The side effect whose block is running in this context (the innermost), or None:
+    what a guarded tool reads to learn its :attr:`~SideEffect.idempotency_key`."""
+    return _CURRENT.get()
 
 
 def _require_run(ctx: Any, name: str, key: str | None) -> tuple[ActivityRun, str]:
@@ -161,12 +204,14 @@ def _state(run: ActivityRun, name: str, key: str) -> _State:
 
 
 @contextlib.contextmanager
-def side_effect(ctx: Any, name: str, *, key: str | None = None) -> Iterator[SideEffect]:
+def side_effect(ctx: Any, name: str, *, key: str | None = None,
+                call_id: str | None = None) -> Iterator[SideEffect]:
     """Guard one side effect of the running activity (see the module docstring).
 
     ``ctx`` is the activity's context (checked against the running activity); ``key`` is
     the idempotency key, by default the activity call's execution id, so retries and
-    re-deliveries of one call share it.
+    re-deliveries of one call share it. ``call_id``, an agent's tool call id (the LLM's),
+    is signed in clear with the intent, so findings name the call.
     """
     if current_activity() is None and _UNAUDITED.is_set():
         yield _unaudited(name, key)
@@ -176,31 +221,49 @@ def side_effect(ctx: Any, name: str, *, key: str | None = None) -> Iterator[Side
         recorder = run.recorder
         state = _state(run, name, key)
         base = {**run.fields(), "name": name, "key": key}
-        intent = recorder.append(run.instance, Kind.EFFECT_INTENT, base)
+        intent = recorder.append(run.instance, Kind.EFFECT_INTENT, {
+            **base, **({"call_id": call_id} if isinstance(call_id, str) and call_id else {})})
         effect = SideEffect(name, key, already_done=state.done_seq is not None,
                             uncertain=state.done_seq is None and state.open_intents > 0,
                             previous_result=state.done_result,
-                            previous_result_available=state.done_result_available)
+                            previous_result_available=state.done_result_available,
+                            instance=run.instance)
         crash_point(f"before-effect:{name}")
+        token = _CURRENT.set(effect)
         try:
             yield effect
         except Exception as exc:
-            err = recorder.commit(run.instance, str(exc))
+            _CURRENT.reset(token)
             with contextlib.suppress(Exception):  # the original error matters more
-                traced.entry(recorder.append(run.instance, Kind.EFFECT_FAILED, {
-                    **base, "intent_seq": intent.seq, "error_type": type(exc).__name__,
-                    "error": err.ref, "error_digest": err.digest}, err), recorder.origin)
+                _failed(run, traced, base, intent.seq, effect, type(exc).__name__, str(exc))
             raise
+        _CURRENT.reset(token)
+        if effect.failure is not None:
+            _failed(run, traced, base, intent.seq, effect, *effect.failure)
+            traced.failed(effect.failure[0])
+            return
+        told = {"key_told": True} if effect.key_told else {}
         if effect.skipped:
             traced.entry(recorder.append(run.instance, Kind.EFFECT_SKIPPED, {
-                **base, "intent_seq": intent.seq, "done_seq": state.done_seq}),
+                **base, "intent_seq": intent.seq, "done_seq": state.done_seq, **told}),
                 recorder.origin)
             return
         crash_point(f"after-effect:{name}")
         out = recorder.commit(run.instance, sdk_json(effect.result))
         traced.entry(recorder.append(run.instance, Kind.EFFECT_DONE, {
             **base, "intent_seq": intent.seq, "result": out.ref,
-            "result_digest": out.digest}, out), recorder.origin)
+            "result_digest": out.digest, **told}, out), recorder.origin)
+
+
+def _failed(run: ActivityRun, traced: Any, base: dict[str, Any], intent_seq: int,
+            effect: SideEffect, error_type: str, error: str) -> None:
+    """Sign ``effect.failed``: the error's type in clear, its text as a payload."""
+    recorder = run.recorder
+    err = recorder.commit(run.instance, error)
+    told = {"key_told": True} if effect.key_told else {}
+    traced.entry(recorder.append(run.instance, Kind.EFFECT_FAILED, {
+        **base, "intent_seq": intent_seq, "error_type": error_type, "error": err.ref,
+        "error_digest": err.digest, **told}, err), recorder.origin)
 
 
 def _span_of(name: str, key: str) -> tuple[str, dict[str, Any]]:

@@ -15,7 +15,9 @@ leaves a pattern this analyzer names:
   not deterministic — ``activity-nondeterministic``;
 * one effect (``name``, ``key``) done twice — ``effect-duplicate``;
 * an intent never closed, and the task ran again — ``effect-uncertain``, saying what the
-  effect's later records show the retry did: did it again, skipped it, or neither;
+  effect's later records show the retry did: did it (a duplicate if the first attempt had
+  got through, which no record can tell; harmless when the attempt handed its idempotency
+  key to a service that deduplicates), skipped it, or neither;
 * a later attempt found the effect done and skipped it — ``effect-deduplicated``;
 * the LLM calls of one task made by more than one execution — ``llm-call-repeated``,
   with what the crash cost — and a call that sent less of the conversation than an
@@ -26,7 +28,9 @@ leaves a pattern this analyzer names:
   its ``task_id`` within the generation) signed twice, both records present: the workflow
   made it again because the engine had not kept the first — ``decision-resigned``. A
   decision re-appended on replay (``"replayed": true``) because its record was lost is
-  signed once and is normal.
+  signed once and is normal;
+* the instance's last end is a failure or a client's terminate — ``workflow-failed``,
+  ``workflow-terminated`` (:mod:`histaudit.verify.behaviour_end`).
 
 Deliberate retries of a failed activity get a new ``task_id`` from the SDK and are not
 re-executions.
@@ -50,10 +54,12 @@ from histaudit.ledger.kinds import Kind
 from histaudit.ledger.records import Entry, StoredEntry
 
 from . import behaviour_events as ev
+from .behaviour_end import WorkflowEnd
 from .behaviour_llm import LlmCalls
 from .behaviour_spill import Spill
 from .check import Parsed
 from .findings import EffectRef, Finding
+from .payloads import PayloadLookup
 
 _Handler = Callable[[int, str, str, Any], None]
 
@@ -68,16 +74,19 @@ SPILL_AT = 2048
 class BehaviourCheck:
     """Reads one instance's entries in chain order; ``finish()`` names what crashes did."""
 
-    def __init__(self, instance: str, *, spill_at: int | None = None) -> None:
-        """``spill_at``: events per list kept in memory (default :data:`SPILL_AT`)."""
+    def __init__(self, instance: str, *, spill_at: int | None = None,
+                 payloads: PayloadLookup | None = None) -> None:
+        """``spill_at``: events per list kept in memory (default :data:`SPILL_AT`);
+        ``payloads``: stored payloads, for a failure's message (:mod:`.behaviour_end`)."""
         self.instance = instance
         self.events = events = ev.Events(SPILL_AT if spill_at is None else spill_at, Spill)
         self._mismatches: list[Finding] = []
         self.llm = LlmCalls(instance)
+        self.end = WorkflowEnd(instance, payloads)
         handlers: dict[int, _Handler] = {
             ev.STARTED: events.started, ev.COMPLETED: events.completed,
             ev.MISMATCH: self.mismatch, ev.EFFECT: events.effect, ev.FAILED: events.failed,
-            ev.DECISION: self.decision, ev.LLM: self.llm.call}
+            ev.DECISION: self.decision, ev.LLM: self.llm.call, ev.END: self.end.ended}
         self.on = tuple(handlers.get(route, _untracked) for route in range(max(handlers) + 1))
         """What an entry goes to, by its route (:func:`~.behaviour_events.route_of`):
         ``on[route](seq, kind, kid, data)``; ``on[0]``, route 0, does nothing."""
@@ -95,6 +104,7 @@ class BehaviourCheck:
         self.events.decision(seq, kind, kid, data)
         if kind == Kind.WORKFLOW_STARTED:
             self.llm.started(self.events.generation)
+            self.end.started()
 
     def mismatch(self, seq: int, kind: str, kid: str, data: Any) -> None:
         what = f"activity {data.get('activity', '?')} (task {data.get('task_id')})"
@@ -125,7 +135,7 @@ class BehaviourCheck:
         for effect in effects:
             out += effect_findings(self.instance, effect)
         out += [decision_finding(self.instance, decision) for decision in decisions]
-        return out + self.llm.findings()
+        return out + self.llm.findings() + self.end.findings()
 
     def close(self) -> None:
         """Remove the temporary file, if the events were spilled (``finish`` does too)."""
@@ -193,7 +203,13 @@ def retry_wording(retry: ev.Retry) -> str:
         return "it may have happened, and the retry has not confirmed it either"
     kind, seq = retry
     if kind == ev.DONE:
-        return f"the retry did it again (effect.done at entry {seq})"
+        return (f"unknown whether the first attempt got through; the retry did it "
+                f"(effect.done at entry {seq}): a duplicate if it had")
+    if kind == ev.DONE_TOLD:
+        return (f"unknown whether the first attempt got through; the retry did it "
+                f"(effect.done at entry {seq}) with the same idempotency key, which the "
+                f"attempt handed on: a duplicate only if the service it called does not "
+                f"deduplicate by it")
     return f"the retry skipped it (effect.skipped at entry {seq})"
 
 

@@ -28,17 +28,20 @@ from histaudit.ledger.kinds import Kind
 
 from .findings import task_ref
 
-STARTED, COMPLETED, MISMATCH, EFFECT, FAILED, DECISION, LLM = 1, 2, 3, 4, 5, 6, 7
+STARTED, COMPLETED, MISMATCH, EFFECT, FAILED, DECISION, LLM, END = 1, 2, 3, 4, 5, 6, 7, 8
 """Routes: which behaviour event a kind makes (0: none)."""
 INTENT, DONE, SKIPPED, CLOSING = 0, 1, 2, 3
 """Effect event kinds; CLOSING is any other ``effect.*`` (it may close an intent)."""
+DONE_TOLD = 4
+"""A retry's done whose attempt was told its idempotency key (only in a :data:`Retry`)."""
 
 Start = tuple[int, Any, Any, int, str, "str | None"]
 """(o, task_id, execution_id, seq, activity, task_id as first written or None)."""
 Result = tuple[int, Any, Any, int, str, str, "str | None"]
 """(o, task_id, execution_id, seq, kid, output digest, task_id as written or None)."""
 EffectEvent = tuple[int, str, str, int, int, "int | None", Any, Any]
-"""(o, name, key, effect kind, seq, intent seq closed, task_id, execution_id)."""
+"""(o, name, key, effect kind, seq, intent seq closed, task_id, execution_id); a done's
+task_id slot holds True when the attempt was told its idempotency key (``key_told``)."""
 Ran = tuple[int, Any, Any, bool]
 """(o, task_id, execution_id, ends): a record only a running body writes — a failure or a
 completion without a digest (``ends``: the body's last record), an effect intent (not
@@ -48,7 +51,8 @@ Decision = tuple[int, str, int, str, "int | None", "str | None"]
 or child, an activity name for a scheduled activity, else None."""
 """(o, what names the decision — see :meth:`Events.decision` —, seq, how to call it)."""
 Retry = tuple[int, int] | None
-"""What the retry did after an open intent: (DONE or SKIPPED, its entry), or None."""
+"""What the retry did after an open intent: (DONE, DONE_TOLD or SKIPPED, its entry), or
+None."""
 Uncertain = tuple[int, Retry, Any, str]
 """An intent never closed whose task ran again: (its entry, what the retry did, the task
 id as the task's findings show it, the activity)."""
@@ -98,6 +102,9 @@ class DecisionView:
 
 _DECISIONS = frozenset({Kind.WORKFLOW_STARTED, Kind.WORKFLOW_SCHEDULED_ACTIVITY,
                         Kind.WORKFLOW_SCHEDULED_CHILD, Kind.WORKFLOW_SCHEDULED_TIMER})
+ENDS = frozenset({Kind.WORKFLOW_COMPLETED, Kind.WORKFLOW_FAILED, Kind.WORKFLOW_TERMINATED,
+                  Kind.WORKFLOW_CONTINUED_AS_NEW})
+"""How a workflow (or one generation of it) ends: route END."""
 
 
 def route_of(kind: str) -> int:
@@ -113,6 +120,8 @@ def route_of(kind: str) -> int:
         return DECISION
     if kind == Kind.LLM_CALL:
         return LLM
+    if kind in ENDS:
+        return END
     return EFFECT if kind.startswith("effect.") else 0
 
 
@@ -265,8 +274,9 @@ class Events:
         else:
             code = DONE if kind == Kind.EFFECT_DONE else (
                 SKIPPED if kind == Kind.EFFECT_SKIPPED else CLOSING)
+            told = True if code == DONE and data.get("key_told") is True else None
             self.effects.append((self.o, name, key, code, seq, _intent(data.get("intent_seq")),
-                                 None, None))
+                                 told, None))
         if len(self.effects) >= self.spill_at or len(self.ran) >= self.spill_at:
             self._move()
 
@@ -425,12 +435,13 @@ def uncertain(intent: int, retry: Retry, task: Task) -> Uncertain:
 
 def retry_of(closings: Iterable[tuple[int, int, int]], intent_o: int) -> Retry:
     """What came after an open intent (its event ``intent_o``), from the effect's
-    ``(o, DONE or SKIPPED, seq)`` events in order: the first done, else the first skip."""
+    ``(o, DONE, DONE_TOLD or SKIPPED, seq)`` events in order: the first done, else the
+    first skip."""
     skipped: Retry = None
     for o, kind, seq in closings:
         if o > intent_o:
-            if kind == DONE:
-                return DONE, seq
+            if kind in (DONE, DONE_TOLD):
+                return kind, seq
             if skipped is None:
                 skipped = SKIPPED, seq
     return skipped
@@ -445,7 +456,7 @@ class _Effect:
         self.closed: set[int] = set()
         self.done: list[int] = []
         self.skipped: list[int] = []
-        self.closings: list[tuple[int, int, int]] = []  # (o, DONE or SKIPPED, seq)
+        self.closings: list[tuple[int, int, int]] = []  # (o, DONE[_TOLD] or SKIPPED, seq)
 
 
 def effects_in_memory(effects: Iterable[EffectEvent], tasks: Tasks) -> list[EffectView]:
@@ -462,7 +473,7 @@ def effects_in_memory(effects: Iterable[EffectEvent], tasks: Tasks) -> list[Effe
             eff.closed.add(intent)
         if kind == DONE:
             eff.done.append(seq)
-            eff.closings.append((o, kind, seq))
+            eff.closings.append((o, DONE_TOLD if tid is True else DONE, seq))
         elif kind == SKIPPED:
             eff.skipped.append(seq)
             eff.closings.append((o, kind, seq))

@@ -1,7 +1,9 @@
 """The audited app of tests/integration/test_interceptor.py, run as its own process.
 
 Workflows ``triage`` (two activities, the second with a side effect), ``flaky`` (fails once,
-then retried) and ``billing`` (one activity). It reads its signing key and ledger from
+then retried), ``billing`` (one activity) and ``payment`` (a side effect that hands its
+idempotency key to the payment service at PAY_URL, tests/support/dedup_service.py, and
+signs a declined card as a failed effect). It reads its signing key and ledger from
 HISTAUDIT_KEY / HISTAUDIT_DB, the engine from DAPR_RUNTIME_HOST / DAPR_GRPC_PORT, and
 talks to the test through files in APP_DATA: ``<activity>.runs`` (one line per body run),
 ``notes.jsonl`` (what the side effect saw), ``comments.txt`` (the effect itself). It prints
@@ -15,13 +17,15 @@ from __future__ import annotations
 import json
 import os
 import threading
+import urllib.error
+import urllib.request
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import dapr.ext.workflow as wf
 
-from histaudit import side_effect
+from histaudit import current_effect, side_effect
 from histaudit.dapr import AuditedWorkflowRuntime
 
 APP_READY = "APP READY"
@@ -38,6 +42,22 @@ def _note(data: Path, **fields: Any) -> None:
     """Tell the test something the activity saw (one JSON line)."""
     with open(data / "notes.jsonl", "a") as fh:
         fh.write(json.dumps(fields) + "\n")
+
+
+def _charge(amount: int) -> tuple[int, dict[str, Any]]:
+    """POST a charge to the payment service with the running effect's idempotency key,
+    read where a tool would read it: from histaudit, not from its caller."""
+    effect = current_effect()
+    assert effect is not None
+    request = urllib.request.Request(
+        os.environ["PAY_URL"], data=json.dumps({"amount": amount}).encode(),
+        headers={"Idempotency-Key": effect.idempotency_key,
+                 "Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
 
 
 def serve() -> None:
@@ -96,6 +116,20 @@ def serve() -> None:
     def charge(ctx: wf.WorkflowActivityContext, amount: int) -> str:
         _bump(data, "charge")
         return f"charged {amount}"
+
+    @wfr.workflow(name="payment")
+    def payment(ctx: wf.DaprWorkflowContext, amount: int) -> Any:
+        return (yield ctx.call_activity(pay, input=amount))
+
+    @wfr.activity(name="pay")
+    def pay(ctx: wf.WorkflowActivityContext, amount: int) -> str:
+        with side_effect(ctx, "payment") as effect:
+            status, answer = _charge(amount)
+            if status != 200:
+                effect.fail("PaymentDeclined", answer["error"])
+                return "declined"
+            effect.result = answer["charge"]
+        return str(effect.result)
 
     wfr.start()
     print(APP_READY, flush=True)

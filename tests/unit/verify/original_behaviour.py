@@ -40,6 +40,7 @@ class _Effect:
     closed: set[int] = field(default_factory=set)  # intent seqs with done/failed/skipped
     done: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
+    told: set[int] = field(default_factory=set)  # done seqs whose attempt was told its key
 
 
 def _task_key(data: Any) -> tuple[Any, Any]:
@@ -137,6 +138,8 @@ class OriginalBehaviourCheck:
                 effect.closed.add(intent)
             if kind == Kind.EFFECT_DONE:
                 effect.done.append(entry.seq)
+                if data.get("key_told") is True:
+                    effect.told.add(entry.seq)
             elif kind == Kind.EFFECT_SKIPPED:
                 effect.skipped.append(entry.seq)
             if kind in (Kind.EFFECT_DONE, Kind.EFFECT_SKIPPED):
@@ -182,7 +185,14 @@ class OriginalBehaviourCheck:
                     after = [(kind, seq) for o, kind, seq in eff.later if o > order]
                     done = [seq for kind, seq in after if kind == Kind.EFFECT_DONE]
                     skipped = [seq for kind, seq in after if kind == Kind.EFFECT_SKIPPED]
-                    retry = (f"the retry did it again (effect.done at entry {done[0]})"
+                    told = bool(done) and done[0] in eff.told
+                    retry = (f"unknown whether the first attempt got through; the retry did "
+                             f"it (effect.done at entry {done[0]}) with the same idempotency "
+                             f"key, which the attempt handed on: a duplicate only if the "
+                             f"service it called does not deduplicate by it"
+                             if told else
+                             f"unknown whether the first attempt got through; the retry did "
+                             f"it (effect.done at entry {done[0]}): a duplicate if it had"
                              if done else
                              f"the retry skipped it (effect.skipped at entry {skipped[0]})"
                              if skipped else

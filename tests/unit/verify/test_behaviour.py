@@ -99,9 +99,10 @@ def intent(task: Any, name: Any = "mail", key: Any = "k", eid: Any = "e"
     return ("effect.intent", {"task_id": task, "execution_id": eid, "name": name, "key": key})
 
 
-def closing(kind: str, intent_seq: Any, name: Any = "mail", key: Any = "k"
-            ) -> tuple[str, dict[str, Any]]:
-    return (kind, {"name": name, "key": key, "intent_seq": intent_seq})
+def closing(kind: str, intent_seq: Any, name: Any = "mail", key: Any = "k",
+            key_told: bool = False) -> tuple[str, dict[str, Any]]:
+    told = {"key_told": True} if key_told else {}
+    return (kind, {"name": name, "key": key, "intent_seq": intent_seq, **told})
 
 
 def failed(task: Any, eid: Any = "e") -> tuple[str, dict[str, Any]]:
@@ -222,8 +223,15 @@ WORDING: dict[str, tuple[str, list[tuple[str, dict[str, Any]]], str]] = {
     "the retry did it again": (
         "effect-uncertain", [started(1), intent(1), started(1), intent(1),
                              closing("effect.done", 4), completed(1, "d")],
-        "intent at entry 2 never confirmed, and the activity ran again — the retry did "
-        "it again (effect.done at entry 5)"),
+        "intent at entry 2 never confirmed, and the activity ran again — unknown whether "
+        "the first attempt got through; the retry did it (effect.done at entry 5): a "
+        "duplicate if it had"),
+    "the retry did it with the key it was told": (
+        "effect-uncertain", [started(1), intent(1), started(1), intent(1),
+                             closing("effect.done", 4, key_told=True), completed(1, "d")],
+        "the retry did it (effect.done at entry 5) with the same idempotency key, which the "
+        "attempt handed on: a duplicate only if the service it called does not "
+        "deduplicate by it"),
     "the retry skipped it": (
         "effect-uncertain", [started(1), intent(1), started(1), intent(1),
                              closing("effect.skipped", 4), completed(1, "d")],
