@@ -16,7 +16,13 @@ completion should be in the engine's history. :func:`crosscheck` checks both dir
   ``engine-missing-completion`` (the engine lost or dropped it; also seen while the
   completion is still in flight, or after ``continue_as_new`` purged older history);
 * an engine completion that cannot be compared because the signed payload was erased and
-  the sizes agree — ``engine-completion-unverifiable`` (info).
+  the sizes agree — ``engine-completion-unverifiable`` (info);
+* the engine's history ends the workflow (``ExecutionCompleted``, status COMPLETED, FAILED
+  or CANCELED) while the ledger signed no end after its last ``workflow.started``, so it
+  reads the workflow as still running — ``engine-unsigned-completion``, as
+  :mod:`.dapr_crosscheck` says it of Dapr's signed history; ended TERMINATED without a
+  signed ``workflow.terminated`` (a terminate no turn of the app carried) —
+  ``workflow-terminated`` (info): it ended there, and is neither unfinished nor unsigned.
 
 The verifier holds only public keys, so the keyed ``output_digest`` cannot be recomputed.
 The comparison uses the salted commitment: with the payload row still stored (its salt
@@ -44,6 +50,11 @@ from .payloads import PayloadLookup
 __all__ = ["EngineCrossCheck"]
 
 _SAME, _DIFFERENT, _UNKNOWN = "same", "different", "unknown"
+_ENDED = {1: "COMPLETED", 3: "FAILED", 4: "CANCELED"}
+"""The engine's OrchestrationStatus values of a workflow that ended by its own code."""
+_TERMINATED = 5
+_SIGNED_ENDS = (Kind.WORKFLOW_COMPLETED, Kind.WORKFLOW_FAILED, Kind.WORKFLOW_TERMINATED)
+_REASON_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +92,14 @@ class EngineCrossCheck:
     """Compares the engine's ``history`` (HistoryEvent protobufs) of ``instance`` with its
     signed ``activity.completed`` entries; ``lookup`` finds stored payloads."""
 
-    def __init__(self, instance: str, history: Iterable[Any], lookup: PayloadLookup) -> None:
+    def __init__(self, instance: str, history: Iterable[Any], lookup: PayloadLookup, *,
+                 ends: bool = True) -> None:
+        """``ends``: also compare how the workflow ended (not for Dapr's signed history,
+        whose ends :mod:`.dapr_crosscheck` compares itself)."""
         self.instance, self.history, self.lookup = instance, list(history), lookup
         self.signed: list[_Signed] = []
+        self.ends = ends
+        self.end: str | None = None  # the last end signed since the last workflow.started
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
         if isinstance(parsed, Entry):  # the integrity check reports malformed entries
@@ -96,9 +112,16 @@ class EngineCrossCheck:
             self.signed.append(_Signed(seq, str(data.get("activity", "?")),
                                        data.get("task_id"), str(data.get("execution_id") or ""),
                                        data.get("output")))
+        elif kind == Kind.WORKFLOW_STARTED:
+            self.end = None
+        elif kind in _SIGNED_ENDS or kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
+            self.end = kind
 
     def finish(self) -> Iterable[Finding]:
-        return _crosscheck(self.instance, self.signed, self.history, self.lookup)
+        found = _crosscheck(self.instance, self.signed, self.history, self.lookup)
+        if self.ends:
+            found += _ended(self.instance, self.end, self.history)
+        return found
 
 
 def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
@@ -168,6 +191,41 @@ def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
             f"engine's history has no completion of that task",
             task_id=s.task_id, activity=s.activity))
     return findings
+
+
+def _ended(instance: str, signed_end: str | None, history: Iterable[Any]) -> list[Finding]:
+    """The engine's history ends the workflow and the ledger's last run has no end."""
+    if signed_end in _SIGNED_ENDS:
+        return []
+    for index, event in enumerate(history):
+        if not event.HasField("executionCompleted"):
+            continue
+        done = event.executionCompleted
+        status = getattr(done, "workflowStatus", getattr(done, "orchestrationStatus", 0))
+        if status == _TERMINATED:
+            return [Finding.make(
+                "workflow-terminated", instance, None,
+                f"the engine's history ends the workflow TERMINATED (event {index}), and "
+                f"the ledger holds no workflow.terminated: a client ended it there")]
+        if status in _ENDED:
+            return [Finding.make(
+                "engine-unsigned-completion", instance, None,
+                f"the engine's history ends the workflow {_ENDED[status]} (event "
+                f"{index}{_reason(done)}), but the ledger signed no workflow.completed or "
+                f"workflow.failed after its last workflow.started: it reads the workflow "
+                f"as still running")]
+    return []
+
+
+def _reason(done: Any) -> str:
+    """``: ErrorType: message`` of a failed ``ExecutionCompleted`` (the engine's text)."""
+    if not done.HasField("failureDetails"):
+        return ""
+    text = " ".join(f"{done.failureDetails.errorType}: "
+                    f"{done.failureDetails.errorMessage}".split())
+    if len(text) > _REASON_CHARS:
+        text = f"{text[:_REASON_CHARS]}…"
+    return f": {text}"
 
 
 def _size(raw: bytes | None) -> str:

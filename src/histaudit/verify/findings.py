@@ -120,6 +120,11 @@ CODES: dict[str, tuple[Severity, str]] = {
                                           "erased, sizes agree"),
     "decision-resigned": (I, "workflow decision signed twice: made again after the engine "
                              "lost the first (a replay's re-append of a lost one is normal)"),
+    # how the workflow ended, when not a success
+    "workflow-failed": (W, "the workflow ended failed (workflow.failed): its error type and "
+                           "message"),
+    "workflow-terminated": (I, "the workflow was terminated by a client: it ended there, "
+                               "neither unfinished nor unsigned"),
 }
 
 

@@ -87,7 +87,9 @@ class _Chain:
                                              canonical=self.integrity, pool=pool)
             self.checks.append(self.signatures)
         head_check = HeadCheck(instance, head, self.integrity, trust)
-        self.behaviour = BehaviourCheck(instance)
+        # a failure's message is quoted from whichever stored payloads the chain is given
+        # (verify_in hands every chain the snapshot's: one read per failed instance)
+        self.behaviour = BehaviourCheck(instance, payloads=payload_lookup or engine_lookup)
         self.checks += [head_check, self.behaviour]
         self.mode = "full" if full else "default"
         if engine_history is not None:
