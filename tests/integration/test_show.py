@@ -99,8 +99,13 @@ NO_FILTERS = {"kinds": None, "task": None, "activity": None, "seq": None}
 
 def test_no_filter_keeps_the_json_shape_and_adds_hashes_and_filters(world: World) -> None:
     doc = shown(world)
-    assert set(doc) == {"instance", "entries", "filters"}
+    assert set(doc) == {"instance", "entries", "filters", "usage"}
     assert doc["instance"] == INSTANCE and doc["filters"] == NO_FILTERS
+    # an order workflow: no LLM call, and its side effect is no tool (test_show_usage.py)
+    assert doc["usage"] == {"llm": {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                                    "total_tokens": 0, "unreported": 0, "failed": 0,
+                                    "models": []},
+                            "tools": [], "runs": [], "crashes": []}
     assert [(e["seq"], e["kind"]) for e in doc["entries"]] == [(s, k) for s, k, _, _ in LAYOUT]
     first = doc["entries"][0]
     assert set(first) == {"seq", "ts", "kind", "kid", "data", "hash", "error"}

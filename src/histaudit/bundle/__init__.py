@@ -9,6 +9,8 @@
 ``dapr_state``      reading those rows from daprd's actor state store
 ``html``            the one-file human report inside a bundle, drawn from
 ``steps``, ``timeline_svg``, ``workflow_facts``  an instance's steps, its picture, its ending
+``usage``, ``usage_html``  LLM calls, tokens and tool calls per run and per crash (also
+                    ``histaudit show``), and their tables in the HTML pages
 ``compliance``      the period report (``histaudit report``): recorded, kept, erased, held
 
 Importing this package imports neither side: ``from histaudit.bundle.verify import

@@ -3,9 +3,12 @@
 Per instance, in the order an auditor asks: what the verifier found (each finding linked
 to the entries it is about), a picture of the run (steps and attempts per worker
 process, crashes, re-deliveries and duplicate side effects marked; :mod:`.timeline_svg`),
-a table of the steps (deliveries, re-runs after a crash or a failure, side effects, outcome) and the
-signed entries themselves. Payload values are shown when the bundle carries them
-(``export --with-payloads``), their digests otherwise.
+the LLM calls, their tokens and the tool calls, in all, per crash and per run
+(:mod:`.usage_html`), a table of the steps (deliveries, re-runs after a crash or a failure,
+side effects, outcome, what each run used) and the signed entries themselves. Payload
+values are shown when the bundle carries them (``export --with-payloads``), their digests
+otherwise. :func:`render_instance_html` is the same sections for one instance read by
+``histaudit show --html``, unverified and saying so.
 
 Everything that came from the ledger is escaped: payloads are whatever an activity
 returned, so an attacker's. A Content-Security-Policy meta tag allows only the page's own
@@ -30,11 +33,13 @@ from histaudit.ledger.timeline import PayloadState, TimelineEntry, payload_refs
 from histaudit.verify.findings import Finding
 from histaudit.verify.report import Report
 
-from .steps import Effect, Run, Step, StepGroup, analyse, collapse
+from . import usage_html
+from .steps import Effect, Step, StepGroup, analyse, collapse
 from .timeline_svg import PALETTE, render_svg
+from .usage import account, tools_words
 from .workflow_facts import WorkflowFacts, event_words
 
-__all__ = ["Limits", "render_html"]
+__all__ = ["Limits", "render_html", "render_instance_html"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +105,7 @@ svg.run .eff{fill:#1b5e20;stroke:#fff;stroke-width:.8}
 svg.run .dup{fill:var(--bad);stroke:#fff;stroke-width:1}
 svg.run .skip{fill:#fff;stroke:#1b5e20;stroke-width:1.5}
 svg.run .intent{stroke:#222;stroke-width:1.5}
+svg.run .llm{fill:#6a1b9a;stroke:#fff;stroke-width:.8}
 svg.run .wf{fill:#333}svg.run .bad{fill:var(--bad)}svg.run .grp{fill:#ccc}
 @media print{
  body{margin:0;max-width:none;font-size:10pt}
@@ -130,11 +136,7 @@ def render_html(reports: Sequence[Report], *, origin: str, checkpoint: Checkpoin
     # What needs a look first: failed instances, then those with any finding, then clean.
     reports = sorted(reports, key=lambda r: (r.ok, not r.findings))
     parts = [
-        "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        '<meta name="referrer" content="no-referrer">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>histaudit bundle — {escape(origin)}</title><style>{_CSS}</style></head>",
+        _head(f"histaudit bundle — {origin}"),
         "<body><header><h1>histaudit audit trail</h1>",
         f"<p>Ledger <code>{escape(origin)}</code>, checkpoint at "
         f"<b>{checkpoint.size}</b> entries, signed by key <code>{escape(checkpoint.kid)}</code>."
@@ -172,15 +174,16 @@ def render_html(reports: Sequence[Report], *, origin: str, checkpoint: Checkpoin
 class _Page:
     """What one instance's sections share: anchors, the rows shown, the findings."""
 
-    def __init__(self, report: Report, rows: Sequence[TimelineEntry], run: Run,
-                 limits: Limits, with_payloads: bool) -> None:
-        self.anchor = _anchor(report.instance_id)
-        self.instance = report.instance_id
+    def __init__(self, instance: str, findings: Sequence[Finding],
+                 rows: Sequence[TimelineEntry], limits: Limits, with_payloads: bool) -> None:
+        self.anchor = _anchor(instance)
+        self.instance = instance
         self.limits = limits
         self.with_payloads = with_payloads
-        self.run = run
+        self.run = run = analyse(rows)
+        self.usage = account(rows)
         self.workers = {w.name: w.index % PALETTE for w in run.workers}
-        self.findings = list(report.findings)
+        self.findings = list(findings)
         self.about: dict[int, list[int]] = {}  # seq -> indices of the findings naming it
         for i, f in enumerate(self.findings):
             for seq in finding_entries(f):
@@ -216,25 +219,66 @@ def finding_entries(f: Finding) -> list[int]:
     return seqs
 
 
+def render_instance_html(instance: str, rows: Sequence[TimelineEntry], *, source: str,
+                         with_payloads: bool = False, limits: Limits | None = None) -> bytes:
+    """One instance's page as ``histaudit show --html`` writes it: ``rows`` are all its
+    entries in chain order, read from ``source`` (a ledger or bundle, as the page names
+    it) and not verified; the page says so and names the command that verifies them."""
+    page = _Page(instance, (), rows, limits or Limits(), with_payloads)
+    facts = WorkflowFacts.of(rows)
+    return "".join([
+        _head(f"histaudit — {instance}"),
+        "<body><header><h1>histaudit timeline</h1>",
+        f"<p>Instance <code>{escape(instance)}</code> as read from <code>{escape(source)}"
+        "</code>. <b>Not verified</b>: this page says what the entries say; <code>histaudit "
+        f"verify {escape(instance)}</code> checks their chain, signatures and behaviour.</p>"
+        "</header>",
+        f"<section class=instance id='{page.anchor}'><h2>{escape(instance)}</h2>",
+        _meta(page, rows, facts, set()), *_body(page, rows, facts),
+        "</section></body></html>\n"]).encode("utf-8")
+
+
+def _head(title: str) -> str:
+    return ("<!doctype html><html lang=en><head><meta charset=utf-8>"
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            '<meta name="referrer" content="no-referrer">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{escape(title)}</title><style>{_CSS}</style></head>")
+
+
 def _instance(r: Report, rows: Sequence[TimelineEntry], *, with_payloads: bool,
               limits: Limits, facts: WorkflowFacts, known: set[str]) -> str:
-    run = analyse(rows)
-    page = _Page(r, rows, run, limits, with_payloads)
+    page = _Page(r.instance_id, r.findings, rows, limits, with_payloads)
     out = [f"<section class=instance id='{page.anchor}'>"
            f"<h2>{escape(r.instance_id)} {_status(r)}</h2>"]
     if rows:
-        out.append(f"<p class=meta>Workflow {_workflow(facts, known)}. {len(rows)} entries, "
-                   f"{rows[0].ts or '?'} to {rows[-1].ts or '?'} (UTC); {len(run.steps)} "
-                   f"step(s), {len(run.workers)} worker process(es); verified: "
-                   f"<code>{escape(r.mode)}</code>.</p>")
+        out.append(_meta(page, rows, facts, known, mode=r.mode))
     out.append(_findings(page))
     if rows:
-        out.append(_picture(page))
-        out.append(_steps(page))
-        out.append(_received(page, facts))
-        out.append(_entries(page, rows))
+        out.extend(_body(page, rows, facts))
     out.append("</section>")
     return "".join(out)
+
+
+def _meta(page: _Page, rows: Sequence[TimelineEntry], facts: WorkflowFacts, known: set[str],
+          *, mode: str | None = None) -> str:
+    if not rows:
+        return "<p class=meta>No entries.</p>"
+    verified = f"; verified: <code>{escape(mode)}</code>" if mode is not None else ""
+    return (f"<p class=meta>Workflow {_workflow(facts, known)}. {len(rows)} entries, "
+            f"{rows[0].ts or '?'} to {rows[-1].ts or '?'} (UTC); {len(page.run.steps)} "
+            f"step(s), {len(page.run.workers)} worker process(es); "
+            f"{escape(page.usage.llm.words())}, "
+            f"{escape(tools_words(page.usage.tools))}{verified}.</p>")
+
+
+def _body(page: _Page, rows: Sequence[TimelineEntry], facts: WorkflowFacts) -> list[str]:
+    """What follows the findings: the picture, LLM and tool calls, steps, events, entries."""
+    if not rows:
+        return []
+    return [_picture(page), usage_html.section(page.usage, page.anchor, page.entry_link,
+                                               max_runs=page.limits.table_steps),
+            _steps(page), _received(page, facts), _entries(page, rows)]
 
 
 def _findings(page: _Page) -> str:
@@ -256,8 +300,8 @@ def _findings(page: _Page) -> str:
 
 
 def _picture(page: _Page) -> str:
-    svg, dropped = render_svg(page.run, link=page.entry_href, max_steps=page.limits.svg_steps,
-                              max_workers=page.limits.workers)
+    svg, dropped = render_svg(page.run, link=page.entry_href, usage=page.usage,
+                              max_steps=page.limits.svg_steps, max_workers=page.limits.workers)
     out = [f"<section class=picture id='{page.anchor}-run'><h3>The run</h3>"
            "<p class=note>One lane per worker process, then one row per step; each bar is "
            "an attempt (a delivery by the engine) in its worker's colour, placed by entry "
@@ -283,18 +327,19 @@ def _steps(page: _Page) -> str:
     lines, dropped = collapse(page.run.steps, page.limits.table_steps)
     out.append("<table><thead><tr><th>step</th><th>deliveries</th><th>workers</th>"
                "<th>ran again</th><th>side effects</th><th>outcome</th>"
+               "<th>LLM calls and tool calls, per run</th>"
                "</tr></thead><tbody>")
     for line in lines:
         if isinstance(line, StepGroup):
             names = sorted({s.activity for s in line.steps})
             shown = ", ".join(escape(n) for n in names[:8]) + (" …" if len(names) > 8 else "")
-            out.append(f"<tr class=gap><td colspan=6>{len(line.steps)} steps ({shown}), each "
+            out.append(f"<tr class=gap><td colspan=7>{len(line.steps)} steps ({shown}), each "
                        f"delivered once and completed, entries "
                        f"{page.entry_link(line.first)}–{page.entry_link(line.last)}</td></tr>")
         else:
             out.append(_step_row(page, line))
     if dropped:
-        out.append(f"<tr class=gap><td colspan=6>{dropped} more step(s) not listed (over "
+        out.append(f"<tr class=gap><td colspan=7>{dropped} more step(s) not listed (over "
                    f"{page.limits.table_steps} rows): <code>histaudit show "
                    f"{escape(page.instance)} --bundle DIR --trust KEYS --kind activity</code> "
                    f"lists them.</td></tr>")
@@ -331,7 +376,8 @@ def _step_row(page: _Page, s: Step) -> str:
             f"{escape(str(s.task_id))}</span></td>"
             f"<td class=n>{s.deliveries} ({attempts})</td><td class=wk>{workers}</td>"
             f"<td>{again}</td>"
-            f"<td>{effects}</td><td>{_outcome(page, s)}</td></tr>")
+            f"<td>{effects}</td><td>{_outcome(page, s)}</td>"
+            f"<td>{usage_html.runs_cell(page.usage.runs_of(s.key), page.entry_link)}</td></tr>")
 
 
 def _tree(reports: Sequence[Report], facts: Mapping[str, WorkflowFacts]) -> str:

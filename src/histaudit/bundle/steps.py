@@ -13,14 +13,15 @@ the report states as conclusions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.timeline import TimelineEntry
 
-__all__ = ["Attempt", "Effect", "Run", "Step", "StepGroup", "Worker", "analyse", "collapse"]
+__all__ = ["Attempt", "Effect", "Run", "Step", "StepGroup", "Worker", "analyse", "collapse",
+           "step_key"]
 
 _ACTIVITY_KINDS = (Kind.ACTIVITY_STARTED, Kind.ACTIVITY_COMPLETED, Kind.ACTIVITY_FAILED)
 _WORKFLOW_MARKS = (Kind.WORKFLOW_STARTED, Kind.WORKFLOW_COMPLETED, Kind.WORKFLOW_FAILED,
@@ -76,6 +77,8 @@ class Step:
 
     activity: str
     task_id: Any
+    key: tuple[Any, ...] = ()
+    """Its :func:`step_key`: what :mod:`.usage` finds its runs by."""
     scheduled: int | None = None
     """Seq of the ``workflow.scheduled_activity`` decision, when recorded."""
     attempts: list[Attempt] = field(default_factory=list)
@@ -162,7 +165,9 @@ class Run:
     last: int
 
 
-def _step_key(data: dict[str, Any] | Any, generation: int) -> tuple[Any, ...]:
+def step_key(data: Mapping[str, Any], generation: int) -> tuple[Any, ...]:
+    """The step a record is about: its execution id, else its task id within the
+    generation (continue-as-new restarts task ids)."""
     execution = data.get("execution_id")
     if isinstance(execution, str) and execution:
         return ("x", execution)
@@ -193,10 +198,10 @@ def analyse(entries: Sequence[TimelineEntry]) -> Run:
         if kind not in _ACTIVITY_KINDS and kind != Kind.WORKFLOW_SCHEDULED_ACTIVITY \
                 and not is_effect:
             continue
-        key = _step_key(data, generation)
+        key = step_key(data, generation)
         step = steps.get(key)
         if step is None:
-            step = steps[key] = Step(str(data.get("activity", "?")), data.get("task_id"))
+            step = steps[key] = Step(str(data.get("activity", "?")), data.get("task_id"), key)
         step.seqs.append(e.seq)
         if kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY:
             step.scheduled = e.seq if step.scheduled is None else step.scheduled

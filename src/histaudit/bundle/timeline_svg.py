@@ -4,7 +4,8 @@ The x axis is the chain's order (entry seq), not wall time, so a crash that took
 worker a minute to come back does not squeeze the rest into a sliver. At the top, one
 lane per worker process (``host:pid``) from its first to its last record, with a cross
 where it stopped in the middle of a step; below, one row per step, each attempt a bar in
-its worker's colour, re-deliveries and side effects marked. Beyond ``max_steps`` rows,
+its worker's colour, re-deliveries, side effects and LLM calls marked (a tool call and an
+LLM call named, with its tokens, in its tooltip). Beyond ``max_steps`` rows,
 runs of uneventful steps are drawn as one grey bar (:func:`steps.collapse`), and the
 caller says so in the page.
 """
@@ -15,13 +16,16 @@ from collections.abc import Callable
 from html import escape
 
 from .steps import Attempt, Run, Step, StepGroup, collapse
+from .usage import TOOL_PREFIX, LlmUse, RunUse, Usage
 
 __all__ = ["PALETTE", "render_svg"]
 
 PALETTE = 8
 """Worker colours (CSS classes ``w0`` … ``w7``); more workers reuse them in turn."""
 
-_LABEL_W, _PLOT_W, _RIGHT = 200, 740, 20
+_LABEL_W, _PLOT_W, _RIGHT = 240, 700, 20
+_LABEL_CHARS = 38
+"""Characters of a row label that fit the label column (11 px system-ui, ≈ 6 px each)."""
 _ROW, _TOP = 18, 28
 _WIDTH = _LABEL_W + _PLOT_W + _RIGHT
 
@@ -34,8 +38,8 @@ def _short(text: str, n: int) -> str:
 
 
 class _Svg:
-    def __init__(self, run: Run, link: Link) -> None:
-        self.lo, self.hi, self.link = run.first, run.last, link
+    def __init__(self, run: Run, link: Link, usage: Usage | None) -> None:
+        self.lo, self.hi, self.link, self.usage = run.first, run.last, link, usage
         self.workers = {w.name: w.index % PALETTE for w in run.workers}
         self.parts: list[str] = []
 
@@ -61,17 +65,18 @@ def _tag(markup: str) -> str:
     return markup[1:].split(" ", 1)[0]
 
 
-def render_svg(run: Run, *, link: Link, max_steps: int = 40, max_workers: int = 12
-               ) -> tuple[str, int]:
-    """The ``<svg>`` of ``run``; and how many steps it left out (0: all drawn)."""
+def render_svg(run: Run, *, link: Link, usage: Usage | None = None, max_steps: int = 40,
+               max_workers: int = 12) -> tuple[str, int]:
+    """The ``<svg>`` of ``run`` (its LLM calls from ``usage``); and how many steps it left
+    out (0: all drawn)."""
     lines, dropped = collapse(run.steps, max_steps)
     workers = run.workers[:max_workers]
-    svg = _Svg(run, link)
+    svg = _Svg(run, link, usage)
     y: float = _TOP
     _axis(svg, run)
     for w in workers:
         y += _ROW
-        svg.text(4, y + 4, "worker " + _short(w.name, 24), full=f"worker {w.name}")
+        svg.text(4, y + 4, "worker " + _short(w.name, 30), full=f"worker {w.name}")
         x0, x1 = svg.x(w.first), svg.x(w.last)
         svg.add(f'<rect x="{x0}" y="{y - 5}" width="{max(x1 - x0, 3)}" height="10" '
                 f'class="lane w{w.index % PALETTE}"/>',
@@ -159,29 +164,69 @@ def _workflow_mark(svg: _Svg, x: float, y: float, seq: int, kind: str) -> None:
                 title=f"entry {seq}: replayed result differs from the signed one", seq=seq)
 
 
+def step_label(step: Step, runs: list[RunUse]) -> tuple[str, str]:
+    """A step's row label, and the whole of it for its tooltip.
+
+    ``run_tool #12 book_flight``, ``call_llm #3 LLM 140 tok``: the activity's last dotted
+    part (an agent's activities are ``dapr.agents.<agent>.<name>``), the task number
+    always whole, then the tools it called, or ``LLM`` with its call count (``×2``) and
+    tokens; only that tail is shortened to fit.
+    """
+    tools = list(dict.fromkeys(name[len(TOOL_PREFIX):] for name, _ in step.effects
+                               if name.startswith(TOOL_PREFIX)))
+    llm = LlmUse()
+    for r in runs:
+        llm.absorb(r.llm)
+    name = step.activity.rsplit(".", 1)[-1] or step.activity
+    head = f"{_short(name, 24)} #{_short(str(step.task_id), 8)}"
+    tail = ", ".join(tools)
+    if llm.calls:
+        tail += (" " if tail else "") + ("LLM" if llm.calls == 1 else f"LLM ×{llm.calls}")
+        if llm.unreported < llm.calls:
+            tail += f" {llm.total_tokens:,} tok"
+    shown = head + (" " + _short(tail, _LABEL_CHARS - len(head) - 1) if tail
+                    and len(head) < _LABEL_CHARS - 4 else "")
+    full = f"{step.activity} (task {step.task_id})"
+    if tools:
+        full += f": tool {', '.join(tools)}"
+    if llm.calls:
+        full += f"{';' if tools else ':'} {llm.words()}"
+    return shown, full
+
+
 def _step(svg: _Svg, step: Step, y: float) -> None:
-    label = f"{step.activity} #{step.task_id}"
-    svg.text(4, y + 4, _short(label, 30), full=label)
+    runs = svg.usage.runs_of(step.key) if svg.usage is not None else []
+    shown, full = step_label(step, runs)
+    svg.text(4, y + 4, shown, full=full)
     for i, a in enumerate(step.attempts):
-        _attempt(svg, step, a, y, later=i < len(step.attempts) - 1)
+        used = next((r for r in runs if r.attempt == a.number), None)
+        _attempt(svg, step, a, y, later=i < len(step.attempts) - 1, used=used)
 
 
-def _attempt(svg: _Svg, step: Step, a: Attempt, y: float, *, later: bool) -> None:
+def _attempt(svg: _Svg, step: Step, a: Attempt, y: float, *, later: bool,
+             used: RunUse | None) -> None:
     x0, x1 = svg.x(a.started), svg.x(a.last)
     who = a.worker or "an unnamed worker"
     colour = "wx" if a.worker not in svg.workers else f"w{svg.workers[a.worker]}"
     outcome = a.outcome or "no outcome recorded"
+    spent = f"; {used.words()}" if used is not None else ""
     svg.add(f'<rect x="{x0}" y="{y - 6}" width="{max(x1 - x0, 4)}" height="12" rx="2" '
             f'class="att {colour}{"" if a.outcome != "failed" else " failedatt"}"/>',
             title=f"{step.activity} (task {step.task_id}) attempt {a.number} on {who}, "
-                  f"entries {a.started}–{a.last}: {outcome}", seq=a.started)
+                  f"entries {a.started}–{a.last}: {outcome}{spent}", seq=a.started)
     if a.number > 1:
         svg.add(f'<circle cx="{x0}" cy="{y}" r="5" class="redo"/>',
                 title=f"delivered again: attempt {a.number} of {step.activity} "
                       f"(task {step.task_id})", seq=a.started)
+    for call in used.calls if used is not None else ():
+        x = svg.x(call.seq)
+        cls = "bad" if call.error_type else "llm"
+        svg.add(f'<circle cx="{x}" cy="{y}" r="3.5" class="{cls}"/>',
+                title=f"entry {call.seq}: {call.words()}", seq=call.seq)
     for seq, kind, effect in a.marks:
         x = svg.x(seq)
-        what = f"{effect.name} [{effect.key}]"
+        what = (f"tool call {effect.name[len(TOOL_PREFIX):]} [{effect.key}]"
+                if effect.name.startswith(TOOL_PREFIX) else f"{effect.name} [{effect.key}]")
         if kind == "effect.done":
             dup = effect.duplicate and effect.done.index(seq) > 0
             cls = "dup" if dup else "eff"
@@ -235,6 +280,7 @@ def _legend(svg: _Svg, run: Run, y: float) -> float:
         ('<path d="M5 -4L9 0L5 4L1 0Z" class="eff"/>', "side effect done"),
         ('<path d="M5 -6L11 0L5 6L-1 0Z" class="dup"/>', "side effect done again (duplicate)"),
         ('<path d="M5 -4L9 0L5 4L1 0Z" class="skip"/>', "side effect skipped (already done)"),
+        ('<circle cx="5" cy="0" r="3.5" class="llm"/>', "LLM call (tokens in its tooltip)"),
         ('<circle cx="5" cy="0" r="4" class="wf"/>', "workflow started"),
         ('<rect x="1" y="-4" width="8" height="8" class="wf"/>', "workflow ended"),
         ('<rect x="0" y="-4" width="18" height="8" class="grp"/>', "uneventful steps, summed up"),

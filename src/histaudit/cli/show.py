@@ -1,9 +1,12 @@
-"""``histaudit show``: one instance's entries, filtered, from a ledger or an exported bundle."""
+"""``histaudit show``: one instance's entries, filtered, from a ledger or an exported bundle,
+with what its runs used (LLM calls, tokens, tool calls; :mod:`histaudit.bundle.usage`), or
+its timeline as one HTML page (``--html``)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +14,12 @@ import click
 from rich import box
 from rich.table import Table
 
+from histaudit.bundle.usage import TOOL_PREFIX, LlmCall, Usage, UsageCounter, tools_words
 from histaudit.errors import InputError, UsageError, VerificationError
 from histaudit.ledger import records as rec
 from histaudit.ledger import timeline as tl
 from histaudit.ledger.keys import TrustStore
+from histaudit.ledger.kinds import Kind
 
 from . import render
 from .options import EXIT_CLEAN, db_option, trust_option, trust_store
@@ -37,34 +42,58 @@ from .progress import Meter
 @click.option("--bundle", "bundle_path", metavar="DIR",
               help="Read an exported bundle (checked against its signed manifest with "
                    "--trust) instead of a database.")
+@click.option("--html", "html_path", metavar="PATH",
+              help="Write the instance's timeline to PATH (not overwritten) as one HTML page "
+                   "with no script: the picture of its runs with tool and LLM calls named "
+                   "and their tokens, what each run used, its steps and entries. Unverified, "
+                   "as show is. The whole instance: no filter, --compact or --json.")
 @db_option
 @trust_option
 @click.option("--json", "as_json", is_flag=True)
 def show(instance_id: str, kinds: tuple[str, ...], task: int | None, seq: str | None,
          activity: str | None, compact: bool, payloads: bool, bundle_path: str | None,
-         db: str | None, trust: str | None, as_json: bool) -> int:
-    """INSTANCE_ID's entries as a readable timeline."""
+         html_path: str | None, db: str | None, trust: str | None, as_json: bool) -> int:
+    """INSTANCE_ID's entries as a readable timeline, and what its runs used: LLM calls,
+    tokens and tool calls, in all, per crash and per run of a task run more than once."""
     if compact and as_json:
         raise UsageError("--compact and --json are two different outputs: pass one")
     keep = tl.EntryFilter.parse(kinds=kinds, task=task, activity=activity, seq=seq)
+    html = Path(html_path) if html_path is not None else None
+    if html is not None:
+        if compact or as_json or keep != tl.EntryFilter():
+            raise UsageError("--html writes the whole instance's page: drop --kind, --task, "
+                             "--activity, --seq, --compact and --json")
+        if html.exists():
+            raise InputError(f"{html} already exists; refusing to overwrite it")
+    counter = UsageCounter()
     if bundle_path:
-        timeline = _from_bundle(Path(bundle_path), trust_store(trust), instance_id, keep,
-                                payloads=payloads)
+        timeline, source = _from_bundle(Path(bundle_path), trust_store(trust), instance_id,
+                                        keep, payloads=payloads, observe=counter.add)
     else:
-        timeline = _from_ledger(db, instance_id, keep, payloads=payloads)
-    if as_json:
+        timeline, source = _from_ledger(db, instance_id, keep, payloads=payloads,
+                                        observe=counter.add)
+    usage = counter.result()
+    if html is not None:
+        _write_html(html, timeline, source, payloads)
+    elif as_json:
         render.emit_json({"instance": instance_id,
                           "entries": [_json_entry(t, payloads) for t in timeline.entries],
-                          "filters": keep.as_json()})
+                          "filters": keep.as_json(), "usage": usage.as_json()})
     elif compact:
         _compact(timeline, payloads)
     else:
         _table(timeline, payloads)
+        _usage(usage, filtered=keep != tl.EntryFilter())
     return EXIT_CLEAN
 
 
+Observer = Callable[[rec.Entry], None]
+
+
 def _from_ledger(db: str | None, instance: str, keep: tl.EntryFilter, *,
-                 payloads: bool) -> tl.Timeline:
+                 payloads: bool, observe: Observer) -> tuple[tl.Timeline, str]:
+    from histaudit.urls import shown_url
+
     from .ledger import open_ledger
 
     with (open_ledger(db, reading=True) as ledger, ledger.snapshot() as snap,
@@ -73,14 +102,15 @@ def _from_ledger(db: str | None, instance: str, keep: tl.EntryFilter, *,
             meter(0, next((s.entries for s in snap.instances() if s.instance == instance),
                           None))
         timeline = tl.build(instance, meter.count(snap.entries(instance)), keep,
-                            payloads=snap.payload if payloads else None)
+                            payloads=snap.payload if payloads else None, observe=observe)
+        source = f"ledger {shown_url(ledger.url)}"
     if not timeline.stored:
         raise InputError(f"instance {rec.shown_id(instance)} has no entries in this ledger")
-    return timeline
+    return timeline, source
 
 
 def _from_bundle(root: Path, trust: TrustStore, instance: str, keep: tl.EntryFilter, *,
-                 payloads: bool) -> tl.Timeline:
+                 payloads: bool, observe: Observer) -> tuple[tl.Timeline, str]:
     """The timeline of ``instance`` in the bundle at ``root``.
 
     Read as ``verify --bundle`` reads it (:mod:`histaudit.bundle.verify`): the manifest's
@@ -127,10 +157,10 @@ def _from_bundle(root: Path, trust: TrustStore, instance: str, keep: tl.EntryFil
         rows = (row for row in (bv.entry_row(e, n)
                                 for n, e in enumerate(meter.count(lines), 1))
                 if row.instance == instance)
-        timeline = tl.build(instance, rows, keep, payloads=lookup)
+        timeline = tl.build(instance, rows, keep, payloads=lookup, observe=observe)
     if not timeline.stored:
         raise InputError(f"instance {rec.shown_id(instance)} has no entries in bundle {root}")
-    return timeline
+    return timeline, f"bundle {root} (its files checked against its signed manifest)"
 
 
 # --- rendering -----------------------------------------------------------------------------
@@ -219,6 +249,9 @@ def _table(timeline: tl.Timeline, payloads: bool) -> None:
             table.add_row(str(t.seq), "-", "(malformed)", render.clip(t.error))
             continue
         details = render.details(t.data)
+        named = _named(t)
+        if named:
+            details = f"{render.clip(named, 200)}\n{details}"
         if payloads:
             details += "".join(f"\n{render.clip(name, 100)}: {_payload_shown(v, 300)}"
                                for name, v in t.payloads.items())
@@ -228,3 +261,60 @@ def _table(timeline: tl.Timeline, payloads: bool) -> None:
     out.print(table)
     if not timeline.entries:
         out.print(f"no entries match (the instance has {timeline.stored})")
+
+
+def _named(t: tl.TimelineEntry) -> str | None:
+    """What an LLM call or a tool call's entry is, in words: ``LLM call to gpt-x: 140
+    tokens (…)``, ``tool call book_flight: done``."""
+    if t.kind == Kind.LLM_CALL:
+        return LlmCall.of(t.seq, t.data).words()
+    name = t.data.get("name")
+    if (isinstance(t.kind, str) and t.kind.startswith("effect.") and isinstance(name, str)
+            and name.startswith(TOOL_PREFIX)):
+        return f"tool call {name[len(TOOL_PREFIX):]}: {t.kind.removeprefix('effect.')}"
+    return None
+
+
+def _usage(usage: Usage, *, filtered: bool) -> None:
+    """What the instance's runs used, under the entries: in all, per crash, and per run of
+    each task delivered more than once (the whole instance, filtered or not)."""
+    if usage.empty:
+        return
+    out = render.console()
+    whole = " (the whole instance, not only the entries shown)" if filtered else ""
+    models = f"; model {', '.join(usage.llm.models)}" if usage.llm.models else ""
+    out.print(f"\nLLM calls and tool calls{whole}:\n"
+              f"  LLM: {render.clip(usage.llm.words() + models, 300)}\n"
+              f"  tools: {render.clip(tools_words(usage.tools), 500)}")
+    for crash in usage.crashes:
+        cut = ", ".join(f"{r.activity} task {r.task_id} run #{r.attempt}"
+                        for r in crash.runs)
+        out.print(f"  crash of worker {render.clip(crash.worker, 60)} (it cut short "
+                  f"{render.clip(cut, 300)}):\n    {render.clip(crash.llm.words(), 200)}; "
+                  f"{render.clip(tools_words(crash.tools), 300)}")
+    for runs in usage.repeated():
+        first = runs[0]
+        out.print(f"  {render.clip(first.activity, 80)} task "
+                  f"{render.clip(first.task_id, 40)}, delivered "
+                  f"{usage.deliveries.get(first.key, len(runs))} times:")
+        for r in runs:
+            where = f" on {render.clip(r.worker, 60)}" if r.worker else ""
+            began = f"started at entry {r.started_seq}, " if r.started_seq is not None else ""
+            out.print(f"    run #{r.attempt}{where} ({began}{r.ended}): "
+                      f"{render.clip(r.words(), 300)}")
+
+
+def _write_html(path: Path, timeline: tl.Timeline, source: str, payloads: bool) -> None:
+    from histaudit.bundle.html import render_instance_html
+
+    page = render_instance_html(timeline.instance, timeline.entries, source=source,
+                                with_payloads=payloads)
+    try:
+        with path.open("xb") as f:  # never over a file that appeared since the check
+            f.write(page)
+    except FileExistsError:
+        raise InputError(f"{path} already exists; refusing to overwrite it") from None
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    click.echo(f"wrote {path}: the timeline of instance {render.clip(timeline.instance, 80)}"
+               f" ({len(timeline.entries)} entries; not verified)")

@@ -174,10 +174,12 @@ def payload_refs(data: Mapping[str, Any]) -> dict[str, str]:
 
 
 def build(instance: str, rows: Iterable[rec.StoredEntry], keep: EntryFilter, *,
-          payloads: PayloadLookup | None = None) -> Timeline:
+          payloads: PayloadLookup | None = None,
+          observe: Callable[[rec.Entry], None] | None = None) -> Timeline:
     """The timeline of ``instance`` from its ``rows`` (streamed; only kept entries are held),
     with payload values looked up through ``payloads`` when given (after the rows are
-    read, so a lookup may use the connection the rows came through)."""
+    read, so a lookup may use the connection the rows came through). ``observe`` is
+    handed every entry that parses, kept or not (``show``'s summary of the instance)."""
     kept: list[TimelineEntry] = []
     erased: set[str] = set()
     stored = 0
@@ -191,6 +193,8 @@ def build(instance: str, rows: Iterable[rec.StoredEntry], keep: EntryFilter, *,
                                           data={}, hash=rec.sha256_hex(row.body),
                                           error=str(exc)))
             continue
+        if observe is not None:
+            observe(e)
         if e.kind == Kind.PAYLOAD_ERASED and isinstance(e.data.get("commitment"), str):
             erased.add(e.data["commitment"])
         if keep.keeps(e):

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from histaudit.bundle.usage import ENDED
 from histaudit.cli.ledger import ListStatus
 from histaudit.crashtest.results import CrashKind, Outcome
 from histaudit.ledger.timeline import PayloadState
@@ -53,6 +54,7 @@ def test_finding_codes_are_the_verifiers() -> None:
     ("crashtest", ("$defs", "point", "properties", "kind"), {str(k) for k in CrashKind}),
     ("show", ("$defs", "payload", "properties", "state"),
      {PayloadState.KEPT, PayloadState.ERASED, PayloadState.ABSENT, PayloadState.MISMATCH}),
+    ("show", ("$defs", "run", "properties", "ended"), set(ENDED)),
 ])
 def test_schema_enums_are_the_codes(name: str, path: tuple[str, ...],
                                     expected: set[str]) -> None:
