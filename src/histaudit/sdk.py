@@ -18,10 +18,11 @@ check hooks whichever the installed SDK has (:func:`hook_resolve_history`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from histaudit.errors import SdkError
@@ -62,8 +63,8 @@ __all__ = [
     "is_async_callable",
     "is_optional_timer_action", "is_optional_timer_event", "is_suspendable", "missing",
     "pending_action", "pending_actions", "protos", "registered_name", "registered_names",
-    "registry_of", "runtime_context", "set_wire_input", "strip_registration_marks", "to_json",
-    "unwrap_decorated", "wire_input",
+    "registry_of", "runtime_context", "set_wire_input", "sidecar_at",
+    "strip_registration_marks", "to_json", "unwrap_decorated", "wire_input",
 ]
 
 
@@ -139,6 +140,53 @@ def has_stateful_history() -> bool:
 def history_stub(channel: Any) -> Any:
     """The SDK's gRPC stub of the engine's TaskHubSidecarService (GetInstanceHistory)."""
     return stubs.TaskHubSidecarServiceStub(channel)  # type: ignore[no-untyped-call]
+
+
+@contextlib.contextmanager
+def sidecar_at(address: str, *, timeout: float) -> Iterator[None]:
+    """Inside, the SDK's clients find their sidecar at ``address`` (``HOST:PORT``, gRPC), as
+    under ``dapr run``: for user code that connects when it is imported (a dapr-agents
+    agent asks daprd for its metadata), given ``replay --engine`` and no ``DAPR_*``.
+
+    ``DAPR_GRPC_ENDPOINT`` is set on the SDK's settings object, not only in the
+    environment: dapr 1.18 reads the environment once, when ``dapr.conf`` is imported,
+    which histaudit has done by then (1.19 reads it on each use, and prefers a value set on
+    the object). And ``DaprClient``'s sidecar health check, which asks daprd's *HTTP* port
+    (``DAPR_HTTP_PORT``, which ``--engine`` does not name: it would wait out
+    ``DAPR_HEALTH_TIMEOUT`` at 127.0.0.1:3500), waits up to ``timeout`` seconds for the
+    gRPC channel to ``address`` instead. Both are put back on the way out."""
+    import grpc
+    from dapr.clients.health import DaprHealth
+    from dapr.conf import settings
+
+    def wait_for_sidecar() -> None:
+        channel = __getattr__("get_grpc_channel")(address)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise TimeoutError(f"Dapr health check timed out, after {timeout:g}s: nothing "
+                               f"answered at {address} (--engine)") from None
+        finally:
+            channel.close()
+
+    own = vars(settings)
+    endpoint = own.get("DAPR_GRPC_ENDPOINT", _UNSET)
+    check = DaprHealth.__dict__.get("wait_for_sidecar")
+    setattr(settings, "DAPR_GRPC_ENDPOINT", address)  # noqa: B010 - no such attribute typed
+    if check is not None:
+        DaprHealth.wait_for_sidecar = staticmethod(wait_for_sidecar)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if check is not None:
+            DaprHealth.wait_for_sidecar = check  # type: ignore[method-assign]
+        if endpoint is _UNSET:
+            own.pop("DAPR_GRPC_ENDPOINT", None)
+        else:
+            setattr(settings, "DAPR_GRPC_ENDPOINT", endpoint)  # noqa: B010
+
+
+_UNSET: Any = object()
 
 _REGISTRATION_MARKS = ("_dapr_alternate_name", "_activity_registered", "_workflow_registered")
 _WORKER_ATTR = "_WorkflowRuntime__worker"

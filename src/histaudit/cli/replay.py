@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,8 @@ def replay(instance_ids: tuple[str, ...], workflow_refs: tuple[str, ...],
                          "INSTANCE_ID, with a FILE")
 
     logging.getLogger("WorkflowRuntime").setLevel(logging.CRITICAL)  # the SDK's chatter
-    workflow = load_workflows(workflow_refs)
+    with _sidecar(engine_addr, timeout):
+        workflow = load_workflows(workflow_refs)
     sources: list[tuple[str, Callable[[], History]]]
     if engine_addr:
         address = engine_addr
@@ -147,6 +149,35 @@ def _trees(url: str, roots: tuple[str, ...]) -> tuple[str, ...]:
         found = [n.instance for root in roots for n in instance_tree(root, ledger.entries)
                  if n.state != "not-recorded" or n.instance == root]
     return tuple(dict.fromkeys(found))
+
+
+SIDECAR_VARIABLES = ("DAPR_GRPC_ENDPOINT", "DAPR_RUNTIME_HOST", "DAPR_GRPC_PORT",
+                     "DAPR_HTTP_ENDPOINT", "DAPR_HTTP_PORT")
+"""What the Dapr SDK's clients read to find their sidecar (``dapr.conf``'s settings)."""
+
+
+@contextlib.contextmanager
+def _sidecar(address: str | None, timeout: float) -> Iterator[None]:
+    """With ``--engine`` and none of :data:`SIDECAR_VARIABLES` set (an empty one is unset,
+    as for the SDK), the user's module is imported with the engine as its sidecar, so one
+    that connects at import (a dapr-agents agent asks daprd for its metadata) finds it:
+    ``DAPR_GRPC_ENDPOINT`` in the environment and :func:`histaudit.sdk.sidecar_at`. Set
+    ones are the user's: left as they are."""
+    if not address or any(os.environ.get(name) for name in SIDECAR_VARIABLES):
+        yield
+        return
+    from histaudit import sdk
+
+    before = os.environ.get("DAPR_GRPC_ENDPOINT")
+    os.environ["DAPR_GRPC_ENDPOINT"] = address
+    try:
+        with sdk.sidecar_at(address, timeout=timeout):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop("DAPR_GRPC_ENDPOINT", None)
+        else:
+            os.environ["DAPR_GRPC_ENDPOINT"] = before
 
 
 def _echo(text: str) -> None:
