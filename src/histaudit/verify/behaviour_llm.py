@@ -14,10 +14,14 @@ provider reported (:mod:`histaudit.interceptor.llm`). Two patterns are findings:
   activity in the same generation made by an earlier task: the agent's conversation
   shrank, which an agent loop's never does — it lost what it had said and heard (a
   DurableAgent without a state store, after a crash) and began again, so the LLM and
-  tool calls after it repeat earlier ones under new task ids.
+  tool calls after it repeat earlier ones under new task ids. What that cost is every
+  call of the conversation it lost (the calls of that activity since the generation
+  began or since the last restart), less those ``llm-call-repeated`` already prices: the
+  two findings together count each thrown-away call once.
 
-Memory: one small record per task that called the LLM, and one per activity name; an
-agent instance with 100,000 LLM calls holds a few tens of MB here at most.
+Memory: one small record per LLM call (its seq, tokens and execution), one per task that
+called the LLM, and one per activity name; an agent instance with 100,000 LLM calls holds
+a few tens of MB here at most.
 """
 
 from __future__ import annotations
@@ -56,6 +60,19 @@ class _Conversation:
     task_id: int
 
 
+@dataclass(slots=True)
+class _Restart:
+    """A restart seen at ``seq``, and the calls of the conversation it lost:
+    ``(seq, tokens or None)`` of each."""
+
+    seq: int
+    task_id: int
+    activity: str
+    text: str
+    largest_seq: int
+    lost: list[tuple[int, int | None]]
+
+
 class LlmCalls:
     """Reads one instance's ``llm.call`` entries in chain order; ``findings()``."""
 
@@ -64,7 +81,10 @@ class LlmCalls:
         self.generation: str | None = None
         self._tasks: dict[tuple[Any, Any], _Task] = {}
         self._largest: dict[tuple[str | None, str], _Conversation] = {}
-        self._restarts: list[Finding] = []
+        self._since: dict[tuple[str | None, str], list[tuple[int, int | None]]] = {}
+        """The calls (seq, tokens) of each activity's conversation since its generation
+        began or it last restarted."""
+        self._restarts: list[_Restart] = []
 
     def started(self, generation: str | None) -> None:
         """A new workflow generation began (its ``workflow.started``)."""
@@ -85,50 +105,73 @@ class LlmCalls:
         ex.calls += 1
         ex.seqs.append(seq)
         tokens = data.get("total_tokens")
-        if tokens.__class__ is int and tokens >= 0:
-            ex.tokens += tokens
+        counted = tokens if tokens.__class__ is int and tokens >= 0 else None
+        if counted is not None:
+            ex.tokens += counted
         else:
             ex.unreported += 1
-        self._conversation(seq, activity, data)
+        self._conversation(seq, activity, data, counted)
 
-    def _conversation(self, seq: int, activity: str, data: Mapping[str, Any]) -> None:
+    def _conversation(self, seq: int, activity: str, data: Mapping[str, Any],
+                      tokens: int | None) -> None:
+        key = (self.generation, activity)
+        since = self._since.setdefault(key, [])
         sent, tid = data.get("messages"), data.get("task_id")
         if sent.__class__ is not int or tid.__class__ is not int:
+            since.append((seq, tokens))
             return
-        key = (self.generation, activity)
         largest = self._largest.get(key)
         if largest is None or sent >= largest.messages:
             self._largest[key] = _Conversation(sent, seq, tid)
         elif tid > largest.task_id:
-            self._restarts.append(Finding.make(
-                "conversation-restarted", self.instance, seq,
+            self._restarts.append(_Restart(
+                seq, tid, activity,
                 f"activity {activity} (task {tid}) sent the LLM {sent} message"
                 f"{'' if sent == 1 else 's'} after task {largest.task_id} had sent "
                 f"{largest.messages} (entry {largest.seq}): the agent lost its conversation "
                 f"and began again, so the LLM and tool calls after it repeat earlier ones "
                 f"under new task ids (a DurableAgent without a state store, after a crash)",
-                entries=[largest.seq], task_id=tid, activity=activity))
+                largest.seq, list(since)))
             self._largest[key] = _Conversation(sent, seq, tid)
+            since.clear()
+        since.append((seq, tokens))
 
     def findings(self) -> list[Finding]:
         out = []
+        priced: set[int] = set()  # the calls llm-call-repeated counts
         for task in self._tasks.values():
             if len(task.executions) > 1:
                 out.append(self._repeated(task))
+                priced.update(s for ex in task.executions[:-1] for s in ex.seqs)
         out.sort(key=lambda f: f.seq or 0)
-        return out + self._restarts
+        return out + [self._restarted(r, priced) for r in self._restarts]
+
+    def _restarted(self, restart: _Restart, priced: set[int]) -> Finding:
+        """The restart's finding, with the calls of the lost conversation that no
+        ``llm-call-repeated`` counts: what the restart cost."""
+        lost = [(seq, tokens) for seq, tokens in restart.lost if seq not in priced]
+        calls = len(lost)
+        unreported = sum(tokens is None for _, tokens in lost)
+        tokens = sum(t for _, t in lost if t is not None)
+        cost = _cost(calls, tokens, unreported)
+        already = len(restart.lost) - calls
+        also = (f"; {already} more counted by llm-call-repeated" if already else "")
+        shown = ", ".join(str(seq) for seq, _ in lost[:6]) + (", …" if calls > 6 else "")
+        where = f" (entries {shown}{also})" if calls else (f" ({already} counted by "
+                                                             f"llm-call-repeated)"
+                                                             if already else "")
+        return Finding.make(
+            "conversation-restarted", self.instance, restart.seq,
+            f"{restart.text}; the conversation it lost cost {cost}{where}",
+            entries=[restart.largest_seq] + [seq for seq, _ in lost[:6]],
+            task_id=restart.task_id, activity=restart.activity)
 
     def _repeated(self, task: _Task) -> Finding:
         *lost, kept = task.executions
         calls = sum(ex.calls for ex in lost)
         tokens = sum(ex.tokens for ex in lost)
         unreported = sum(ex.unreported for ex in lost)
-        cost = f"{calls} LLM call{'' if calls == 1 else 's'}"
-        if unreported < calls:
-            cost += f" and {tokens} tokens"
-        if unreported:
-            cost += f" ({unreported} call{'' if unreported == 1 else 's'} with no token " \
-                    f"count reported)"
+        cost = _cost(calls, tokens, unreported)
         model = f" of {task.model}" if task.model else ""
         seqs = [s for ex in lost for s in ex.seqs][:6]
         return Finding.make(
@@ -138,6 +181,17 @@ class LlmCalls:
             f"entries {', '.join(map(str, seqs))}{', …' if calls > 6 else ''}; the answer "
             f"used is from entry {kept.seqs[-1]})",
             entries=seqs, task_id=task.task_id, activity=task.activity)
+
+
+def _cost(calls: int, tokens: int, unreported: int) -> str:
+    """``N LLM calls and T tokens``, saying how many calls reported no token count."""
+    cost = f"{calls} LLM call{'' if calls == 1 else 's'}"
+    if unreported < calls:
+        cost += f" and {tokens} tokens"
+    if unreported:
+        cost += f" ({unreported} call{'' if unreported == 1 else 's'} with no token " \
+                f"count reported)"
+    return cost
 
 
 __all__ = ["LlmCalls"]

@@ -68,8 +68,30 @@ def test_a_conversation_that_shrank_is_a_restart() -> None:
                       call(5, 3, messages=4), start(8, 1), call(8, 5, messages=1)])
     assert [f.code for f in found] == ["conversation-restarted"]
     f = found[0]
-    assert (f.seq, f.entries, f.task_id) == (6, (4, 6), 8)
+    assert (f.seq, f.entries, f.task_id) == (6, (2, 4, 6), 8)
     assert "(task 8) sent the LLM 1 message after task 5 had sent 4 (entry 4)" in f.message
+    # the conversation it lost: both earlier calls, priced (issue 48: they were not)
+    assert f.message.endswith("; the conversation it lost cost 2 LLM calls and 30 tokens "
+                              "(entries 2, 4)")
+
+
+def test_a_restart_and_a_repeated_execution_count_each_lost_call_once() -> None:
+    """Task 5's first execution called (7 tokens) and crashed; its re-execution called
+    again (9), and the agent, its conversation lost, restarted at task 8: the restart
+    prices task 2's call and the re-execution's, not the first execution's, which
+    llm-call-repeated prices. 3 calls, 7 + 15 + 9 = 31 tokens thrown away in all."""
+    found = findings([start(2, 1), call(2, 1, messages=2),
+                      start(5, 1), call(5, 3, messages=4, tokens=7),
+                      start(5, 2), call(5, 5, messages=4, tokens=9),
+                      start(8, 1), call(8, 7, messages=1, tokens=11)])
+    repeated, restarted = found
+    assert repeated.code == "llm-call-repeated" and "cost 1 LLM call and 7 tokens" in \
+        repeated.message
+    assert restarted.code == "conversation-restarted"
+    assert restarted.message.endswith(
+        "the conversation it lost cost 2 LLM calls and 24 tokens (entries 2, 6; 1 more "
+        "counted by llm-call-repeated)")
+    assert restarted.entries == (2, 6, 8)
 
 
 def test_what_is_not_a_restart() -> None:
