@@ -8,7 +8,7 @@ from .crash import crash_point
 from .errors import HistauditError
 
 if TYPE_CHECKING:
-    from .agents import audit_agent
+    from .contrib.dapr_agents import audit_agent
     from .interceptor import (
         AuditedWorkflowRuntime,
         SideEffect,
@@ -31,7 +31,7 @@ _LAZY = {"AuditedWorkflowRuntime": "interceptor", "SideEffect": "interceptor",
          "once": "interceptor", "side_effect": "interceptor",
          "current_effect": "interceptor",
          "LlmCall": "interceptor.llm", "record_llm_call": "interceptor.llm",
-         "audit_agent": "agents",
+         "audit_agent": "contrib.dapr_agents",
          "Verifier": "verification", "Verdict": "verification", "KeptCheckpoint": "verification"}
 
 

@@ -9,8 +9,9 @@ ledger by ``start()``: registering (at import, by decorator) touches neither, ru
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dapr.ext.workflow import WorkflowRuntime
@@ -75,6 +76,19 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         design (an id the SDK derives from the run's clock): ``crashtest`` leaves them
         out when it compares a crashed run's output with the clean run's. Set through
         :meth:`mark_volatile`; :func:`histaudit.agents.audit_agent` marks the agent's."""
+        self._taking_over = False
+
+    @contextlib.contextmanager
+    def taking_over(self) -> Iterator[None]:
+        """Inside the block, functions registered here may carry the marks another
+        runtime left when it registered them (a framework that built its own
+        ``WorkflowRuntime``, now replaced by this one before it started): the marks are
+        dropped first, so the SDK does not refuse them as registered twice."""
+        self._taking_over = True
+        try:
+            yield
+        finally:
+            self._taking_over = False
 
     def mark_volatile(self, workflow: str, *paths: str) -> None:
         """Declare output fields of ``workflow`` (RFC 9535 JSONPaths, parsed by the crash
@@ -162,6 +176,8 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
 
     def register_activity(self, fn: Callable[..., Any], *, name: str | None = None) -> None:
         """Register an activity (``def`` or ``async def``), audited (as is, unaudited)."""
+        if self._taking_over:
+            sdk.strip_registration_marks(fn)
         if not self.audited:
             super().register_activity(fn, name=name)
             return
@@ -173,6 +189,8 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
 
     def register_workflow(self, fn: Callable[..., Any], *, name: str | None = None) -> None:
         """Register a workflow, audited (as is, unaudited)."""
+        if self._taking_over:
+            sdk.strip_registration_marks(fn)
         if not self.audited:
             super().register_workflow(fn, name=name)
             return
