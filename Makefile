@@ -3,8 +3,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 # The other SDK layout (src/histaudit/sdk.py): dapr 1.18 + dapr-ext-workflow 1.18, with
-# dapr-agents 1.0.9, which pins that layout; `make test` runs the SDK-dependent tests and
-# the agent tests (tests/agents) in it.
+# dapr-agents 1.0.9, which pins that layout, and Diagrid's runners for the OpenAI Agents
+# SDK and LangGraph (the extras openai-agents, langgraph); `make test` runs the
+# SDK-dependent tests and the agent tests (tests/agents) in it.
 VENV118 := .venv-sdk118
 ENGINE := .tools/bin/durabletask-go
 DAPRD  := .tools/daprd/bin/daprd
@@ -25,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 $(VENV118)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV118)
 	$(VENV118)/bin/python -m pip install -q --upgrade pip
-	$(VENV118)/bin/python -m pip install -q -e '.[test]' 'dapr==1.18.3' \
+	$(VENV118)/bin/python -m pip install -q -e '.[test,openai-agents,langgraph]' 'dapr==1.18.3' \
 	    'dapr-ext-workflow==1.18.3' 'dapr-agents==1.0.9'
 	touch $@
 
