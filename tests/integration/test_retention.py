@@ -206,3 +206,42 @@ def test_an_erasure_after_the_end_leaves_the_workflow_ended(db_url: str, tmp_pat
               "--db", db_url, "--trust", pub, cwd=tmp_path))
     (instance,) = json.loads((tmp_path / "r" / "report.json").read_text())["instances"]
     assert instance["state"] == "completed"
+
+
+def _report(rig: dict[str, Any], name: str) -> Any:
+    return cli("report", "--since", _later(-1), "--until", _later(1), "--out",
+               rig["tmp"] / name, "--db", rig["url"], "--trust", rig["pub"], cwd=rig["tmp"])
+
+
+def test_the_report_fails_where_verify_fails_though_no_row_of_a_chain_parses(
+        rig: dict[str, Any]) -> None:
+    """Issue #50 item 1: the report is built from every row, parseable or not. An
+    instance none of whose bodies parses, and one that is a single unsigned row whose
+    timestamp does not read, are failing instances of the report (exit 1, as ``verify
+    --all``), not absent from it."""
+    with LedgerDb(rig["url"]) as db:
+        db.lift_guards()
+        for seq in (1, 2, 3):
+            db.set_entry("other-1", seq, body=b"not an entry %d" % seq)
+        db.restore_guards()
+    assert cli("verify", "--all", "--db", rig["url"], "--trust", rig["pub"],
+               cwd=rig["tmp"]).returncode == 1
+    r = _report(rig, "broken")
+    assert r.returncode == 1 and "3 instance(s)" in r.stdout \
+        and "2 verified, 1 failing" in r.stdout, (r.stdout, r.stderr)
+    doc = json.loads((rig["tmp"] / "broken" / "report.json").read_text())
+    Draft202012Validator(json.loads((SCHEMAS / "period-report.schema.json").read_text())
+                         ).validate(doc)
+    (broken,) = [i for i in doc["instances"] if not i["verified"]]
+    assert broken["instance"] == "other-1" and broken["entries"] == 3
+    assert "entry-malformed" in broken["findings"]
+    # one unsigned row, its timestamp no date at all, as the only entry of an instance
+    body = json.dumps({"type": "entry", "v": 1, "instance": "ghost", "seq": 1, "leaf": 9,
+                       "prev": "0" * 64, "kind": "workflow.started",
+                       "ts": "2026-13-45T99:99:99.000000Z", "kid": "0" * 16,
+                       "data": {}}).encode()
+    with LedgerDb(rig["url"]) as db:
+        db.append_raw("ghost", body)
+    r = _report(rig, "ghost")
+    assert r.returncode == 1 and "4 instance(s)" in r.stdout \
+        and "2 verified, 2 failing" in r.stdout, (r.stdout, r.stderr)

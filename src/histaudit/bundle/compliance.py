@@ -1,10 +1,13 @@
 """The period report an auditor reads: what the ledger recorded, kept, erased, held,
 verified and had witnessed between two times (issue #42, item 3).
 
-:func:`build` reads the ledger once per instance that has entries in the period, and:
+:func:`build` verifies every chain of the ledger as ``verify --all --full`` does (every
+signature, every stored payload, the leaf index), since a period's entries are only as
+good as the chain they hang from, and fails where it fails: a chain that does not verify
+is in the report whatever its rows say of their time — none of them may parse (issue
+#50). For each instance with entries in the period, or failing, it:
 
-* verifies its whole chain (``--full``: every signature, every stored payload), since a
-  period's entries are only as good as the chain they hang from;
+* says whether its chain verified, and the codes of its findings;
 * counts its entries in the period, its workflow and end state (the fold ``verify
   --tree`` uses), its payloads still stored, and those erased in the period with the
   reason signed in each ``payload.erased`` (a retention rule, a privacy request);
@@ -25,13 +28,18 @@ from datetime import datetime
 from typing import Any
 
 from histaudit import __version__
+from histaudit.errors import HistauditError
+from histaudit.ledger import records as rec
 from histaudit.ledger.checkpoint import with_lines
 from histaudit.ledger.keys import TrustStore, parse_time
 from histaudit.ledger.kinds import Kind
-from histaudit.ledger.retention import Policy, kept_payloads, parsed_entries
+from histaudit.ledger.records import StoredEntry
+from histaudit.ledger.retention import Policy, kept_payloads
 from histaudit.ledger.store import Ledger
+from histaudit.verify.findings import Severity
+from histaudit.verify.report import Scope
 from histaudit.verify.tree import WorkflowSummary
-from histaudit.verify.verifier import verify_instance
+from histaudit.verify.verifier import verify_all
 from histaudit.witness.policy import WitnessPolicy, counted_cosignatures
 
 __all__ = ["MAPPING", "REPORT_VERSION", "build", "render_html"]
@@ -56,26 +64,35 @@ def build(ledger: Ledger, *, since: datetime, until: datetime, trust: TrustStore
     instances: list[dict[str, Any]] = []
     totals = {"instances": 0, "entries": 0, "payloads_stored": 0, "payloads_erased": 0,
               "instances_verified": 0, "instances_failing": 0, "instances_held": 0}
+    ledger_findings: list[str] = []
     last_leaf = -1
-    for summary in ledger.instances():
-        entries = parsed_entries(ledger, summary.instance)  # the rest: see its verification
-        within = [e for e in entries if since <= parse_time(e.ts) <= until]
-        if not within:
+    # Every chain of the ledger, as `verify --all --full` verifies it (issue #50): the
+    # rows that do not parse are what a failing chain is made of, so the report is built
+    # from the verifier's reports, never only from the entries that parse.
+    for report in verify_all(ledger, trust=trust, full=True):
+        if report.scope is not Scope.INSTANCE:
+            ledger_findings += sorted(f.code for f in report.failing(Severity.ERROR))
             continue
-        last_leaf = max(last_leaf, max(e.leaf for e in within))
+        instance = report.instance_id
+        rows = list(ledger.entries(instance))
+        entries = [e for e in map(_parsed, rows) if e is not None]
+        within = [e for e in entries if since <= parse_time(e.ts) <= until]
+        if not within and report.ok:
+            continue  # a chain that verifies, with nothing in the period
+        if within:
+            last_leaf = max(last_leaf, max(e.leaf for e in within))
         fold = WorkflowSummary()
         for e in entries:
             fold.add(e.seq, e.kind, e.data)
-        report = verify_instance(ledger, summary.instance, trust=trust, full=True)
         stored = sum(1 for e in entries for _, c in kept_payloads(e)
                      if ledger.payload(c) is not None)
         erased = [{"entry": e.data.get("entry"), "field": e.data.get("field"),
                    "reason": e.data.get("reason"), "at": e.ts}
                   for e in within if e.kind == Kind.PAYLOAD_ERASED]
-        hold = retention.hold_for(summary.instance) if retention is not None else None
+        hold = retention.hold_for(instance) if retention is not None else None
         instances.append({
-            "instance": summary.instance, "workflow": fold.workflow, "state": fold.state,
-            "entries_in_period": len(within), "entries": len(entries),
+            "instance": instance, "workflow": fold.workflow, "state": fold.state,
+            "entries_in_period": len(within), "entries": len(rows),
             "verified": report.ok, "findings": sorted(report.codes()),
             "payloads_stored": stored, "payloads_erased_in_period": erased,
             "hold": None if hold is None else hold.reason})
@@ -100,9 +117,20 @@ def build(ledger: Ledger, *, since: datetime, until: datetime, trust: TrustStore
     return {"version": REPORT_VERSION, "histaudit": __version__,
             "period": {"since": since.isoformat(), "until": until.isoformat()},
             "retention_policy": None if retention is None else retention.digest,
-            "totals": totals, "instances": instances,
+            "totals": totals, "instances": instances, "ledger_findings": ledger_findings,
             "checkpoints_covering_period": checkpoints,
             "mapping": [{"text": t, "evidence": e} for t, e in MAPPING]}
+
+
+def _parsed(row: StoredEntry) -> rec.Entry | None:
+    """The entry of ``row`` when it parses and its time reads; None for the rest, which
+    its chain's verification reports."""
+    try:
+        entry = rec.parse_entry(row.body)
+        parse_time(entry.ts)
+    except HistauditError:
+        return None
+    return entry
 
 
 def render_html(doc: dict[str, Any]) -> str:
@@ -126,6 +154,8 @@ def render_html(doc: dict[str, Any]) -> str:
         f"<li>checkpoint of {c['size']} leaves: {c['cosignatures']} cosignature(s)"
         f"{quorum[c['quorum_met']]}</li>"
         for c in doc["checkpoints_covering_period"]) or "<li>none</li>"
+    ledger = (f"; the ledger as a whole FAILED: {esc(', '.join(doc['ledger_findings']))}"
+              if doc["ledger_findings"] else "")
     mapping = "".join(f"<tr><td>{esc(m['text'])}</td><td>{esc(m['evidence'])}</td></tr>"
                       for m in doc["mapping"])
     return f"""<!doctype html>
@@ -134,7 +164,7 @@ def render_html(doc: dict[str, Any]) -> str:
 td,th{{border:1px solid #999;padding:4px 8px;text-align:left}}</style></head><body>
 <h1>Audit ledger report, {esc(p['since'])} to {esc(p['until'])}</h1>
 <p id="totals">{t['instances']} instance(s), {t['entries']} entries in the period;
-{t['instances_verified']} verified, {t['instances_failing']} failing;
+{t['instances_verified']} verified, {t['instances_failing']} failing{ledger};
 {t['payloads_stored']} payload(s) stored, {t['payloads_erased']} erased in the period;
 {t['instances_held']} instance(s) on hold. Retention policy {esc(doc['retention_policy'])}.</p>
 <h2>Instances</h2><table><tr><th>instance</th><th>workflow</th><th>state</th>

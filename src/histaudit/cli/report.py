@@ -24,7 +24,8 @@ def report(since: str, until: str, out_dir: str, retention_file: str | None,
            witness_file: str | None, db: str | None, trust: str | None) -> int:
     """Write report.json and report.html: what the ledger recorded, kept, erased, held,
     verified (every chain, --full) and had witnessed in the period. Exit 1 when a chain
-    fails verification (the report says which)."""
+    fails verification, as `verify --all` does (the report says which, rows that do not
+    parse included)."""
     from pathlib import Path
 
     import orjson
@@ -62,4 +63,6 @@ def report(since: str, until: str, out_dir: str, retention_file: str | None,
                f"{t['instances_verified']} verified, {t['instances_failing']} failing; "
                f"{t['payloads_erased']} payload(s) erased, {t['instances_held']} on hold; "
                f"report in {out}")
-    return EXIT_FINDINGS if t["instances_failing"] else EXIT_CLEAN
+    if doc["ledger_findings"]:
+        click.echo(f"the ledger as a whole fails: {', '.join(doc['ledger_findings'])}")
+    return EXIT_FINDINGS if t["instances_failing"] or doc["ledger_findings"] else EXIT_CLEAN
