@@ -139,6 +139,27 @@ def test_a_bad_policy_is_one_line_and_changes_nothing(rig: dict[str, Any], polic
     assert _stored(rig["url"]) == 6 and not _erasures(rig["url"])
 
 
+def test_members_set_to_null_are_named(rig: dict[str, Any]) -> None:
+    """Issue #50 item 3: a member set to null (or to the wrong type) is one line naming
+    it, exit 2, nothing erased; one rig for every case."""
+    for policy, needle in (
+            ('{"version": 1, "holds": null}', "holds must be a list"),
+            ('{"version": 1, "payloads": null}', "payloads must be a list"),
+            ('{"version": 1, "payloads": {"kinds": ["*"]}}', "payloads must be a list"),
+            ('{"version": 1, "payloads": [{"kinds": null, "keep_days": 3}]}', "kinds must be"),
+            ('{"version": 1, "payloads": [{"kinds": ["*"], "workflows": null, '
+             '"keep_days": 3}]}', "workflows must be"),
+            ('{"version": 1, "payloads": [{"kinds": ["*"], "keep_days": null}]}',
+             "keep_days"),
+            ('{"version": 1, "holds": [{"instances": null}]}', "instances must be"),
+            ('{"version": 1, "holds": [{"instances": ["a"], "reason": null}]}',
+             "reason must be"),
+            ('{"version": 1, "holds": [{"instances": ["glob:"]}]}', "instances must be")):
+        rig["policy"].write_text(policy)
+        one_error_line(_apply(rig, 400), "retention policy", needle)
+    assert _stored(rig["url"]) == 6 and not _erasures(rig["url"])
+
+
 def test_the_period_report_says_what_was_kept_erased_held_and_verified(
         rig: dict[str, Any]) -> None:
     exits(_apply(rig, 40))
@@ -245,3 +266,45 @@ def test_the_report_fails_where_verify_fails_though_no_row_of_a_chain_parses(
     r = _report(rig, "ghost")
     assert r.returncode == 1 and "4 instance(s)" in r.stdout \
         and "2 verified, 2 failing" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_a_hold_is_exact_unless_it_asks_for_a_glob(db_url: str, tmp_path: Path) -> None:
+    """Issue #50 item 2: instance ids may hold ``[``, ``*`` and ``?``; a hold names an
+    instance exactly (``case[7]`` holds ``case[7]``, not ``case7``) and globs only behind
+    ``glob:``. A hold that matches no instance is named, so a mistyped id is seen."""
+    key, pub, signer = generate_keypair(tmp_path / "keys", name="ops")
+    with Ledger.open(db_url, create=True) as ledger:
+        for instance in ("case[7]", "case7", "claim-9", "other-3"):
+            ref, rows = committed(b'{"prompt":"private"}')
+            chain.append(ledger, instance, "llm.call", {"output": {**ref, "k": True}},
+                         signer=signer, payloads=rows)
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"version": 1,
+                                  "payloads": [{"kinds": ["*"], "keep_days": 0}],
+                                  "holds": [{"instances": ["case[7]"], "reason": "LH-7"},
+                                            {"instances": ["glob:claim-*"], "reason": "LH-9"},
+                                            {"instances": ["case[8]", "other-*"],
+                                             "reason": "typo"}]}))
+    r = cli("retention", "apply", "--policy", policy, "--db", db_url, "--key", key,
+            "--json", cwd=tmp_path)
+    exits(r)
+    doc = json.loads(r.stdout)
+    assert doc["held"] == {"case[7]": "LH-7", "claim-9": "LH-9"}
+    assert {e["instance"] for e in doc["erased"]} == {"case7", "other-3"}
+    assert doc["unmatched_holds"] == [{"hold": 3, "instances": ["case[8]", "other-*"],
+                                       "reason": "typo"}]
+    assert not [e for e in read_entries(db_url, "case[7]") if e.kind == "payload.erased"]
+    text = cli("retention", "apply", "--policy", policy, "--db", db_url, "--key", key,
+               "--dry-run", cwd=tmp_path)
+    exits(text)
+    assert "hold 3 (typo) matches no instance: case[8], other-*" in text.stdout
+    report = cli("report", "--since", _later(-1), "--until", _later(1), "--out",
+                 tmp_path / "report", "--retention-policy", policy, "--db", db_url,
+                 "--trust", pub, cwd=tmp_path)
+    exits(report)
+    assert "hold 3 (typo) matches no instance: case[8], other-*" in report.stdout
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert doc["unmatched_holds"] == [{"hold": 3, "instances": ["case[8]", "other-*"],
+                                       "reason": "typo"}]
+    assert {i["instance"]: i["hold"] for i in doc["instances"]} == {
+        "case[7]": "LH-7", "case7": None, "claim-9": "LH-9", "other-3": None}

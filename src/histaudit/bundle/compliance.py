@@ -11,7 +11,8 @@ is in the report whatever its rows say of their time — none of them may parse 
 * counts its entries in the period, its workflow and end state (the fold ``verify
   --tree`` uses), its payloads still stored, and those erased in the period with the
   reason signed in each ``payload.erased`` (a retention rule, a privacy request);
-* says which instances a retention policy's holds cover;
+* says which instances a retention policy's holds cover (and names each hold id or
+  pattern that covers none);
 * lists the checkpoints stored in the period (by their note's timestamp-free size: those
   covering the period's last entry and later) with the witness cosignatures that count.
 
@@ -117,6 +118,8 @@ def build(ledger: Ledger, *, since: datetime, until: datetime, trust: TrustStore
     return {"version": REPORT_VERSION, "histaudit": __version__,
             "period": {"since": since.isoformat(), "until": until.isoformat()},
             "retention_policy": None if retention is None else retention.digest,
+            "unmatched_holds": [] if retention is None else retention.unmatched_holds(
+                s.instance for s in ledger.instances()),
             "totals": totals, "instances": instances, "ledger_findings": ledger_findings,
             "checkpoints_covering_period": checkpoints,
             "mapping": [{"text": t, "evidence": e} for t, e in MAPPING]}
@@ -156,6 +159,9 @@ def render_html(doc: dict[str, Any]) -> str:
         for c in doc["checkpoints_covering_period"]) or "<li>none</li>"
     ledger = (f"; the ledger as a whole FAILED: {esc(', '.join(doc['ledger_findings']))}"
               if doc["ledger_findings"] else "")
+    unmatched = "".join(
+        f"<p class=\"unmatched\">Hold {h['hold']} ({esc(h['reason'])}) matches no instance: "
+        f"{esc(', '.join(h['instances']))}</p>" for h in doc["unmatched_holds"])
     mapping = "".join(f"<tr><td>{esc(m['text'])}</td><td>{esc(m['evidence'])}</td></tr>"
                       for m in doc["mapping"])
     return f"""<!doctype html>
@@ -170,7 +176,7 @@ td,th{{border:1px solid #999;padding:4px 8px;text-align:left}}</style></head><bo
 <h2>Instances</h2><table><tr><th>instance</th><th>workflow</th><th>state</th>
 <th>entries in period</th><th>chain</th><th>payloads stored</th><th>erased in period</th>
 <th>hold</th></tr>{rows}</table>
-<h2>Erasures</h2><ul id="erasures">{erasures or '<li>none</li>'}</ul>
+{unmatched}<h2>Erasures</h2><ul id="erasures">{erasures or '<li>none</li>'}</ul>
 <h2>Checkpoints covering the period</h2><ul>{checkpoints}</ul>
 <h2>What bears on which obligation</h2><p>A reading aid, not a legal opinion.</p>
 <table>{mapping}</table>

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from . import render
 from .options import EXIT_CLEAN, EXIT_FINDINGS, TIMESTAMP, db_option, trust_option, trust_store
 
 
@@ -15,7 +16,8 @@ from .options import EXIT_CLEAN, EXIT_FINDINGS, TIMESTAMP, db_option, trust_opti
               help="Directory for report.json and report.html (created; files in it are "
                    "not overwritten).")
 @click.option("--retention-policy", "retention_file", metavar="FILE",
-              help="Say which instances its holds cover.")
+              help="Say which instances its holds cover (ids exact, \"glob:PATTERN\" "
+                   "globs) and which hold ids match none.")
 @click.option("--witness-policy", "witness_file", metavar="FILE",
               help="Judge the checkpoints' cosignatures by this policy's quorum.")
 @db_option
@@ -63,6 +65,9 @@ def report(since: str, until: str, out_dir: str, retention_file: str | None,
                f"{t['instances_verified']} verified, {t['instances_failing']} failing; "
                f"{t['payloads_erased']} payload(s) erased, {t['instances_held']} on hold; "
                f"report in {out}")
+    for idle in doc["unmatched_holds"]:
+        click.echo(f"hold {idle['hold']} ({render.clip(idle['reason'], 120)}) matches no "
+                   f"instance: {', '.join(render.clip(p, 80) for p in idle['instances'])}")
     if doc["ledger_findings"]:
         click.echo(f"the ledger as a whole fails: {', '.join(doc['ledger_findings'])}")
     return EXIT_FINDINGS if t["instances_failing"] or doc["ledger_findings"] else EXIT_CLEAN

@@ -20,7 +20,8 @@ def retention() -> None:
 
 @retention.command("apply")
 @click.option("--policy", "policy_file", required=True, metavar="FILE",
-              help="Retention policy (JSON: payload rules by kind and workflow, holds).")
+              help="Retention policy (JSON: payload rules by kind and workflow, holds). A "
+                   "hold names instance ids exactly; \"glob:PATTERN\" globs.")
 @click.option("--now", type=TIMESTAMP, help="Judge terms as of this time (default: now).")
 @click.option("--dry-run", is_flag=True, help="Say what would be erased; erase nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -30,7 +31,9 @@ def apply_command(policy_file: str, now: str | None, dry_run: bool, as_json: boo
                   db: str | None, key: str | None) -> int:
     """Erase every stored payload past its term that no hold covers, through the signed
     erasure (the chain still verifies); idempotent, and a run cut short is finished by
-    running it again."""
+    running it again. A hold's instances are exact ids (`case[7]` holds that instance
+    only); a pattern globs only with the prefix `glob:` (`glob:claim-2026-*`). A hold id
+    or pattern that matches no instance is named."""
     from histaudit.ledger.retention import apply, check_now, read_policy
     from histaudit.ledger.signers import load_signer
 
@@ -52,4 +55,7 @@ def apply_command(policy_file: str, now: str | None, dry_run: bool, as_json: boo
                f"rule); held {c['held']}")
     for instance, reason in sorted(tally.held.items()):
         click.echo(f"  on hold: {render.clip(instance, 80)} ({render.clip(reason, 120)})")
+    for idle in tally.unmatched_holds:
+        click.echo(f"  hold {idle['hold']} ({render.clip(idle['reason'], 120)}) matches no "
+                   f"instance: {', '.join(render.clip(p, 80) for p in idle['instances'])}")
     return EXIT_CLEAN

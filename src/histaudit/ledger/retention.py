@@ -19,7 +19,12 @@ The policy is a JSON file::
 
 A payload's rule is the first whose ``kinds`` and ``workflows`` (glob patterns; a missing
 list matches all) match its entry's kind and its instance's workflow; with no rule a
-payload is kept. An instance that matches a hold keeps every payload, due or not.
+payload is kept. An instance a hold names keeps every payload, due or not. A hold names
+instances exactly — ids may hold ``[``, ``*`` or ``?``, and a hold on ``case[7]`` holds
+that instance and no other — and globs only behind ``glob:`` (``"glob:claim-2026-*"``).
+A hold's name or pattern that matches no instance of the ledger is named in what
+``retention apply`` and ``report`` say (:meth:`Policy.unmatched_holds`), so a mistyped
+id is seen rather than held in vain.
 
 :func:`apply` is idempotent and crash-safe: each erasure is one transaction, a payload
 already erased (its ``payload.erased`` signed) is never erased again, so a run cut short
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -53,6 +58,8 @@ __all__ = ["Hold", "Policy", "Rule", "Tally", "apply", "kept_payloads", "parsed_
 POLICY_LIMIT = 1 << 20
 VERSION = 1
 KEPT, HELD, ERASED, ALREADY = "kept", "held", "erased", "already-erased"
+GLOB = "glob:"
+"""The prefix of a hold's instance pattern that globs (``fnmatch``); any other is exact."""
 
 
 @dataclass(frozen=True)
@@ -62,14 +69,26 @@ class Rule:
     keep_days: int
 
     def matches(self, kind: str, workflow: str) -> bool:
-        return any(fnmatch.fnmatchcase(kind, k) for k in self.kinds) and any(
-            fnmatch.fnmatchcase(workflow, w) for w in self.workflows)
+        # globs, with or without the glob: prefix a hold's patterns need
+        return any(fnmatch.fnmatchcase(kind, k.removeprefix(GLOB)) for k in self.kinds) \
+            and any(fnmatch.fnmatchcase(workflow, w.removeprefix(GLOB))
+                    for w in self.workflows)
 
 
 @dataclass(frozen=True)
 class Hold:
     instances: tuple[str, ...]
+    """Instance ids, exact, or glob patterns behind :data:`GLOB`."""
     reason: str
+
+    def covers(self, instance: str) -> bool:
+        return any(_names(p, instance) for p in self.instances)
+
+
+def _names(pattern: str, instance: str) -> bool:
+    if pattern.startswith(GLOB):
+        return fnmatch.fnmatchcase(instance, pattern[len(GLOB):])
+    return instance == pattern
 
 
 @dataclass(frozen=True)
@@ -86,16 +105,39 @@ class Policy:
         return None
 
     def hold_for(self, instance: str) -> Hold | None:
-        return next((h for h in self.holds
-                     if any(fnmatch.fnmatchcase(instance, p) for p in h.instances)), None)
+        return next((h for h in self.holds if h.covers(instance)), None)
+
+    def unmatched_holds(self, instances: Iterable[str]) -> list[dict[str, Any]]:
+        """Each hold (numbered from 1) with the names and patterns of it that match none
+        of ``instances``: ``{"hold", "instances", "reason"}``."""
+        ids = set(instances)
+        found = []
+        for n, hold in enumerate(self.holds, start=1):
+            idle = [p for p in hold.instances
+                    if not (p in ids if not p.startswith(GLOB)
+                            else any(_names(p, i) for i in ids))]
+            if idle:
+                found.append({"hold": n, "instances": idle, "reason": hold.reason})
+        return found
 
 
 def _strings(doc: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     value = doc.get(key, ["*"])
     if not isinstance(value, list) or not value or not all(
-            isinstance(v, str) and 0 < len(v) <= 200 for v in value):
+            isinstance(v, str) and len(v.removeprefix(GLOB)) > 0 and len(v) <= 200
+            for v in value):
         raise FormatError(f"{where}: {key} must be a non-empty list of patterns")
     return tuple(value)
+
+
+def _items(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    """``doc[key]``, a list ([] when absent); FormatError when it is anything else (null
+    included)."""
+    value = doc.get(key, [])
+    if not isinstance(value, list):
+        raise FormatError(f"{where}: {key} must be a list (of objects), not "
+                          f"{'null' if value is None else type(value).__name__}")
+    return value
 
 
 def read_policy(path: str) -> Policy:
@@ -115,7 +157,7 @@ def read_policy(path: str) -> Policy:
     if unknown:
         raise FormatError(f"{where}: unknown member(s) {unknown[:4]}")
     rules: list[Rule] = []
-    for n, item in enumerate(doc.get("payloads", []), start=1):
+    for n, item in enumerate(_items(doc, "payloads", where), start=1):
         at = f"{where}: payloads[{n}]"
         if not isinstance(item, dict) or set(item) - {"kinds", "workflows", "keep_days"}:
             raise FormatError(f"{at} must be an object of kinds, workflows, keep_days")
@@ -124,7 +166,7 @@ def read_policy(path: str) -> Policy:
             raise FormatError(f"{at}: keep_days must be a whole number of days, 0 to 36500")
         rules.append(Rule(_strings(item, "kinds", at), _strings(item, "workflows", at), days))
     holds: list[Hold] = []
-    for n, item in enumerate(doc.get("holds", []), start=1):
+    for n, item in enumerate(_items(doc, "holds", where), start=1):
         at = f"{where}: holds[{n}]"
         if not isinstance(item, dict) or set(item) - {"instances", "reason"} \
                 or "instances" not in item:
@@ -146,9 +188,12 @@ class Tally:
     held: dict[str, str] = field(default_factory=dict)
     """Instances on hold that had payloads due: instance -> the hold's reason."""
     erased: list[dict[str, Any]] = field(default_factory=list)
+    unmatched_holds: list[dict[str, Any]] = field(default_factory=list)
+    """The holds' names and patterns that match no instance (:meth:`Policy.unmatched_holds`)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"counts": dict(self.counts), "held": dict(self.held), "erased": self.erased}
+        return {"counts": dict(self.counts), "held": dict(self.held), "erased": self.erased,
+                "unmatched_holds": self.unmatched_holds}
 
 
 def kept_payloads(entry: rec.Entry) -> Iterator[tuple[str, str]]:
@@ -176,7 +221,9 @@ def apply(ledger: Ledger, policy: Policy, *, signer: Signer | None, now: datetim
     ``dry_run`` (or no ``signer``) only counts. Each erasure passes the crash point
     ``retention:erased`` (a crash test cuts the run there)."""
     tally = Tally()
-    for summary in ledger.instances():
+    summaries = ledger.instances()
+    tally.unmatched_holds = policy.unmatched_holds(s.instance for s in summaries)
+    for summary in summaries:
         instance = summary.instance
         entries = parsed_entries(ledger, instance)
         workflow = next((str(e.data.get("workflow", "")) for e in entries
