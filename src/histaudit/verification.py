@@ -67,9 +67,12 @@ class Verdict:
         """Every report, the proof's last."""
         return (*self.reports, *(() if self.consistency is None else (self.consistency,)))
 
-    def passes(self, fail_on: Severity = Severity.ERROR) -> bool:
-        """No report has a finding at or above ``fail_on`` (the CLI's exit status 0)."""
-        return not any(r.failing(fail_on) for r in self.every)
+    def passes(self, fail_on: Severity | str = Severity.ERROR) -> bool:
+        """No report has a finding at or above ``fail_on`` (the CLI's exit status 0): a
+        Severity or its name; UsageError for anything else (an int above every severity
+        would pass every ledger)."""
+        threshold = Severity.threshold(fail_on)
+        return not any(r.failing(threshold) for r in self.every)
 
 
 class Verifier:

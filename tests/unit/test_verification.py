@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from histaudit.errors import UsageError
 from histaudit.ledger import chain
 from histaudit.ledger.keys import Signer, TrustStore
 from histaudit.ledger.store import Ledger
@@ -69,3 +70,20 @@ def test_the_package_names_its_api_and_loads_each_part_only_when_asked() -> None
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.strip() == "True []", out
+
+
+@pytest.mark.parametrize("threshold", [Severity.ERROR + 1, 99, 30, 0, -1, True, None, 2.5,
+                                       "fatal", "", "err"])
+def test_passes_refuses_a_threshold_that_is_no_severity(tmp_path: Path,
+                                                        threshold: object) -> None:
+    """Issue #50 item 8: ``passes(fail_on=Severity.ERROR + 1)`` (an int above every
+    severity) or ``99`` said True of a ledger with error findings; only a Severity, or
+    one of its names, is a threshold."""
+    signer = Signer.generate()
+    with _ledger(tmp_path, signer) as ledger:
+        verdict = Verifier(ledger, TrustStore([Signer.generate().public])).all()
+    assert not verdict.passes()
+    with pytest.raises(UsageError, match="fail_on"):
+        verdict.passes(fail_on=threshold)  # type: ignore[arg-type]
+    for name in ("error", "WARNING", "info"):
+        assert not verdict.passes(fail_on=name)  # type: ignore[arg-type]

@@ -24,8 +24,22 @@ class Severity(enum.IntEnum):
     def parse(cls, text: str) -> Severity:
         try:
             return cls[text.upper()]
-        except KeyError:
-            raise UsageError(f"unknown severity {text!r} (use info, warning or error)") from None
+        except (KeyError, AttributeError):
+            raise UsageError(f"unknown severity {str(text)[:40]!r} (use info, warning or "
+                             f"error)") from None
+
+    @classmethod
+    def threshold(cls, value: Severity | str, *, name: str = "fail_on") -> Severity:
+        """``value`` as a threshold: a Severity as it is, one of its names ("error",
+        "WARNING") parsed; UsageError for anything else. Severity is an IntEnum, so
+        ``Severity.ERROR + 1`` or ``99`` is a plain int above every finding: taken as a
+        threshold, nothing would ever fail (issue #50)."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        raise UsageError(f"{name} must be a Severity (info, warning or error), not "
+                         f"{type(value).__name__} {str(value)[:40]!r}")
 
     def __str__(self) -> str:
         return self.name.lower()

@@ -65,8 +65,11 @@ class Report:
     def __bool__(self) -> bool:
         return self.ok
 
-    def failing(self, threshold: Severity) -> list[Finding]:
-        return [f for f in self.findings if f.severity >= threshold]
+    def failing(self, threshold: Severity | str) -> list[Finding]:
+        """The findings at or above ``threshold`` (a Severity or its name; UsageError for
+        anything else, :meth:`Severity.threshold`)."""
+        at = Severity.threshold(threshold, name="threshold")
+        return [f for f in self.findings if f.severity >= at]
 
     def codes(self) -> set[str]:
         return {f.code for f in self.findings}
@@ -76,7 +79,8 @@ class Report:
         merged = sorted((*self.findings, *findings), key=finding_order)
         return replace(self, mode=f"{self.mode}+{mode}", findings=tuple(merged))
 
-    def raise_for_findings(self, threshold: Severity = Severity.ERROR) -> None:
+    def raise_for_findings(self, threshold: Severity | str = Severity.ERROR) -> None:
+        threshold = Severity.threshold(threshold, name="threshold")
         bad = self.failing(threshold)
         if bad:
             raise VerificationError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from histaudit.errors import HistauditError, VerificationError
+from histaudit.errors import HistauditError, UsageError, VerificationError
 from histaudit.verify.findings import CODES, Finding, Severity
 from histaudit.verify.report import MODES, Report, Scope, mode_json
 
@@ -81,3 +81,17 @@ def test_warnings_and_infos_keep_a_report_ok_unless_the_threshold_is_lowered() -
     info_only.raise_for_findings(Severity.WARNING)
     with pytest.raises(VerificationError):
         info_only.raise_for_findings(Severity.INFO)
+
+
+@pytest.mark.parametrize("threshold", [Severity.ERROR + 1, 99, 30, None, "fatal"])
+def test_a_threshold_that_is_no_severity_is_refused(threshold: object) -> None:
+    """Issue #50 item 8, widened: every threshold of a report is checked as
+    ``Verdict.passes``'s is (an int above every severity would fail nothing)."""
+    report = _report("body-changed")
+    with pytest.raises(UsageError, match="threshold must be a Severity"):
+        report.failing(threshold)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="threshold must be a Severity"):
+        report.raise_for_findings(threshold)  # type: ignore[arg-type]
+    assert report.failing("error") == report.failing(Severity.ERROR) != []
+    with pytest.raises(UsageError, match="unknown severity"):
+        Severity.parse(None)  # type: ignore[arg-type]
