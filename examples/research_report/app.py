@@ -197,7 +197,9 @@ def publish_report(ctx: wf.WorkflowActivityContext, report: dict[str, Any]) -> d
         if effect.uncertain and out.exists() and any(
                 line.split(" ", 1)[0] == ctx.workflow_id
                 for line in out.read_text().splitlines()):
-            effect.result = receipt  # the crashed attempt did publish it: confirm only
+            # The crashed attempt did publish it: this one did not, so it skips (a done
+            # would say this attempt published too, and crashtest would count two).
+            effect.skip()
             return receipt
         _append_line(out, f"{ctx.workflow_id} {report_id} {report['title']}")
         crash_point("published")  # published, not yet recorded as done

@@ -10,6 +10,8 @@ component directory, whose relative SQLite path must give every run its own agen
 Every crash must leave the agent's answer identical to the clean run's once ``$.id``,
 which ``audit_agent`` marks volatile, is left out; the crashes that cost something must
 say what: ``llm-call-repeated`` after ``summarize``, ``effect-uncertain`` inside the tool.
+The crash after the tool's block (``after-effect:``) proves its attempt wrote the note,
+and the retry wrote it again: the one failing point, two executions (issue 48).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def test_the_example_crash_matrix(tmp_path: Path) -> None:
                 f"STUB_LLM_URL={llm.url}", "--no-engine-points", "--point", "after:*",
                 "--point", "after-effect:*", "--json", str(tmp_path / "matrix.json"),
                 cwd=tmp_path, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     matrix = json.loads((tmp_path / "matrix.json").read_text())
     assert matrix["ignore"] == ["$.id"]  # marked by audit_agent, not passed
     outcomes = {p["point"]: (p["outcome"], p["output_matches"],
@@ -61,6 +63,10 @@ def test_the_example_crash_matrix(tmp_path: Path) -> None:
     assert outcomes["after:dapr.agents.scribe.summarize"] == (
         "findings", True, ["llm-call-repeated"])
     assert outcomes["after-effect:tool:write_note"][1:] == (True, ["effect-uncertain"])
+    (failing,) = [p for p in matrix["points"] if p["failing"]]
+    assert failing["point"] == "after-effect:tool:write_note", failing
+    assert failing["effects"] == {"tool:write_note": 2}, failing
+    assert "tool:write_note done 2× (clean run: 1×)" in failing["detail"]
     for point in ("after:dapr.agents.scribe.call_llm", "after:dapr.agents.scribe.call_llm#2",
                   "after:dapr.agents.scribe.call_llm#3", "after:dapr.agents.scribe.run_tool",
                   "after:dapr.agents.scribe.finalize_workflow"):

@@ -8,6 +8,7 @@ import time
 import click
 
 from histaudit.errors import UsageError
+from histaudit.verify.findings import Severity
 
 from . import render
 from .options import Seconds, check_writable, write_file
@@ -58,6 +59,10 @@ from .options import Seconds, check_writable, write_file
 @click.option("--ignore", multiple=True, metavar="JSONPATH",
               help="Leave these output fields out when outputs are compared (repeatable, "
               "RFC 9535 JSONPath), e.g. '$.generated_at' or '$..id'.")
+@click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default="error",
+              show_default=True, help="Lowest finding severity that fails a point, as for "
+              "verify. Whatever it is, a point fails when it diverged, got stuck or failed, "
+              "or did a side effect more often than the clean run.")
 @click.option("--sample", type=click.IntRange(min=1), metavar="K",
               help="Run only K of the selected points, chosen with --seed.")
 @click.option("--seed", type=int, metavar="N", help="Seed of the --sample choice "
@@ -67,9 +72,11 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
               engine: str, engine_crash: bool, no_engine_points: bool, timeout: float,
               lock_timeout: float, env_pairs: tuple[str, ...], ignore: tuple[str, ...],
               sample: int | None, seed: int | None, resources: str | None,
-              event_pairs: tuple[str, ...]) -> int:
+              event_pairs: tuple[str, ...], fail_on: str) -> int:
     """Crash the workflow at every crash point it reaches, recover, compare with a clean
-    run. Exit 1 if any point diverged, got stuck, failed or has an error finding."""
+    run. Exit 1 if any point diverged, got stuck, failed (the workflow too), did a side
+    effect more often than the clean run (a crash at after-effect:X counts X's cut
+    attempt), or has a finding at or above --fail-on."""
     from histaudit import crashtest as ct
 
     if engine_crash and no_engine_points:
@@ -102,7 +109,7 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
     spec = ct.CrashSpec(target=target, input=inp, app=app, env=env, timeout=timeout,
                         lock_timeout=lock_timeout, engine=engine,
                         ignore=ignore, sample=sample, seed=seed, resources=resources,
-                        events=events)
+                        events=events, fail_on=Severity.parse(fail_on))
     # On a terminal, say what happens from the first second (the clean run can take a
     # while); piped output stays one line per point.
     tty = sys.stderr.isatty()

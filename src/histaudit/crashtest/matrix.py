@@ -153,7 +153,7 @@ def _crash_once(spec: CrashSpec, clean: CleanRun, point: str, kind: CrashKind) -
     began = time.monotonic()
     result = PointResult(point=point, kind=kind, outcome=FAILED, detail="",
                          rerun=spec.rerun_command(point, engine_crash=kind == KIND_ENGINE),
-                         clean_effects=dict(clean.effects))
+                         clean_effects=dict(clean.effects), fail_on=spec.fail_on)
     if point not in clean.points:
         return replace(result, detail="point never reached in the clean run")
     lock = spec.lock_timeout if kind == KIND_ENGINE else None
@@ -175,7 +175,8 @@ def _crash_once(spec: CrashSpec, clean: CleanRun, point: str, kind: CrashKind) -
                                      log_tail=sb.last_tail())
             if state is not None and state.terminal:
                 result = judge(result, clean, state, evidence(sb.db_url, sb.keys),
-                               ignore=clean.ignore)
+                               ignore=clean.ignore,
+                               crashed=(point,) if kind == KIND_APP else ())
                 if result.outcome in (FAILED, DIVERGED) and sb.workers:
                     result = replace(result, log_tail=sb.last_tail())
             result = with_restarts(result, len(sb.engine_restarts))

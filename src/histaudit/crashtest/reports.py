@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from .results import DIVERGED, FAILED, FINDINGS, IDENTICAL, STUCK, MatrixResult, short
-from .spec import DEFAULT_ENGINE
+from .spec import DEFAULT_ENGINE, DEFAULT_FAIL_ON
 
 __all__ = ["json_report", "junit_xml", "render"]
 
@@ -31,12 +31,13 @@ def render(result: MatrixResult, console: Any = None) -> None:
         table.add_column(col, overflow="fold", justify="right" if col == "wall" else "left")
     for p in result.points:
         style = _OUTCOME_STYLE[p.outcome]
-        if p.outcome == FINDINGS and not p.failing:
-            style = "yellow"
+        if p.outcome in (FINDINGS, IDENTICAL) and p.failing:  # --fail-on, a doubled effect
+            style = "bold red"
         table.add_row(p.point, p.kind.value, Text(p.outcome.value, style=style),
                       ", ".join(p.codes) or "-", f"{p.wall:.1f}s")
     console.print(table)
-    look = [p for p in result.points if p.outcome != IDENTICAL or p.engine_restarts]
+    look = [p for p in result.points
+            if p.outcome != IDENTICAL or p.failing or p.engine_restarts]
     for p in look:
         console.print(f"{p.point} ({p.kind}): {p.outcome} — {p.detail}")
         console.print(f"  rerun: {p.rerun}")
@@ -58,14 +59,16 @@ def render(result: MatrixResult, console: Any = None) -> None:
 
 
 def _provenance_line(result: MatrixResult) -> str:
-    """``commit 1a2b…, sample 5 points (seed 42), ignoring $.at, engine daprd`` for the
-    header."""
+    """``commit 1a2b…, sample 5 points (seed 42), ignoring $.at, failing on warning,
+    engine daprd`` for the header."""
     about = result.provenance
     parts = [f"commit {about['commit'] or 'unknown'}"]
     if about["sample"] is not None:
         parts.append(f"sample {about['sample']} points (seed {about['seed']})")
     if about["ignore"]:
         parts.append("ignoring " + ", ".join(about["ignore"]))
+    if about["fail_on"] != str(DEFAULT_FAIL_ON):
+        parts.append(f"failing on {about['fail_on']}")
     if result.spec.engine != DEFAULT_ENGINE:  # the standalone engine goes without saying
         parts.append(f"engine {result.spec.engine}")
     return ", ".join(parts)
@@ -78,19 +81,21 @@ def json_report(result: MatrixResult) -> bytes:
 
 
 def _provenance_properties(result: MatrixResult) -> list[tuple[str, str]]:
-    """commit, sample, seed, ignore and engine as JUnit properties ("" for none; ignore as
-    JSON)."""
+    """commit, sample, seed, ignore, fail_on and engine as JUnit properties ("" for none;
+    ignore as JSON)."""
     about = result.provenance
     return [("commit", about["commit"] or ""),
             ("sample", "" if about["sample"] is None else str(about["sample"])),
             ("seed", "" if about["seed"] is None else str(about["seed"])),
             ("ignore", json.dumps(about["ignore"])),
+            ("fail_on", about["fail_on"]),
             ("engine", result.spec.engine)]
 
 
 def junit_xml(result: MatrixResult) -> bytes:
-    """JUnit XML: one testcase per point; a failure for diverged, stuck, failed and for
-    findings at error severity."""
+    """JUnit XML: one testcase per point; a failure for each failing point (diverged,
+    stuck, failed, an effect executed more often than in the clean run, a finding at or
+    above ``--fail-on``)."""
     import xml.etree.ElementTree as ET
 
     failures = sum(p.failing for p in result.points)

@@ -6,11 +6,14 @@ about when the verifier or the ledger entry at its ``seq`` names one (``effect``
 JSON as ``{"name", "key"}``); the effect's name is also kept beside it, in
 ``finding_effects``, for judging.
 
+Effects are counted in executions: the ``effect.done`` records, and an attempt an app
+crash at ``after-effect:X`` cut after its block (:func:`histaudit.crashtest.judge.executions`).
+
 Outcomes of one crash (:class:`Outcome`):
 
 ``identical``
-    completed, same output, same number of ``effect.done`` records per effect name, no
-    finding at warning or above (info findings such as ``activity-reexecuted`` are listed).
+    completed, same output, same number of executions per effect name, no finding at
+    warning or above (info findings such as ``activity-reexecuted`` are listed).
 ``findings``
     completed; a warning or error behaviour finding (``effect-duplicate``,
     ``effect-uncertain``, …) is present and explains any difference in effect counts.
@@ -19,8 +22,13 @@ Outcomes of one crash (:class:`Outcome`):
 ``stuck``
     no completion within the time limit.
 ``failed``
-    the workflow failed, the point was never reached, a worker died on its own, or the
-    ledger has an integrity finding.
+    the workflow ended FAILED or TERMINATED (the clean run completed), the point was never
+    reached, a worker died on its own, or the ledger has an integrity finding.
+
+A point *fails* (exit status 1, a JUnit failure) when it diverged, got stuck or failed;
+when an effect was executed more often than in the clean run (:attr:`PointResult.doubled`),
+whatever the findings' severity; or when it has a finding at or above its ``fail_on``
+severity (``--fail-on``, default error).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from .spec import CrashSpec
 __all__ = [
     "DIVERGED", "FAILED", "FINDINGS", "IDENTICAL", "KIND_APP", "KIND_ENGINE", "OUTCOMES",
     "STUCK", "CleanRun", "CrashKind", "MatrixResult", "Outcome", "PointResult",
-    "assert_no_duplicate_effects", "assert_recovered", "with_restarts",
+    "assert_no_duplicate_effects", "assert_recovered", "doubled_text", "with_restarts",
 ]
 
 
@@ -80,6 +88,12 @@ def short(value: Any, limit: int = 120) -> str:
     """``value`` as JSON, cut to ``limit`` characters."""
     text = json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def doubled_text(doubled: Mapping[str, tuple[int, int]]) -> str:
+    """``tool:book_flight done 2× (clean run: 1×)`` for each effect, ``; `` between."""
+    return "; ".join(f"{name} done {here}× (clean run: {there}×)"
+                     for name, (here, there) in doubled.items())
 
 
 # --- findings with the effect they are about ---------------------------------------------
@@ -131,7 +145,7 @@ class CleanRun:
     output: Any
     output_text: str | None
     effects: dict[str, int]
-    """``effect.done`` records per effect name."""
+    """Executions per effect name (the ``effect.done`` records of a run with no crash)."""
     findings: tuple[Finding, ...]
     finding_effects: tuple[str | None, ...] = ()
     """The effect name each finding is about (None: none), in the order of ``findings``."""
@@ -196,6 +210,8 @@ class PointResult:
     output: Any = None
     output_matches: bool = False
     effects: dict[str, int] = field(default_factory=dict)
+    """Executions per effect name: the ``effect.done`` records, and the attempt a crash at
+    ``after-effect:X`` cut after X's block (:func:`~histaudit.crashtest.judge.executions`)."""
     clean_effects: dict[str, int] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
     finding_effects: tuple[str | None, ...] = ()
@@ -205,6 +221,8 @@ class PointResult:
     log_tail: str = ""
     engine_restarts: int = 0
     """Times the harness restarted a stranded daprd after this crash (ADR 0008)."""
+    fail_on: Severity = Severity.ERROR
+    """The lowest finding severity that makes the point fail (``--fail-on``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", CrashKind(self.kind))
@@ -223,10 +241,23 @@ class PointResult:
         return max((f.severity for f in self.findings), default=None)
 
     @property
+    def doubled(self) -> dict[str, tuple[int, int]]:
+        """``{name: (executions here, in the clean run)}`` for every effect executed more
+        often than in the clean run, names sorted."""
+        return {name: (n, self.clean_effects.get(name, 0))
+                for name, n in sorted(self.effects.items())
+                if n > self.clean_effects.get(name, 0)}
+
+    @property
     def failing(self) -> bool:
-        """Counts against the exit status (and is a JUnit failure)."""
-        return self.outcome in (DIVERGED, STUCK, FAILED) or (
-            self.outcome == FINDINGS and self.worst == Severity.ERROR)
+        """Counts against the exit status (and is a JUnit failure): diverged, stuck or
+        failed; an effect executed more often than in the clean run, whatever the findings
+        say; or a finding at or above :attr:`fail_on`. (A point a sweep vouched for is
+        identical: the sweep's own counts are reported with the points it ran alone.)"""
+        worst = self.worst
+        return (self.outcome in (DIVERGED, STUCK, FAILED)
+                or (self.outcome != IDENTICAL and bool(self.doubled))
+                or (worst is not None and worst >= self.fail_on))
 
     @property
     def duplicated_effects(self) -> tuple[str, ...]:
@@ -246,7 +277,10 @@ class PointResult:
                 "codes": list(self.codes), "worst": None if worst is None else str(worst),
                 "failing": self.failing, "detail": self.detail, "status": self.status,
                 "output": self.output, "output_matches": self.output_matches,
-                "effects": self.effects, "diff": list(self.diff),
+                "effects": self.effects,
+                "doubled": {name: {"here": here, "clean": clean}
+                            for name, (here, clean) in self.doubled.items()},
+                "diff": list(self.diff),
                 "findings": _finding_docs(self.findings),
                 "instance": self.instance, "wall_s": round(self.wall, 3),
                 "engine_restarts": self.engine_restarts, "rerun": self.rerun}
@@ -303,7 +337,7 @@ class MatrixResult:
         """What makes the matrix reproducible and comparable: the commit of the code under
         test, the sample size and its seed, the output paths left out of comparisons."""
         return {"commit": self.spec.commit, "sample": self.spec.sample,
-                "seed": self.spec.seed,
+                "seed": self.spec.seed, "fail_on": str(self.spec.fail_on),
                 "ignore": list(dict.fromkeys((*self.spec.ignore, *self.clean.ignore)))}
 
     @property
@@ -319,7 +353,7 @@ class MatrixResult:
 
     @property
     def exit_code(self) -> int:
-        """0 when every point is identical or has findings below error, else 1."""
+        """1 when a point fails (:attr:`PointResult.failing`), else 0."""
         return 1 if any(p.failing for p in self.points) else 0
 
     def to_json(self) -> dict[str, Any]:

@@ -24,11 +24,13 @@ from typing import Any
 from histaudit import usercode
 from histaudit.errors import InputError, UsageError
 from histaudit.testing import DURABLETASK, ENGINES
+from histaudit.verify.findings import Severity
 
 from .ignore import check_paths
 
-__all__ = ["DEFAULT_ENGINE", "DEFAULT_TIMEOUT_S", "ENGINES", "ENGINE_LOCK_TIMEOUT_S",
-           "CrashSpec", "git_commit", "parse_env", "parse_events", "parse_input"]
+__all__ = ["DEFAULT_ENGINE", "DEFAULT_FAIL_ON", "DEFAULT_TIMEOUT_S", "ENGINES",
+           "ENGINE_LOCK_TIMEOUT_S", "CrashSpec", "git_commit", "parse_env", "parse_events",
+           "parse_input"]
 
 DEFAULT_TIMEOUT_S = 60.0
 """Seconds a run may take to crash, and then to complete (``--timeout``'s default)."""
@@ -41,6 +43,10 @@ DEFAULT_ENGINE = DURABLETASK
 """What a matrix's runs talk to unless told: the standalone durabletask-go engine; the
 other of :data:`~histaudit.testing.ENGINES` is real daprd with its placement and
 scheduler (docs/adr/0008-daprd.md)."""
+
+DEFAULT_FAIL_ON = Severity.ERROR
+"""The lowest finding severity that makes a point fail unless told (``--fail-on``), as
+for ``histaudit verify``."""
 
 
 def parse_input(text: str) -> Any:
@@ -89,6 +95,11 @@ def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
     return commit if done.returncode == 0 and _COMMIT.fullmatch(commit) else None
 
 
+def _severity(value: object) -> Severity:
+    """A :class:`Severity`, or its name (``"warning"``) as ``--fail-on`` takes it."""
+    return value if isinstance(value, Severity) else Severity.parse(str(value))
+
+
 def _input_json(value: Any) -> str:
     try:
         return json.dumps(value, separators=(",", ":"), allow_nan=False)
@@ -119,7 +130,10 @@ class CrashSpec:
     relative path in a component (``connectionString: agent-state.db``) is per run;
     ``events`` external events (name, JSON text) raised on every run's instance right
     after it is scheduled, in order — the engine keeps an event until the workflow waits
-    for it, so an approval path runs in every run, crashed or not.
+    for it, so an approval path runs in every run, crashed or not; ``fail_on`` the lowest
+    finding severity that makes a point fail (a :class:`Severity` or its name, as
+    ``verify --fail-on``; a doubled effect, a divergence, a stuck or failed run fail
+    whatever it is).
 
     Made, it is checked: UsageError or InputError (one line) when it cannot run.
     """
@@ -137,6 +151,7 @@ class CrashSpec:
     seed: int | None = None
     resources: str | None = None
     events: tuple[tuple[str, str], ...] = ()
+    fail_on: Severity = DEFAULT_FAIL_ON
 
     # Derived when the spec is made (not arguments): the target resolved, the input's text,
     # the commit.
@@ -164,6 +179,7 @@ class CrashSpec:
         if self.seed is not None and self.sample is None:
             raise UsageError("--seed without --sample: there is no sample to choose")
         ignore = check_paths(self.ignore)
+        fail_on = _severity(self.fail_on)
         resources = self._resources()
         events = tuple((str(n), str(t)) for n, t in self.events)
         for name, text in events:
@@ -186,7 +202,7 @@ class CrashSpec:
                    "workflow": workflow, "app_module": app_ref,
                    "input_json": _input_json(self.input),
                    "ignore": ignore, "seed": seed, "resources": resources, "events": events,
-                   "commit": git_commit()}
+                   "fail_on": fail_on, "commit": git_commit()}
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
@@ -228,4 +244,6 @@ class CrashSpec:
             argv += ["--lock-timeout", f"{self.lock_timeout:g}"]
         for path in self.ignore:
             argv += ["--ignore", path]
+        if self.fail_on != DEFAULT_FAIL_ON:
+            argv += ["--fail-on", str(self.fail_on)]
         return shlex.join(argv)

@@ -271,7 +271,7 @@ def _sweep(spec: CrashSpec, clean: CleanRun, keys: dict[str, str], kind: CrashKi
     began = time.monotonic()
     label = f"sweep of {len(keys)} points"
     result = PointResult(point=label, kind=kind, outcome=FAILED, detail="",
-                         rerun="", clean_effects=dict(clean.effects))
+                         rerun="", clean_effects=dict(clean.effects), fail_on=spec.fail_on)
     lock = spec.lock_timeout if kind == KIND_ENGINE else None
     walk: _Walk | None = None
     restarts: tuple[float, ...] = ()
@@ -293,7 +293,8 @@ def _sweep(spec: CrashSpec, clean: CleanRun, keys: dict[str, str], kind: CrashKi
                 result = replace(result, detail=str(exc), log_tail=exc.tail)
             if state is not None and state.terminal:
                 ev = evidence(sb.db_url, sb.keys)
-                result = judge(result, clean, state, ev, ignore=clean.ignore)
+                result = judge(result, clean, state, ev, ignore=clean.ignore, crashed=[
+                    c.point for c in walk.crashes] if kind == KIND_APP else ())
             elif not result.detail:
                 status = state.status if state else None
                 result = replace(result, outcome=STUCK, status=status,
@@ -336,7 +337,7 @@ def _swept(point: str, kind: CrashKind, run: SweepRun, spec: CrashSpec) -> Point
                        wall=run.crashes[n - 1].at - prev, status=run.result.status,
                        output=run.result.output, output_matches=run.result.output_matches,
                        effects=effects, clean_effects=dict(run.result.clean_effects),
-                       findings=run.info_around(point),
+                       findings=run.info_around(point), fail_on=spec.fail_on,
                        instance=run.result.instance), run.restarts_after(n))
 
 

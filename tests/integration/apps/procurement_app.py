@@ -60,7 +60,7 @@ def place_order(ctx: wf.WorkflowActivityContext, offer: dict[str, int]) -> dict[
         if effect.already_done:
             effect.skip()
         elif effect.uncertain and _ordered(receipt["order"]):
-            effect.result = receipt  # the crashed attempt did place it: confirm only
+            effect.skip()  # the crashed attempt did place it: this one did not
         else:
             with ORDERS.open("a", encoding="utf-8") as fh:
                 fh.write(f"{receipt['order']} {receipt['price']}\n")

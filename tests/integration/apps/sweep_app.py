@@ -6,7 +6,8 @@ with ``FRAGILE=1``, one whose re-execution kills the worker.
 counted in ``$DATA_DIR/stamp.runs``: re-run after a crash, it returns 2 and the output
 differs, with no warning finding — the ledger has one completion only), then ``fragile``
 (with ``FRAGILE=1``, a second execution ends the process with status 3: a worker that
-dies on its own, not at a crash point), then ``add`` once more.
+dies on its own, not at a crash point; with ``FRAGILE=raise`` it raises, and the workflow
+ends FAILED), then ``add`` once more.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ def stamp(ctx: wf.WorkflowActivityContext, x: int) -> dict[str, int]:
 
 @wfr.activity(name="fragile")
 def fragile(ctx: wf.WorkflowActivityContext, x: int) -> int:
-    if _runs("fragile") > 1 and os.environ.get("FRAGILE") == "1":
+    again = _runs("fragile") > 1
+    if again and os.environ.get("FRAGILE") == "1":
         os._exit(3)
+    if again and os.environ.get("FRAGILE") == "raise":
+        raise RuntimeError("fragile ran twice")  # no retry policy: the workflow fails
     return x
 
 
