@@ -95,11 +95,6 @@ def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
     return commit if done.returncode == 0 and _COMMIT.fullmatch(commit) else None
 
 
-def _severity(value: object) -> Severity:
-    """A :class:`Severity`, or its name (``"warning"``) as ``--fail-on`` takes it."""
-    return value if isinstance(value, Severity) else Severity.parse(str(value))
-
-
 def _input_json(value: Any) -> str:
     try:
         return json.dumps(value, separators=(",", ":"), allow_nan=False)
@@ -179,7 +174,7 @@ class CrashSpec:
         if self.seed is not None and self.sample is None:
             raise UsageError("--seed without --sample: there is no sample to choose")
         ignore = check_paths(self.ignore)
-        fail_on = _severity(self.fail_on)
+        fail_on = Severity.threshold(self.fail_on)
         resources = self._resources()
         events = tuple((str(n), str(t)) for n, t in self.events)
         for name, text in events:
