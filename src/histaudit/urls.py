@@ -5,6 +5,11 @@ URL (``https://user:token@w.example/``) may carry a secret. :func:`shown_url` pr
 with the password (and any ``password``/``token``/``secret``/``key`` query parameter) as
 ``***``; a URL too broken to parse loses its whole ``user:password@`` part. A driver's
 error text can repeat the URL or the password: :func:`without_secrets` scrubs both.
+
+An input file's word that an error names is shown by :func:`shown_word`: itself when it
+cannot hold a credential, else only what it looks like (a URL put in the wrong field of a
+policy line is never echoed). :func:`check_url_text` refuses a URL with a control or
+invisible character (a NUL byte passes ``str.split`` and ``urlsplit``) before it is used.
 """
 
 from __future__ import annotations
@@ -12,16 +17,23 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["shown_url", "without_secrets"]
+from .errors import InputError
+
+__all__ = ["check_url_text", "shown_url", "shown_word", "without_secrets"]
 
 _SECRET_PARAM = re.compile(r"((?:^|&)(?:password|passwd|token|secret|key|sslpassword)=)"
                            r"[^&]*", re.IGNORECASE)
 _USERINFO = re.compile(r"(?<=://)[^/@?#]*@")
 _PASSWORD = re.compile(r"://[^:/@?#]*:([^@/?#]*)@")
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9._+/=-]+")
+"""A word that cannot hold a URL's credentials: no ``:``, ``@``, ``?``, ``&``, ``%``."""
 
 
-def shown_url(url: str) -> str:
-    """``url`` with its secrets replaced by ``***``."""
+def shown_url(url: str, *, user: bool = True) -> str:
+    """``url`` with its secrets replaced by ``***``; with ``user=False`` its whole
+    ``user[:password]@`` part too (a service's URL may carry a token as its user name)."""
+    if not user:
+        url = _USERINFO.sub("***@", url, count=1)
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
@@ -44,3 +56,23 @@ def without_secrets(text: str, url: str) -> str:
     if found and found.group(1):
         text = text.replace(found.group(1), "***")
     return text
+
+
+def shown_word(word: str, limit: int = 80) -> str:
+    """``word`` (read from an input file) for an error message: quoted, cut to ``limit``,
+    when it is a plain name, number or key (letters, digits, ``._+/=-``); else what it
+    looks like and its length, none of it: a URL with a password, or a token, written in
+    the wrong field is never echoed."""
+    if _PLAIN_WORD.fullmatch(word):
+        return repr(word[:limit]) + ("…" if len(word) > limit else "")
+    return f"{'a URL' if '://' in word else 'a word'} of {len(word)} characters"
+
+
+def check_url_text(url: str, what: str) -> None:
+    """InputError naming ``what`` when ``url`` holds a control or invisible character
+    (NUL, CR, ESC, DEL, C1, bidi overrides, zero-width characters) or a space: none
+    belongs in a URL, and a NUL reaches the HTTP client or the resolver as it is."""
+    for at, char in enumerate(url, 1):
+        if char == " " or not char.isprintable():
+            raise InputError(f"{what} holds a control or invisible character (U+"
+                             f"{ord(char):04X}) at position {at}")

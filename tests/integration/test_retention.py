@@ -126,7 +126,7 @@ def test_a_run_cut_short_is_finished_by_the_next_and_erases_nothing_twice(
 @pytest.mark.parametrize(("policy", "needle"), [
     ("not json", "is not JSON"),
     ('{"version": 2}', "version '2' is not 1"),
-    ('{"version": 1, "keep": []}', "unknown member(s) ['keep']"),
+    ('{"version": 1, "keep": []}', "unknown member(s) 'keep'"),
     ('{"version": 1, "payloads": [{"kinds": ["llm.*"], "keep_days": -1}]}', "keep_days"),
     ('{"version": 1, "payloads": [{"kinds": ["llm.*"], "keep_days": true}]}', "keep_days"),
     ('{"version": 1, "payloads": [{"kinds": [], "keep_days": 3}]}', "kinds must be"),

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from histaudit.errors import InputError, SignatureError
+from histaudit.urls import shown_word
 
 from .keys import PublicKey, Signer, TrustStore
 
@@ -187,19 +188,21 @@ class WitnessKey:
         algorithm is not cosignature/v1 (0x04)."""
         parts = vkey.split("+", 2)  # the base64 key may itself hold "+"
         if len(parts) != 3 or not parts[0] or any(c.isspace() for c in parts[0]):
-            raise InputError(f"{source}: {vkey[:80]!r} is not a vkey (name+hash+key)")
+            raise InputError(f"{source}: {shown_word(vkey)} is not a vkey (name+hash+key)")
         name, hash_hex, key_b64 = parts
         try:
             blob = base64.b64decode(key_b64, validate=True)
             want = bytes.fromhex(hash_hex)
         except ValueError:  # binascii.Error is one
-            raise InputError(f"{source}: {vkey[:80]!r} is not a vkey (name+hash+key)") from None
+            raise InputError(f"{source}: {shown_word(vkey)} is not a vkey (name+hash+key)") \
+                from None
         if blob[:1] != COSIGNATURE_V1_ALG or len(blob) != 33:
-            raise InputError(f"{source}: {name} is not an Ed25519 cosignature/v1 key "
+            raise InputError(f"{source}: {shown_word(name)} is not an Ed25519 cosignature/v1 key "
                              f"(algorithm byte 0x04)")
         digest = hashlib.sha256(name.encode() + b"\n" + blob).digest()[:4]
         if len(want) != 4 or want != digest:
-            raise InputError(f"{source}: the key hash of {name} does not match its key")
+            raise InputError(f"{source}: the key hash of {shown_word(name)} does not match its "
+                             f"key")
         raw = blob[1:]
         return cls(name=name, key=PublicKey(kid=f"witness:{name}", raw=raw), key_hash=digest)
 

@@ -45,6 +45,7 @@ import orjson
 from histaudit.crash import crash_point
 from histaudit.errors import FormatError, HistauditError, InputError
 from histaudit.inputs import read_limited
+from histaudit.urls import shown_word
 
 from . import records as rec
 from .chain import erase_payload
@@ -151,11 +152,12 @@ def read_policy(path: str) -> Policy:
     if not isinstance(doc, dict):
         raise FormatError(f"{where} is not a JSON object")
     if doc.get("version") != VERSION:
-        raise FormatError(f"{where}: version {str(doc.get('version'))[:20]!r} is not "
+        raise FormatError(f"{where}: version {shown_word(str(doc.get('version')), 20)} is not "
                           f"{VERSION}, the one this histaudit reads")
     unknown = sorted(set(doc) - {"version", "payloads", "holds"})
     if unknown:
-        raise FormatError(f"{where}: unknown member(s) {unknown[:4]}")
+        raise FormatError(f"{where}: unknown member(s) "
+                          f"{', '.join(shown_word(u, 40) for u in unknown[:4])}")
     rules: list[Rule] = []
     for n, item in enumerate(_items(doc, "payloads", where), start=1):
         at = f"{where}: payloads[{n}]"

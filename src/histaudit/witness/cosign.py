@@ -168,7 +168,7 @@ def _judge(witness: PolicyWitness, cp: Checkpoint, answer: Answer, old: int) -> 
     status = answer.status
     if status == 0:
         url = witness.url or ""
-        return _out(witness, UNREACHABLE, f"unreachable at {shown_url(url)} "
+        return _out(witness, UNREACHABLE, f"unreachable at {shown_url(url, user=False)} "
                     f"({without_secrets(answer.unreachable, url)})", old)
     if status == 200:
         text = note_text(cp.note)

@@ -29,7 +29,7 @@ from histaudit.ledger.checkpoint import (
     signature_lines,
     verify_cosignature,
 )
-from histaudit.urls import shown_url
+from histaudit.urls import check_url_text, shown_url, shown_word
 from histaudit.verify.findings import Finding
 from histaudit.verify.report import Report, Scope
 
@@ -124,17 +124,19 @@ class WitnessPolicy:
                 cls._new_name(name, witnesses, groups, where)
                 for m in members:
                     if m not in witnesses and m not in groups:
-                        raise InputError(f"{where}: group {name} names {m!r}, which is "
-                                         f"not defined above it")
+                        raise InputError(f"{where}: group {shown_word(name)} names "
+                                         f"{shown_word(m)}, which is not defined above it")
                 if len(set(members)) != len(members):
-                    raise InputError(f"{where}: group {name} names a member twice")
+                    raise InputError(f"{where}: group {shown_word(name)} names a member "
+                                     f"twice")
                 n = {"any": 1, "all": len(members)}.get(count)
                 if n is None:  # at most 9 digits: int() refuses 4,301 and more
                     n = (int(count) if count.isascii() and count.isdigit() and len(count) < 10
                          else -1)
                 if not 1 <= n <= len(members):
-                    raise InputError(f"{where}: group {name} threshold {count[:20]!r} is "
-                                     f"not any, all or 1..{len(members)}")
+                    raise InputError(f"{where}: group {shown_word(name)} threshold "
+                                     f"{shown_word(count, 20)} is not any, all or "
+                                     f"1..{len(members)}")
                 inner = [size.get(m, (0, 1)) for m in members]
                 size[name] = (1 + max(d for d, _ in inner), sum(r for _, r in inner))
                 if size[name][0] > MAX_DEPTH:
@@ -151,12 +153,14 @@ class WitnessPolicy:
                 have_quorum = True
                 if args[0] != "none":
                     if args[0] not in witnesses and args[0] not in groups:
-                        raise InputError(f"{where}: quorum names {args[0]!r}, which is "
-                                         f"not defined above it")
+                        raise InputError(f"{where}: quorum names {shown_word(args[0])}, "
+                                         f"which is not defined above it")
                     quorum = args[0]
             else:
-                raise InputError(f"{where}: cannot read {raw.strip()[:80]!r} (expected log, "
-                                 f"witness, group or quorum with their fields)")
+                # the line itself is not echoed: a field may hold a URL's credentials
+                raise InputError(f"{where}: cannot read a line of {len(fields)} field(s) "
+                                 f"starting {shown_word(kind, 20)} (expected log, witness, "
+                                 f"group or quorum with their fields)")
         if not have_quorum:
             raise InputError(f"{source}: no quorum line (write `quorum none` to require "
                              f"no cosignature)")
@@ -166,7 +170,7 @@ class WitnessPolicy:
     def _new_name(name: str, witnesses: Mapping[str, object], groups: Mapping[str, object],
                   where: str) -> None:
         if name in witnesses or name in groups or name == "none":
-            raise InputError(f"{where}: the name {name!r} is already taken")
+            raise InputError(f"{where}: the name {shown_word(name)} is already taken")
 
     def describe(self, name: str | None = None) -> str:
         """The quorum (or one component) in words: ``2 of (w1, w2, w3)``."""
@@ -272,15 +276,16 @@ def read_policy(path: str) -> WitnessPolicy:
 
 def _witness_url(url: str, where: str) -> str:
     """An add-checkpoint base URL, ending in ``/``; InputError unless http(s) with a host
-    and a valid port."""
+    and a valid port, and free of control characters."""
+    check_url_text(url, f"{where}: the witness URL")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  # raises ValueError for a port outside 0..65535
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"{where}: witness URL {shown_url(url)[:80]!r} is not an http(s) "
-                         f"URL with a host and a valid port")
+        raise InputError(f"{where}: witness URL {shown_url(url, user=False)[:80]!r} is not "
+                         f"an http(s) URL with a host and a valid port")
     return url if url.endswith("/") else url + "/"
 
 

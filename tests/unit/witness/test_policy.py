@@ -253,3 +253,44 @@ def test_any_policy_text_parses_or_is_one_input_error(cosigners: list[Cosigner],
         verdict = policy.judge(NOTE + b"".join(c.line() for c in cosigners))
         assert verdict.satisfied and not verdict.invalid
         assert policy.describe()
+
+
+# --- issue #50 item 11: control characters, and no credential echoed in an error ---------
+
+@pytest.mark.parametrize("char", ["\x00", "\x01", "\x1b", "\x7f", "\x9b"])
+def test_a_witness_url_with_a_control_character_is_refused(cosigners: list[Cosigner],
+                                                           char: str) -> None:
+    """A NUL byte passed the parser (``str.split`` does not split on it) and reached the
+    HTTP client; any control character in a witness URL is refused, and not echoed."""
+    with pytest.raises(InputError, match="control") as info:
+        WitnessPolicy.parse(f"witness a {cosigners[0].vkey} https://w.example/{char}x\n"
+                            f"quorum a\n")
+    assert char not in str(info.value)
+
+
+CREDENTIAL = "s3cretT0ken"
+
+
+@pytest.mark.parametrize("line", [
+    "witness x {vkey} https://u:{cred}@w.example/ extra",    # one field too many
+    "witness x https://u:{cred}@w.example/ {vkey}",          # the URL in the key's field
+    "witness x https://{cred}@w.example/",                   # a token as the user
+    "witness x {vkey} https://{cred}@w.example:99999/",      # a bad port
+    "witness x {vkey} ftp://u:{cred}@w.example/",            # not http(s)
+    "witness https://u:{cred}@w.example/ {vkey}\n"           # the URL as the name...
+    "witness https://u:{cred}@w.example/ {vkey}",
+    "group g 1 https://u:{cred}@w.example/",                 # ... as a member
+    "group g https://u:{cred}@w.example/ a",                 # ... as a threshold
+    "quorum https://u:{cred}@w.example/",                    # ... as the quorum
+    "https://u:{cred}@w.example/ a b",                       # ... as the keyword
+    "group https://u:{cred}@w.example/ any a\ngroup https://u:{cred}@w.example/ any a",
+])
+def test_a_parse_error_never_echoes_a_word_that_could_hold_credentials(
+        cosigners: list[Cosigner], line: str) -> None:
+    text = (f"witness a {cosigners[0].vkey}\n"
+            + line.format(vkey=cosigners[1].vkey, cred=CREDENTIAL) + "\nquorum a\n")
+    with pytest.raises(InputError) as info:
+        WitnessPolicy.parse(text, source="witness policy p.txt")
+    message = str(info.value)
+    assert CREDENTIAL[:6] not in message and "\n" not in message, message
+    assert message.startswith("witness policy p.txt, line "), message
