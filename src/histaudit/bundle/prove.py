@@ -34,6 +34,7 @@ from histaudit.ledger.checkpoint import origin_of
 from histaudit.ledger.keys import Signer, TrustStore
 from histaudit.ledger.spans import ProvenSpan
 from histaudit.ledger.store import Ledger
+from histaudit.urls import shown_word
 from histaudit.verify.findings import Finding
 from histaudit.verify.spans import check_spans
 from histaudit.witness.policy import WitnessPolicy
@@ -118,14 +119,28 @@ def proven_spans(spans: Iterable[Span], chosen: Sequence[str] = ()) -> list[Prov
     """The spans that name a signed entry (``chosen`` span ids only, when given).
 
     InputError when a chosen id is not among the spans, names no entry, or names one
-    with attributes of the wrong type, and when no span names an entry at all."""
-    spans = list(spans)
+    with attributes of the wrong type, and when no span names an entry at all; and when
+    the trace holds one span id twice, differently, where that id is chosen or names an
+    entry: which of them is the span is not for prove to pick (the last one used to win,
+    so a forged span sent first and the true one after proved the true one's entry under
+    the forged one's id). The same span twice (an exporter's retry) is one span."""
     wanted = [s.lower() for s in chosen]
-    by_id = {s.span_id: s for s in spans}
+    by_id: dict[str, list[Span]] = {}
+    for span in spans:
+        same = by_id.setdefault(span.span_id, [])
+        if span not in same:
+            same.append(span)
+    for span_id, found in by_id.items():
+        if len(found) > 1 and (span_id in wanted
+                               or any(sp.SEQ in s.attributes for s in found)):
+            raise InputError(f"the trace holds span {span_id} {len(found)} times, "
+                             f"differently; refusing to choose one (a span id names one "
+                             f"span)")
     for span_id in wanted:
         if span_id not in by_id:
-            raise InputError(f"the trace has no span {span_id}")
-    picked = [by_id[s] for s in dict.fromkeys(wanted)] if wanted else spans
+            raise InputError(f"the trace has no span {shown_word(span_id, 40)}")
+    picked = ([by_id[s][0] for s in dict.fromkeys(wanted)] if wanted
+              else [found[0] for found in by_id.values()])
     proven = []
     for span in picked:
         if sp.SEQ not in span.attributes:
