@@ -54,11 +54,10 @@ _GUARDED = "_histaudit_guarded"
 _ACCOUNTED = "_histaudit_accounted"
 
 
-def audit_runner(runner: Any, *, read_only: Iterable[str] = ()
-                 ) -> adapters.AuditedWorkflowRuntime:
+def audit_runner(runner: Any, *, read_only: Iterable[str] = ()) -> Any:
     """Audit Diagrid's Strands ``DaprWorkflowAgentRunner`` (built, not started): every
     tool of its agent but the ``read_only`` ones guarded, every model call signed, its
-    runtime an audited one, which is returned (the runner's ``start()`` starts it).
+    runtime an audited one (``runner.start()`` starts it); return the runner.
 
     ``read_only`` names tools as the agent's tool registry does; a name it has not is a
     UsageError, and so is a runner already audited or started."""
@@ -73,12 +72,12 @@ def audit_runner(runner: Any, *, read_only: Iterable[str] = ()
     workflow = getattr(runner, "workflow_name", None)
     if isinstance(workflow, str):
         runtime.mark_volatile(workflow, *VOLATILE_OUTPUT)
-    return runtime
+    return runner
 
 
 def _read_only(registry: dict[str, Any], read_only: Iterable[str]) -> set[str]:
     exempt = set()
-    for name in read_only:
+    for name in [read_only] if isinstance(read_only, str) else read_only:
         if name not in registry:
             raise UsageError(f"audit_runner(): read_only names {name!r}, which the agent has "
                              f"no tool of (its tools: {', '.join(sorted(registry))})")
