@@ -1,6 +1,6 @@
 """A LangGraph travel agent (examples/frameworks/langgraph/app.py) run by Diagrid's
 ``DaprWorkflowGraphRunner`` on real daprd and audited with ``audit_runner`` (issue 49).
-Cost: ≈ 35 s of CPU (three daprd stacks, seven app starts, one more Python).
+Cost: ≈ 33 s of CPU (three daprd stacks, seven app starts, one more Python).
 
 Each graph node is one activity (``execute_node_activity``): the ``agent`` node's LLM call
 is made inside it and the ``tools`` node runs the flight and the hotel of one answer in
