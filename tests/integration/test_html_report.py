@@ -19,9 +19,8 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from histaudit.ledger.keys import generate_keypair
 from histaudit.testing.engine import EngineProcess
 from histaudit.verify.report import Report
 from support.apps import AppProcess, AppRig
-from support.chromium import chromium
+from support.chromium import Dom, Node, chromium, console_problems
 from support.cli import cli, exits
 
 # one xdist worker builds the module fixtures (reports) once (tests/conftest.py)
@@ -44,79 +43,6 @@ pytestmark = [pytest.mark.engine, pytest.mark.crash, pytest.mark.xdist_group("ht
 APP = Path(__file__).resolve().parents[2] / "examples" / "triage" / "app.py"
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 WIDTH = 1280
-
-
-# --- Chromium: support/chromium.py -------------------------------------------------
-
-
-def console_problems(stderr: str) -> list[str]:
-    """Console lines about a blocked resource or a policy violation."""
-    return [line for line in stderr.splitlines() if "CONSOLE" in line
-            or "Content Security Policy" in line or "Refused to" in line]
-
-
-# --- the DOM Chromium built -------------------------------------------------------------
-
-_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
-         "source", "track", "wbr"}
-
-
-@dataclass
-class Node:
-    tag: str
-    attrs: dict[str, str]
-    order: int
-    parent: Node | None
-    children: list[Node] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.texts)
-
-    @property
-    def classes(self) -> set[str]:
-        return set(self.attrs.get("class", "").split())
-
-    def find(self, tag: str | None = None, cls: str | None = None) -> list[Node]:
-        found = []
-        for child in self.children:
-            if (tag is None or child.tag == tag) and (cls is None or cls in child.classes):
-                found.append(child)
-            found.extend(child.find(tag, cls))
-        return found
-
-
-class Dom(HTMLParser):
-    """The serialized DOM parsed back into a tree (text gathered per element)."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__(convert_charrefs=True)
-        self.root = Node("#root", {}, 0, None)
-        self.all: list[Node] = []
-        self._open = [self.root]
-        self.feed(html)
-        self.close()
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        node = Node(tag, {k: v or "" for k, v in attrs}, len(self.all) + 1, self._open[-1])
-        self._open[-1].children.append(node)
-        self.all.append(node)
-        if tag not in _VOID:
-            self._open.append(node)
-
-    def handle_endtag(self, tag: str) -> None:
-        for i in range(len(self._open) - 1, 0, -1):
-            if self._open[i].tag == tag:
-                del self._open[i:]
-                return
-
-    def handle_data(self, data: str) -> None:
-        for node in self._open:
-            node.texts.append(data)
-
-    def by_id(self) -> dict[str, Node]:
-        return {n.attrs["id"]: n for n in self.all if "id" in n.attrs}
 
 
 # --- a real run with a crash, exported ----------------------------------------------------

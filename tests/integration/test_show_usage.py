@@ -1,16 +1,17 @@
 """``histaudit show`` on an agent's instance, run as a user runs it: what its runs used (LLM
 calls, tokens, tool calls; in all, per crash, per run of a task delivered again) under the
-table and in ``--json``, and ``--html``, one page with its tool and LLM calls named.
-Cost: ≈ 5 s of CPU (commands forked from the pre-imported server, on SQLite and
-PostgreSQL).
+table and in ``--json``, and ``--html``, a page opened in headless Chromium with its tool
+and LLM calls named. Cost: ≈ 6 s of CPU measured (commands forked from the pre-imported
+server, on SQLite and PostgreSQL, an export; one Chromium ``--dump-dom``, ≈ 1 s).
 
 The instance is a travel agent's, signed through the library as the interceptor signs it
-(tests/support/agent_ledger.py: 25 tasks, two crashes); the figures are its hand count.
+(tests/support/agent_ledger.py: 27 tasks, two crashes); the figures are its hand count.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from histaudit.ledger.keys import generate_keypair
 from histaudit.ledger.store import Ledger
 from support.agent_ledger import RUN_TOOL, SUMMARIZE, A, B, C, expected, sign_into, travel
+from support.chromium import Dom, chromium, console_problems
 from support.cli import cli, exits, one_error_line
 from support.ledgers import World
 from support.schemas import valid
@@ -123,3 +125,43 @@ def test_show_html_writes_one_page_and_refuses_what_it_cannot_do(trip: World) ->
                    "--kind")
     one_error_line(show(trip, "--html", trip.tmp / "c.html", "--json"), "--json")
     assert not (trip.tmp / "b.html").exists() and not (trip.tmp / "c.html").exists()
+
+
+def test_show_html_in_chromium_names_tool_and_llm_calls(sqlite_url: str,
+                                                        tmp_path: Path) -> None:
+    w = _world(sqlite_url, tmp_path)
+    page = tmp_path / "trip.html"
+    exits(show(w, "--html", page, "--payloads"))
+    r = chromium(page, "--dump-dom", profile=tmp_path / "profile")
+    assert console_problems(r.stderr) == []
+    dom = Dom(r.stdout)
+    # Nothing that runs or fetches, as in the bundle's report.
+    assert not [n for n in dom.all if n.tag in ("script", "iframe", "object", "embed", "img",
+                                                "link", "base", "form")]
+    assert not [n for n in dom.all for a in n.attrs if a.startswith("on")]
+    ids = dom.by_id()
+    assert all(n.attrs["href"][1:] in ids for n in dom.all if "href" in n.attrs)
+    # The picture: every task's row label keeps its number, run_tool rows name their tool
+    # and LLM rows their tokens; each LLM call is a mark whose tooltip gives its tokens.
+    (svg,) = dom.root.find("svg")
+    shown = [t.text.removeprefix(t.find("title")[0].text if t.find("title") else "")
+             for t in svg.find("text")]  # a label's text after its tooltip's
+    labels = [x for x in shown if re.search(r" #\d+", x)]
+    assert len(labels) == WANT["tasks"] and not [x for x in labels if "…" in x]
+    assert "run_tool #3 book_flight" in labels
+    assert f"run_tool #{SUMMARY - 1} send_note" in labels
+    assert f"summarize #{SUMMARY} LLM ×2 280 tok" in labels
+    llm = [m.find("title")[0].text for m in svg.find(cls="llm") if m.find("title")]
+    assert len(llm) == WANT["llm_calls"]
+    assert "LLM call to stub-1: 140 tokens (90 prompt, 50 completion)" in llm[-1]
+    tool_marks = [t.text for t in svg.find("title") if "tool call book_flight" in t.text]
+    assert tool_marks and all("[exec-3]" in t for t in tool_marks)
+    # The usage table and the steps table say it in words.
+    (usage,) = dom.root.find("section", "usage")
+    assert f"all 29 run(s){WANT['llm_calls']}" in usage.text.replace("\xa0", " ")
+    (steps,) = dom.root.find("section", "steps")
+    flight = next(row.text.replace("\xa0", " ") for row in steps.find("tr")
+                  if "task 3" in row.text.replace("\xa0", " "))
+    assert f"run #1 on {A} (crashed): book_flight: 1 begun with no answer" in flight
+    # The committed answers are shown as the escaped text they are.
+    assert any(v.text == '{"content":"ok <b>fine</b>"}' for v in dom.root.find("code", "val"))
