@@ -31,7 +31,8 @@ _AUDITED = "_histaudit_audited"
 
 def take_over_runner(runner: Any, who: str) -> adapters.AuditedWorkflowRuntime:
     """Replace ``runner``'s workflow runtime by an audited one that registered the same
-    workflows and activities; return it. ``who`` names the caller in errors
+    workflows and activities; return it (also left on the runner as
+    ``runner.histaudit_runtime``). ``who`` names the caller in errors
     (``audit_runner()``). A started runner, one already audited, or an object without a
     Diagrid runner's shape is a one-line UsageError."""
     register = getattr(runner, "_register_workflow_components", None)
@@ -52,6 +53,9 @@ def take_over_runner(runner: Any, who: str) -> adapters.AuditedWorkflowRuntime:
     audited = adapters.take_over(again, host=getattr(runner, "_host", None),
                                  port=getattr(runner, "_port", None))
     setattr(runner, _AUDITED, True)
+    # Public, for whoever needs the runtime itself: a crashtest entry (a factory annotated
+    # to return AuditedWorkflowRuntime: `return audit_runner(build()).histaudit_runtime`).
+    runner.histaudit_runtime = audited
     return audited
 
 
