@@ -20,7 +20,7 @@ with the provider's, call by call:
 One daprd stack and one app serve every travel case (module fixture): each case is its own
 instance, crashed at a point scoped to it (``<point>@<instance>/<task id>``,
 :func:`histaudit.crash.scoped_name`), so one app start per crash serves both the resumed
-case and the next one. Cost: 41-44 s of CPU, 46-70 s of wall (two runs at load 2.5-5 on
+case and the next one. Cost: 41-46 s of CPU, 46-70 s of wall (three runs at load 2.5-6.5 on
 two cores): seven app processes at ≈ 4.5 s of CPU each, mostly importing dapr-agents,
 which diagrid's base runner imports (four travel apps, two 100-step apps, the misuse
 script); the 100-step scenario is ≈ 17 s of it, ≈ 8 s of that for its 201 activities.

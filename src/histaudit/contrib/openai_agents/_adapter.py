@@ -120,7 +120,7 @@ def _guarded(tool: Any, name: str, tool_module: Any) -> Any:
             name, call_id if isinstance(call_id, str) else None, call)
 
     guarded.on_invoke_tool = on_invoke_tool
-    if hasattr(guarded, "_failure_error_function"):  # a FunctionTool: its formatter too
+    if isinstance(guarded, tool_module.FunctionTool):  # its failure formatter too
         tool_module.set_function_tool_failure_error_function(
             guarded, _signing_formatter(tool, tool_module))
     setattr(guarded, _GUARDED, True)
