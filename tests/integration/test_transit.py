@@ -14,6 +14,7 @@ real HashiCorp Vault dev server's transit engine (`make vault`) and the real eng
 * A batch of appends (its entries and heads) is signed in one request.
 * Every wrong way to name the key is one line, exit 2, the token shown nowhere, and the
   ledger unchanged.
+* A key version that is no number (issue #50) is one line, exit 2.
 
 Cost: ≈ 4 s of CPU, 11 s of wall (one Vault, one engine, one app).
 """
@@ -24,6 +25,7 @@ import contextlib
 import http.server
 import json
 import threading
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -227,3 +229,37 @@ def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
         assert vault.token not in line and vault.token not in r.stdout
     with Ledger.open(url) as ledger:
         assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
+
+
+# --- issue #50 item 4: a key version that is no number ---
+TOKEN = "hvs.CAESIJx7Qz0dNotARealTokenButShapedLikeOne"
+
+
+def _token_file(tmp: Path) -> Path:
+    path = tmp / "token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def _key_url(port: int, tmp: Path, *extra: str) -> str:
+    return "&".join([f"transit+http://127.0.0.1:{port}/transit/ledger?token-source=file:"
+                     f"{_token_file(tmp)}", *extra])
+
+
+def _unchanged(url: str) -> None:
+    with Ledger.open(url) as ledger:
+        assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
+
+
+def test_a_key_version_that_is_no_number_is_one_line(tmp_path: Path) -> None:
+    """Item 4: "²" passed str.isdigit and int() refused it; so did 5,000 digits (CPython's
+    conversion limit): tracebacks, exit 1. (Refused before the service is asked.)"""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger.open(url, create=True).close()
+    for version in ("²", "٣", "9" * 5000, "0", "-1", "1.5", "0x1", " 1"):
+        r = cli("checkpoint", "--db", url, "--key",
+                _key_url(9, tmp_path, f"key-version={urllib.parse.quote(version)}"),
+                cwd=tmp_path)
+        one_error_line(r, "is not a version number")
+    _unchanged(url)

@@ -51,6 +51,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from histaudit.config import VAULT_TOKEN_ENV
 from histaudit.errors import KeyMaterialError
+from histaudit.urls import shown_word
 
 from .keys import PublicKey, Signer, key_id, secret_from
 
@@ -64,6 +65,7 @@ _BATCH = 256
 """Messages signed per request: a batch's answer stays far below :data:`_MAX_ANSWER`
 (about 150 bytes a signature)."""
 _TIMEOUT_S = 10.0
+_MAX_VERSION_DIGITS = 9
 
 
 def is_transit_url(text: str) -> bool:
@@ -124,9 +126,14 @@ class TransitSigner(Signer):
         self._conn: http.client.HTTPConnection | None = None
         self._pid = os.getpid()
         version = query.get("key-version")
-        if version is not None and not (version.isdigit() and int(version) >= 1):
-            raise KeyMaterialError(f"transit key URL: key-version {version[:20]!r} is not a "
-                                   f"version number")
+        # ASCII digits only, and few: "²".isdigit() is true and int() refuses it, as it
+        # refuses 4,301 digits and more (a ValueError, not an error of histaudit's)
+        if version is not None and not (
+                version.isascii() and version.isdigit()
+                and len(version) <= _MAX_VERSION_DIGITS and int(version) >= 1):
+            raise KeyMaterialError(f"transit key URL: key-version {shown_word(version, 20)} "
+                                   f"is not a version number (1 to "
+                                   f"{'9' * _MAX_VERSION_DIGITS})")
         raw, self._version = self._public_key(int(version) if version else None)
         self._verifier = Ed25519PublicKey.from_public_bytes(raw)
         self.public = PublicKey(kid=key_id(raw), raw=raw)
