@@ -9,5 +9,7 @@ imported by the user's code, never here: each package is an optional extra
 ``dapr_agents``        dapr-agents' ``DurableAgent``: ``audit_agent(agent)``
 ``openai_agents``      the OpenAI Agents SDK on Diagrid's runner: ``audit_runner(runner)``
 ``langgraph``          LangGraph on Diagrid's graph runner: ``audit_runner(runner)``
+``strands``            Strands on Diagrid's runner: ``audit_runner(runner)``
+``crewai``             CrewAI on Diagrid's runner: ``audit_runner(runner)``
 =====================  =============================================================
 """
