@@ -591,7 +591,8 @@ def test_a_witness_answering_garbage_or_trickling_is_unreachable_in_bounded_time
 def test_a_witness_url_with_credentials_never_shows_them(
         sqlite_rig: Rig, start_witness: StartWitness) -> None:
     """The password of a witness URL was in the error line and in --json (issue #40,
-    item 4); now shown as ***, whatever the witness answers."""
+    item 4); now its whole user part is shown as *** (a token may be the user name,
+    issue #50), whatever the witness answers."""
     w = start_witness("witness.test/one")
     rig = sqlite_rig
     with hostile_witness("not-http") as url:
@@ -601,6 +602,6 @@ def test_a_witness_url_with_credentials_never_shows_them(
                           f"group witnesses all w1\nquorum witnesses\n", encoding="utf-8")
         said = rig.cosign(policy, "--timeout", "3")
         as_json = rig.cosign(policy, "--timeout", "3", "--json")
-    verification_failed(said, "witness w1: unreachable", "w:***@")
+    verification_failed(said, "witness w1: unreachable", "http://***@127.0.0.1")
     for r in (said, as_json):
         assert r.returncode == 1 and "S3cretTok3n" not in r.stdout + r.stderr, r.stderr
