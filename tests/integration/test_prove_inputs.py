@@ -1,4 +1,4 @@
-"""``histaudit prove`` against hostile traces (issue #50 items 6, 10),
+"""``histaudit prove`` against hostile traces and trace backends (issue #50 items 5, 6, 10),
 on SQLite and PostgreSQL, with a trace written here rather than by an app (the real
 Jaeger end to end is tests/integration/test_traces.py):
 
@@ -6,14 +6,19 @@ Jaeger end to end is tests/integration/test_traces.py):
   with or without ``--span-id``: which of the two is "the" span is not for prove to pick;
   the same span sent twice, identical, is one span;
 * a span whose claimed kind contradicts the kind its hashed entry signs is
-  ``span-unproven`` (exit 1, no bundle), so a false kind never reaches ``spans.json``.
+  ``span-unproven`` (exit 1, no bundle), so a false kind never reaches ``spans.json``;
+* ``--jaeger`` waits for a whole answer at most ``--timeout`` seconds, however slowly a
+  backend trickles its headers or its body, and follows no redirect to another host;
+* a ``--jaeger`` URL with a control character, or with credentials, is one line that shows no
+  secret.
 
-Cost: ≈ 2.5 s of CPU, 10 s of wall.
+Cost: ≈ 3 s of CPU, 12 s of wall (mostly the slow servers' deadlines).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,7 @@ from histaudit.ledger.checkpoint import origin_of
 from histaudit.ledger.keys import generate_keypair
 from histaudit.ledger.store import Ledger
 from support.cli import cli, exits, one_error_line
+from support.slow_server import SlowServer
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -111,3 +117,43 @@ def test_a_span_whose_kind_contradicts_its_entry_is_unproven(rig: Rig) -> None:
     (listed,) = json.loads((rig.tmp / "proof" / "spans.json").read_bytes())["spans"]
     assert listed["kind"] == "activity.completed"
     exits(cli("verify", "--bundle", rig.tmp / "proof", "--trust", rig.pub, cwd=rig.tmp))
+
+
+@pytest.mark.parametrize("mode", ["trickle-head", "trickle-body"])
+def test_a_trickling_backend_is_given_up_at_the_deadline(rig: Rig, mode: str) -> None:
+    """Item 5: a byte every 0.3 s keeps every read inside any per-read timeout; the whole
+    answer has ``--timeout`` seconds."""
+    with SlowServer(mode) as backend:
+        start = time.monotonic()
+        r = rig.prove("--jaeger", backend.url, "--trace-id", TRACE, "--timeout", "2")
+        took = time.monotonic() - start
+    one_error_line(r, "no complete answer within 2s")
+    assert took < 8, took
+    assert not (rig.tmp / "proof").exists() and rig.leaves() == 3
+
+
+def test_a_redirect_to_another_host_is_not_followed(rig: Rig) -> None:
+    with SlowServer("answer", body=rig.trace(rig.span("00f067aa0ba902b7", 3))) as target:
+        # to another host (127.0.0.2 is this machine too, but not the host asked)
+        elsewhere = target.url.replace("127.0.0.1", "127.0.0.2") + "/api/v3/traces/" + TRACE
+        with SlowServer("redirect", location=elsewhere) as backend:
+            r = rig.prove("--jaeger", backend.url, "--trace-id", TRACE)
+            one_error_line(r, "redirected to another host", "127.0.0.2")
+            assert target.paths == []
+        # within the same host and port: followed
+        with SlowServer("redirect", location="/mirror") as backend:
+            backend.location = f"{backend.url}/mirror/api/v3/traces/{TRACE}"
+            r = rig.prove("--jaeger", backend.url, "--trace-id", TRACE)
+            one_error_line(r, "redirects")  # …to itself, for ever: a bounded number of hops
+            assert 2 <= len(backend.paths) <= 6, backend.paths
+
+
+def test_a_jaeger_url_with_a_nul_or_credentials_is_one_line_without_the_secret(
+        rig: Rig) -> None:
+    # (an argument cannot hold a NUL byte; ESC and DEL stand for every control character)
+    for char in ("\x1b", "\x7f"):
+        one_error_line(rig.prove("--jaeger", f"http://127.0.0.1:9/{char}x", "--trace-id",
+                                 TRACE), "control or invisible character")
+    r = rig.prove("--jaeger", "http://ops:Pw5ecret@127.0.0.1:9/", "--trace-id", TRACE)
+    line = one_error_line(r, "cannot reach the trace backend")
+    assert "Pw5ecret" not in line and "ops" not in line, line

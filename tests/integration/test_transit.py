@@ -14,17 +14,22 @@ real HashiCorp Vault dev server's transit engine (`make vault`) and the real eng
 * A batch of appends (its entries and heads) is signed in one request.
 * Every wrong way to name the key is one line, exit 2, the token shown nowhere, and the
   ledger unchanged.
-* A key version that is no number (issue #50) is one line, exit 2.
+* Against a stand-in service on 127.0.0.1 (issue #50): a key version that is no number,
+  a service that trickles its answer (given up at the URL's ``timeout=``) — each one
+  line, exit 2, on SQLite and PostgreSQL, the ledger unchanged.
 
-Cost: ≈ 4 s of CPU, 11 s of wall (one Vault, one engine, one app).
+Cost: ≈ 4 s of CPU, 11 s of wall (one Vault, one engine, one app), and ≈ 4.5 s of CPU,
+13 s of wall for the stand-in cases (mostly their deadlines).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.server
 import json
 import threading
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -35,7 +40,7 @@ import pytest
 from histaudit.errors import KeyMaterialError
 from histaudit.ledger import chain
 from histaudit.ledger.chain import Item
-from histaudit.ledger.keys import TrustStore
+from histaudit.ledger.keys import Signer, TrustStore
 from histaudit.ledger.signers import load_signer
 from histaudit.ledger.store import Ledger
 from histaudit.testing.engine import EngineProcess
@@ -43,6 +48,7 @@ from histaudit.verification import Verifier
 from support.apps import AppProcess, AppRig
 from support.cli import cli, exits, one_error_line
 from support.ledgers import read_entries
+from support.slow_server import SlowServer
 from support.vault import Vault
 
 pytestmark = [pytest.mark.engine, pytest.mark.vault]
@@ -231,8 +237,14 @@ def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
         assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
 
 
-# --- issue #50 item 4: a key version that is no number ---
+# --- issue #50 items 4 and 5: bad versions, slow services ---
+# A stand-in key service on 127.0.0.1 (tests/support/slow_server.py): what is tested is
+# what the signer does with an answer, which no real Vault gives on purpose.
+
 TOKEN = "hvs.CAESIJx7Qz0dNotARealTokenButShapedLikeOne"
+PUBLIC = base64.b64encode(Signer.generate().public.raw).decode()
+KEY_ANSWER = json.dumps({"data": {"type": "ed25519", "latest_version": 1,
+                                  "keys": {"1": {"public_key": PUBLIC}}}}).encode()
 
 
 def _token_file(tmp: Path) -> Path:
@@ -263,3 +275,24 @@ def test_a_key_version_that_is_no_number_is_one_line(tmp_path: Path) -> None:
                 cwd=tmp_path)
         one_error_line(r, "is not a version number")
     _unchanged(url)
+
+
+@pytest.mark.parametrize("stage", ["opening the key", "signing"])
+def test_a_trickling_key_service_is_given_up_at_the_deadline(db_url: str, tmp_path: Path,
+                                                             stage: str) -> None:
+    """Item 5: a byte every 0.3 s keeps each read inside a per-read timeout for ever; the
+    whole exchange has ``timeout=`` seconds (here 1), reading the public key or signing."""
+    Ledger.open(db_url, create=True).close()
+    routes = {"/keys/": ("answer", KEY_ANSWER)} if stage == "signing" else {}
+    with SlowServer("trickle-body", routes=routes) as service:
+        start = time.monotonic()
+        r = cli("checkpoint", "--db", db_url, "--key",
+                _key_url(service.port, tmp_path, "timeout=1"), cwd=tmp_path)
+        took = time.monotonic() - start
+    line = one_error_line(r, "no complete answer within 1s")
+    assert took < 8 and TOKEN[4:12] not in line, (took, line)
+    assert any("/sign/" in p for p in service.paths) == (stage == "signing")
+    _unchanged(db_url)
+    one_error_line(cli("checkpoint", "--db", db_url, "--key",
+                       _key_url(service.port, tmp_path, "timeout=nan"), cwd=tmp_path),
+                   "timeout 'nan' is not a number of seconds")

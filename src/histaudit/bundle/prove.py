@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +32,8 @@ from histaudit.ledger.checkpoint import origin_of
 from histaudit.ledger.keys import Signer, TrustStore
 from histaudit.ledger.spans import ProvenSpan
 from histaudit.ledger.store import Ledger
-from histaudit.urls import shown_word
+from histaudit.services import ExchangeError, fetch
+from histaudit.urls import check_url_text, shown_url, shown_word
 from histaudit.verify.findings import Finding
 from histaudit.verify.spans import check_spans
 from histaudit.witness.policy import WitnessPolicy
@@ -44,6 +43,8 @@ from .export import ExportResult, export
 __all__ = ["ProveResult", "Span", "fetch_trace", "prove", "proven_spans", "read_spans"]
 
 TRACE_MAX_BYTES = 64 * 1024 * 1024
+FETCH_TIMEOUT = 30.0
+"""Seconds ``prove --jaeger`` waits for a whole trace by default (``--timeout``)."""
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _SPAN_ID = re.compile(r"[0-9a-f]{16}")
 
@@ -159,30 +160,32 @@ def proven_spans(spans: Iterable[Span], chosen: Sequence[str] = ()) -> list[Prov
     return proven
 
 
-def fetch_trace(base_url: str, trace_id: str, *, timeout: float = 30.0) -> bytes:
-    """Trace ``trace_id`` from a Jaeger query service (API v3, OTLP JSON); InputError
-    when it cannot be had, naming why."""
+def fetch_trace(base_url: str, trace_id: str, *, timeout: float = FETCH_TIMEOUT) -> bytes:
+    """Trace ``trace_id`` from a Jaeger query service (API v3, OTLP JSON), the whole
+    answer within ``timeout`` seconds (however slowly the backend trickles it), through
+    redirects within the backend's own origin only; InputError when it cannot be had,
+    naming why and the backend without its credentials."""
     trace_id = trace_id.lower()
     if not _TRACE_ID.fullmatch(trace_id):
-        raise InputError(f"trace id {trace_id!r} is not 32 hex digits")
+        raise InputError(f"trace id {shown_word(trace_id, 40)} is not 32 hex digits")
+    check_url_text(base_url, "--jaeger URL")
+    shown = shown_url(base_url, user=False)
     if not base_url.startswith(("http://", "https://")):
-        raise InputError(f"--jaeger {base_url!r} is not an http(s) URL")
+        raise InputError(f"--jaeger {shown[:80]!r} is not an http(s) URL")
     url = f"{base_url.rstrip('/')}/api/v3/traces/{trace_id}"
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            data: bytes = response.read(TRACE_MAX_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            raise InputError(f"the trace backend at {base_url} has no trace {trace_id}") \
-                from None
-        raise InputError(f"the trace backend at {base_url} answered HTTP {exc.code} for "
-                         f"trace {trace_id}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise InputError(f"cannot reach the trace backend at {base_url}: {reason}") from None
-    if len(data) > TRACE_MAX_BYTES:
+        answer = fetch(url, timeout=timeout, limit=TRACE_MAX_BYTES,
+                       headers={"Accept": "application/json"})
+    except ExchangeError as exc:
+        raise InputError(f"cannot reach the trace backend at {shown}: {exc}") from None
+    if answer.status == 404:
+        raise InputError(f"the trace backend at {shown} has no trace {trace_id}")
+    if answer.status != 200:
+        raise InputError(f"the trace backend at {shown} answered HTTP {answer.status} for "
+                         f"trace {trace_id}")
+    if len(answer.body) > TRACE_MAX_BYTES:
         raise InputError(f"trace {trace_id} is over {TRACE_MAX_BYTES} bytes")
-    return data
+    return answer.body
 
 
 # --- proving them -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from . import render
 from .options import (
     EXIT_CLEAN,
     EXIT_FINDINGS,
+    Seconds,
     db_option,
     key_option,
     read_file,
@@ -29,7 +30,11 @@ from .options import (
                    "that names a histaudit entry).")
 @click.option("--jaeger", metavar="URL",
               help="Jaeger query service to read the trace from (API v3, e.g. "
-                   "http://localhost:16686).")
+                   "http://localhost:16686); a redirect to another host is not followed.")
+@click.option("--timeout", type=Seconds(0.1, 3600), default=30.0, show_default=True,
+              metavar="SECONDS",
+              help="With --jaeger: the most seconds to wait for the whole trace (connecting "
+                   "and every byte of the answer, not each read).")
 @click.option("--trace-file", "trace_file", metavar="FILE",
               help="Read spans from this OTLP JSON file instead (a SIEM's or a backend's "
                    "export).")
@@ -41,8 +46,8 @@ from .options import (
 @key_option
 @trust_option
 def prove(trace_id: str | None, span_ids: tuple[str, ...], jaeger: str | None,
-          trace_file: str | None, out_dir: str, witness_policy: str | None, db: str | None,
-          key: str | None, trust: str | None) -> int:
+          timeout: float, trace_file: str | None, out_dir: str, witness_policy: str | None,
+          db: str | None, key: str | None, trust: str | None) -> int:
     """Prove the ledger entries OpenTelemetry spans name: check each against the ledger
     and write a bundle (its instances whole, inclusion proofs, a signed checkpoint, and
     spans.json) that `histaudit verify --bundle` checks offline; exit 1 when a span names
@@ -59,7 +64,7 @@ def prove(trace_id: str | None, span_ids: tuple[str, ...], jaeger: str | None,
     if jaeger is not None:
         if trace_id is None:
             raise UsageError("--jaeger needs --trace-id")
-        data, source = fetch_trace(jaeger, trace_id), f"trace {trace_id}"
+        data, source = fetch_trace(jaeger, trace_id, timeout=timeout), f"trace {trace_id}"
     else:
         assert trace_file is not None
         data = read_file(trace_file, "trace file", TRACE_MAX_BYTES)

@@ -12,6 +12,9 @@ HashiCorp Vault or OpenBao (they speak the same API), the KMS-style signer.
   own clients read). A token in the URL itself is refused: a key URL is shown in messages;
 * ``ca-file=PATH`` trusts a private CA for ``https``; ``transit+http://`` (no TLS) is
   allowed to a loopback address only, so a token never crosses a network in clear;
+* ``timeout=SECONDS`` bounds each exchange with the service as a whole — connecting, the
+  request, every byte of the answer — (default 10): a service that trickles its answer a
+  byte at a time is given up at the deadline, not kept waiting on per read;
 * ``key-version=N`` pins the key version; by default the latest version, read when the
   signer is opened, is pinned for the process. A rotation inside the service then changes
   nothing until the app restarts, and every record of one process is signed by one public
@@ -36,11 +39,12 @@ raw message). A service that offers only ECDSA keys cannot sign histaudit's reco
 from __future__ import annotations
 
 import base64
-import http.client
 import ipaddress
+import math
 import os
 import ssl
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -51,7 +55,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from histaudit.config import VAULT_TOKEN_ENV
 from histaudit.errors import KeyMaterialError
-from histaudit.urls import shown_word
+from histaudit.services import Connection, ExchangeError
+from histaudit.urls import check_url_text, shown_word
 
 from .keys import PublicKey, Signer, key_id, secret_from
 
@@ -65,7 +70,23 @@ _BATCH = 256
 """Messages signed per request: a batch's answer stays far below :data:`_MAX_ANSWER`
 (about 150 bytes a signature)."""
 _TIMEOUT_S = 10.0
+"""Seconds one exchange with the service may take in all, by default (``timeout=``)."""
 _MAX_VERSION_DIGITS = 9
+
+
+def _seconds(text: str | None) -> float:
+    """``timeout=``'s seconds (default :data:`_TIMEOUT_S`); KeyMaterialError unless a
+    finite number from 0.1 to 600."""
+    if text is None:
+        return _TIMEOUT_S
+    try:
+        value = float(text) if len(text) <= 20 else math.nan
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0.1 <= value <= 600):
+        raise KeyMaterialError(f"transit key URL: timeout {shown_word(text, 20)} is not a "
+                               f"number of seconds from 0.1 to 600")
+    return value
 
 
 def is_transit_url(text: str) -> bool:
@@ -86,12 +107,13 @@ class TransitSigner(Signer):
     URL (module docstring). The private key never leaves the service."""
 
     __slots__ = ("_conn", "_context", "_host", "_lock", "_mount", "_name", "_pid", "_port",
-                 "_tls", "_token", "_verifier", "_version", "shown")
+                 "_timeout", "_tls", "_token", "_verifier", "_version", "shown")
 
     def __init__(self, url: str, *, token: str | None = None) -> None:
         """``token``: what ``$VAULT_TOKEN`` holds (given by the caller,
         histaudit.config), used when the URL names no ``token-source`` file."""
         # Signer.__init__ takes a private key object; a remote key is never one.
+        check_url_text(url, "transit key URL")
         parts = urlsplit(url)
         self._tls = parts.scheme == "transit+https"
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -99,9 +121,10 @@ class TransitSigner(Signer):
             raise KeyMaterialError("transit key URL: a token in the URL is refused (a URL "
                                    "is shown in messages); use token-source=file:PATH or $"
                                    + TOKEN_ENV)
-        unknown = sorted(set(query) - {"token-source", "ca-file", "key-version"})
+        unknown = sorted(set(query) - {"token-source", "ca-file", "key-version", "timeout"})
         if unknown:
-            raise KeyMaterialError(f"transit key URL: unsupported parameter(s) {unknown[:4]}")
+            raise KeyMaterialError(f"transit key URL: unsupported parameter(s) "
+                                   f"{', '.join(shown_word(u, 40) for u in unknown[:4])}")
         if parts.username or parts.password:
             raise KeyMaterialError("transit key URL: credentials in the URL are refused")
         segments = [s for s in parts.path.split("/") if s]
@@ -122,8 +145,9 @@ class TransitSigner(Signer):
         self._token = secret_from(query.get("token-source"), token, secret="token",
                                   param="token-source", owner="transit key", env=TOKEN_ENV,
                                   limit=_MAX_TOKEN_FILE).strip()
+        self._timeout = _seconds(query.get("timeout"))
         self._lock = threading.Lock()
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: Connection | None = None
         self._pid = os.getpid()
         version = query.get("key-version")
         # ASCII digits only, and few: "²".isdigit() is true and int() refuses it, as it
@@ -141,59 +165,57 @@ class TransitSigner(Signer):
     # --- the service's API ------------------------------------------------------------
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """One request to the service on this process's kept-alive connection; its JSON
-        ``data``. KeyMaterialError naming the service and what failed, never the token."""
+        """One request to the service on this process's kept-alive connection, within
+        ``timeout`` in all; its JSON ``data``. KeyMaterialError naming the service and
+        what failed, never the token."""
         where = f"transit key {self.shown}"
         payload = orjson.dumps(body) if body is not None else None
         headers = {"X-Vault-Token": self._token, "Content-Type": "application/json"}
-        for attempt in (1, 2):  # a kept-alive connection the service closed: once more
-            if self._conn is None or self._pid != os.getpid():
-                self._conn = (http.client.HTTPSConnection(self._host, self._port,
-                                                          timeout=_TIMEOUT_S,
-                                                          context=self._context)
-                              if self._tls else
-                              http.client.HTTPConnection(self._host, self._port,
-                                                         timeout=_TIMEOUT_S))
-                self._pid = os.getpid()
-            try:
-                self._conn.request(method, f"/v1/{quote(self._mount)}/{path}", payload,
-                                   headers)
-                response = self._conn.getresponse()
-                data = response.read(_MAX_ANSWER + 1)
-                break
-            except (OSError, http.client.HTTPException) as exc:
-                self._conn.close()
-                self._conn = None
-                if attempt == 2 or isinstance(exc, ssl.SSLCertVerificationError):
-                    reason = getattr(exc, "strerror", None) or type(exc).__name__
-                    raise KeyMaterialError(f"{where}: cannot reach the service ({reason})") \
-                        from None
-        if response.status == 403:
-            raise KeyMaterialError(f"{where}: the service refused the token (HTTP 403)")
-        if response.status == 404:
-            raise KeyMaterialError(f"{where}: no such key or mount (HTTP 404)")
-        if response.status != 200 or len(data) > _MAX_ANSWER:
-            raise KeyMaterialError(f"{where}: the service answered HTTP {response.status}")
+        if self._conn is None or self._pid != os.getpid():
+            self._conn = Connection("https" if self._tls else "http", self._host, self._port,
+                                    context=self._context)
+            self._pid = os.getpid()
         try:
-            found = orjson.loads(data)["data"]
+            answer = self._conn.request(method, f"/v1/{quote(self._mount)}/{path}",
+                                        body=payload, headers=headers,
+                                        deadline=time.monotonic() + self._timeout,
+                                        limit=_MAX_ANSWER)
+        except ExchangeError as exc:
+            if exc.timed_out:
+                raise KeyMaterialError(f"{where}: no complete answer within "
+                                       f"{self._timeout:g}s (timeout=)") from None
+            raise KeyMaterialError(f"{where}: cannot reach the service "
+                                   f"({self._said(str(exc))})") from None
+        if answer.status == 403:
+            raise KeyMaterialError(f"{where}: the service refused the token (HTTP 403)")
+        if answer.status == 404:
+            raise KeyMaterialError(f"{where}: no such key or mount (HTTP 404)")
+        if answer.status != 200 or len(answer.body) > _MAX_ANSWER:
+            raise KeyMaterialError(f"{where}: the service answered HTTP {answer.status}")
+        try:
+            found = orjson.loads(answer.body)["data"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             raise KeyMaterialError(f"{where}: the service's answer is not transit's") \
                 from None
         return found
+
+    def _said(self, text: object, limit: int = 200) -> str:
+        """What the service said, on one line."""
+        return " ".join(str(text).split())[:limit]
 
     def _public_key(self, version: int | None) -> tuple[bytes, int]:
         """The raw public key of ``version`` (default: the latest) and that version."""
         info = self._call("GET", f"keys/{quote(self._name)}")
         where = f"transit key {self.shown}"
         if not isinstance(info, dict) or info.get("type") != "ed25519":
-            raise KeyMaterialError(f"{where} is not an ed25519 key (type "
-                                   f"{info.get('type') if isinstance(info, dict) else '?'})")
+            kind = self._said(info.get("type"), 40) if isinstance(info, dict) else "?"
+            raise KeyMaterialError(f"{where} is not an ed25519 key (type {kind})")
         keys = info.get("keys")
         chosen = version if version is not None else info.get("latest_version")
         entry = keys.get(str(chosen)) if isinstance(keys, dict) else None
         public = entry.get("public_key") if isinstance(entry, dict) else None
         if not isinstance(chosen, int) or not isinstance(public, str):
-            raise KeyMaterialError(f"{where} has no version {chosen}")
+            raise KeyMaterialError(f"{where} has no version {self._said(chosen, 40)}")
         try:
             raw = base64.b64decode(public, validate=True)
         except ValueError:
@@ -229,8 +251,8 @@ class TransitSigner(Signer):
     def _checked(self, result: object, message: bytes) -> bytes:
         """One batch result's signature, verified with the pinned public key."""
         if isinstance(result, dict) and isinstance(result.get("error"), str):
-            # the service's own words, on one line: never the token, which it does not echo
-            said = " ".join(result["error"].split())[:200]
+            # the service's own words, on one line
+            said = self._said(result["error"])
             raise KeyMaterialError(f"transit key {self.shown}: the service could not sign: "
                                    f"{said}")
         signature = result.get("signature") if isinstance(result, dict) else None
