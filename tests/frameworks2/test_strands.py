@@ -13,24 +13,29 @@ compared with the provider's, call by call:
 * a crash inside the flight's tool: ``effect-uncertain`` on that tool only;
 * a crash after an LLM call: ``llm-call-repeated`` at the stub's price of it;
 
-One daprd stack and one app serve every case (support/framework_travel.py). Cost: ≈ 35 s
-of CPU (one daprd stack, four app starts at ≈ 5 s of CPU each for importing Strands and
-diagrid, the CLI's show/verify).
+One daprd stack and one app serve every case (support/framework_travel.py); the
+DurableAgent's app runs last, on the same stack. Cost: ≈ 30 s of CPU, 32 s of wall (one
+daprd stack, five app starts at ≈ 4 s of CPU each for importing Strands and diagrid, the
+CLI's show/verify).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 
-from support.framework_travel import TravelRig, cost, travel_rig, warnings
+from support.apps import AppProcess
+from support.cli import cli
+from support.framework_travel import Run, TravelRig, cost, travel_rig, warnings
 from support.repo import REPO
 
 pytestmark = [pytest.mark.daprd, pytest.mark.crash, pytest.mark.engine,
               pytest.mark.xdist_group("strands")]
 
 APP = REPO / "examples" / "frameworks" / "strands" / "app.py"
+DURABLE_APP = APP.with_name("durable_app.py")
 # Task ids of the travel workflow: LLM 1, search 2, LLM 3, flight 4, hotel 5, LLM 6,
 # hotel again 7, the answer's LLM call 8.
 CRASHES = {
@@ -49,7 +54,10 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TravelRig]:
 
 def test_a_clean_run_guards_each_tool_call_signs_the_failure_and_every_llm_call(
         rig: TravelRig) -> None:
-    run = rig.case("clean")
+    _assert_clean(rig.case("clean"))
+
+
+def _assert_clean(run: Run) -> None:
     assert run.booked == {"book_flight": 1, "book_hotel": 1}
     entries = run.entries()
     effects = [(e["kind"], e["data"]["name"], e["data"].get("error_type"))
@@ -100,3 +108,22 @@ def test_a_crash_after_an_llm_call_costs_what_the_provider_billed(rig: TravelRig
     lost = next(tokens for kind, tokens in run.log if kind == "turn 1")
     (repeated,) = [f for f in run.findings() if f["code"] == "llm-call-repeated"]
     assert cost(repeated["message"]) == (1, lost), repeated["message"]
+
+
+def test_strands_own_durable_agent_is_audited_by_its_one_line(rig: TravelRig) -> None:
+    rig.app.kill()  # the runner's app serves the same workflow name
+    data = rig.tmp / "durable"
+    data.mkdir()
+    app = rig.add_app(AppProcess(
+        rig.engine, [DURABLE_APP], log=rig.tmp / "durable.log", ready="ready",
+        ready_timeout=180, env={**rig.app.env, "DATA_DIR": str(data), "HISTAUDIT_CRASH_AT": ""}))
+    start = len(rig.llm.log)
+    app.start()  # ready once the agent has answered
+    app.kill()
+    r = cli("list", "--json", "--db", rig.url, cwd=rig.tmp)
+    assert r.returncode == 0, r.stderr
+    (instance,) = [row["instance"] for row in json.loads(r.stdout)
+                   if row["instance"].startswith("dapr.strands.Travel.workflow_")]
+    booked = {what: len((data / f"{what}.txt").read_text().splitlines())
+              for what in ("book_flight", "book_hotel")}
+    _assert_clean(Run(rig, instance, rig.llm.log[start:], booked))

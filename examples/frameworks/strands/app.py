@@ -63,15 +63,20 @@ def book_hotel(city: str) -> str:
     return _book("book_hotel", city)
 
 
-def build_runner() -> DaprWorkflowAgentRunner:
-    """The agent's runner, audited: the one line."""
+def travel_agent() -> Agent:
+    """The Strands agent: Strands' own OpenAI model class aimed at the stub (answers not
+    streamed: the stub sends whole answers)."""
     model = OpenAIModel(
         client_args={"base_url": os.environ.get("STUB_LLM_URL", "http://127.0.0.1:9/v1"),
                      "api_key": "stub"},
         model_id="stub-travel", params={"stream": False})
-    agent = Agent(model=model, system_prompt="Book what is asked.", callback_handler=None,
-                  tools=[search_flights, book_flight, book_hotel])
-    return audit_runner(DaprWorkflowAgentRunner(agent=agent, name="travel"),
+    return Agent(model=model, system_prompt="Book what is asked.", callback_handler=None,
+                 tools=[search_flights, book_flight, book_hotel])
+
+
+def build_runner() -> DaprWorkflowAgentRunner:
+    """The agent's runner, audited: the one line."""
+    return audit_runner(DaprWorkflowAgentRunner(agent=travel_agent(), name="travel"),
                         read_only=["search_flights"])
 
 

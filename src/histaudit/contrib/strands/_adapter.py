@@ -30,12 +30,25 @@ agent, before ``runner.start()``:
 * the runner's ``WorkflowRuntime`` is given over to an audited one
   (:func:`histaudit.contrib._diagrid.take_over_runner`), with the workflow's output fields
   that hold the LLM's tool call ids declared volatile.
+
+Diagrid's other Strands entry, ``diagrid.agent.strands.DurableAgent`` (``durable =
+DurableAgent(agent, name=...)``; ``durable("task")``), is no Diagrid runner: its first call
+builds ``WorkflowRuntime()`` in ``_initialize_dapr``, registers activities made there
+(``dapr.strands.<Name>.call_model`` / ``.execute_tool``, the same bodies as the runner's),
+and starts it. :func:`audit_agent` guards and signs the same way and has that first call
+build an :class:`~histaudit.adapters.AuditedWorkflowRuntime` instead: the name
+``WorkflowRuntime`` that ``_initialize_dapr`` imports is answered, for that one call only,
+with the audited runtime (the import is local to the method; nothing is rebound in
+``dapr.ext.workflow`` or anywhere else; docs/adr/0013-framework-runtimes.md).
 """
 
 from __future__ import annotations
 
+import builtins
 import importlib
+import threading
 import time
+import types
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -43,7 +56,7 @@ from histaudit import adapters
 from histaudit.contrib._diagrid import take_over_runner
 from histaudit.errors import UsageError
 
-__all__ = ["VOLATILE_OUTPUT", "audit_runner"]
+__all__ = ["VOLATILE_OUTPUT", "audit_agent", "audit_runner"]
 
 VOLATILE_OUTPUT = ("$.tool_calls[*].tool_use_id",)
 """Fields of the runner workflow's output (``{"result", "tool_calls"}``) that differ
@@ -75,12 +88,88 @@ def audit_runner(runner: Any, *, read_only: Iterable[str] = ()) -> Any:
     return runner
 
 
-def _read_only(registry: dict[str, Any], read_only: Iterable[str]) -> set[str]:
+def audit_agent(durable: Any, *, read_only: Iterable[str] = ()) -> Any:
+    """Audit Diagrid's Strands ``DurableAgent`` before its first call: every tool of its
+    agent but the ``read_only`` ones guarded, every model call signed, and the runtime its
+    first call builds and starts an audited one; return it.
+
+    ``read_only`` names tools as the agent's tool registry does; a name it has not, an
+    agent already audited or already called, or an object without that shape is a
+    UsageError. Like the DurableAgent itself, a restarted process serves (and so resumes)
+    its workflow only once the agent is called again."""
+    initialize = getattr(durable, "_initialize_dapr", None)
+    agent = getattr(durable, "agent", None)
+    registry = getattr(getattr(agent, "tool_registry", None), "registry", None)
+    if (not callable(initialize) or not isinstance(registry, dict)
+            or not isinstance(getattr(durable, "_workflow_name", None), str)):
+        raise UsageError(f"audit_agent(): {type(durable).__name__} is not Diagrid's Strands "
+                         "DurableAgent (it has no _initialize_dapr, agent or workflow name)")
+    if getattr(initialize, _GUARDED, False):
+        raise UsageError("audit_agent(): this DurableAgent is already audited")
+    if getattr(durable, "_initialized", False):
+        raise UsageError("audit_agent(): the DurableAgent has run; audit it before its "
+                         "first call")
+    exempt = _read_only(registry, read_only, "audit_agent()")
+    _audit_agent_objects(agent, registry, exempt)
+    durable._initialize_dapr = _initialize_audited(durable, initialize)
+    return durable
+
+
+def _initialize_audited(durable: Any, initialize: Any) -> Any:
+    """``durable._initialize_dapr`` run with an audited runtime where it builds
+    ``WorkflowRuntime()``: a copy of the method whose ``__import__`` answers ``from
+    dapr.ext.workflow import WorkflowRuntime`` with a factory of that runtime."""
+    method = getattr(initialize, "__func__", None)
+    if not isinstance(method, types.FunctionType):
+        raise UsageError("audit_agent(): the DurableAgent's _initialize_dapr is not a method "
+                         "histaudit can run (diagrid changed it?)")
+    lock = threading.Lock()
+
+    def initialize_audited() -> None:
+        with lock:
+            if getattr(durable, "_initialized", False):
+                return
+            runtime = adapters.AuditedWorkflowRuntime()
+            runtime.mark_volatile(durable._workflow_name, *VOLATILE_OUTPUT)
+            hooked = types.FunctionType(
+                method.__code__,
+                {**method.__globals__, "__builtins__": _importing_runtime(runtime)},
+                method.__name__, method.__defaults__, method.__closure__)
+            hooked(durable)
+            if durable._workflow_runtime is not runtime:
+                raise UsageError("audit_agent(): the DurableAgent did not build its runtime "
+                                 "from dapr.ext.workflow.WorkflowRuntime as diagrid 0.5.3 "
+                                 "does; it ran unaudited")
+
+    setattr(initialize_audited, _GUARDED, True)
+    return initialize_audited
+
+
+def _importing_runtime(runtime: Any) -> dict[str, Any]:
+    """Builtins whose ``__import__`` hands ``from dapr.ext.workflow import ...`` a module
+    whose ``WorkflowRuntime`` builds nothing but returns ``runtime``."""
+    real = builtins.__import__
+
+    def hooked_import(name: str, scope: Any = None, local: Any = None,
+                      fromlist: Any = (), level: int = 0) -> Any:
+        module = real(name, scope, local, fromlist, level)
+        if name != "dapr.ext.workflow" or level != 0 or not fromlist:
+            return module
+        view = types.SimpleNamespace(**{n: getattr(module, n) for n in fromlist
+                                        if n != "WorkflowRuntime" and hasattr(module, n)})
+        view.WorkflowRuntime = lambda *args, **kwargs: runtime
+        return view
+
+    return {**vars(builtins), "__import__": hooked_import}
+
+
+def _read_only(registry: dict[str, Any], read_only: Iterable[str],
+               who: str = "audit_runner()") -> set[str]:
     exempt = set()
     for name in [read_only] if isinstance(read_only, str) else read_only:
         if name not in registry:
-            raise UsageError(f"audit_runner(): read_only names {name!r}, which the agent has "
-                             f"no tool of (its tools: {', '.join(sorted(registry))})")
+            raise UsageError(f"{who}: read_only names {name!r}, which the agent has no tool "
+                             f"of (its tools: {', '.join(sorted(registry))})")
         exempt.add(name)
     return exempt
 
