@@ -1,6 +1,6 @@
 """Talking to a service over HTTP: the key service that signs (transit), the trace backend
-``prove --jaeger`` reads, the witnesses that cosign. Each exchange here is bounded
-(issue #50):
+``prove --jaeger`` reads, the witnesses that cosign. Each exchange here is bounded and
+what a service says is shown without secrets (issue #50):
 
 * :class:`Connection` makes one request at a time to one origin, on a kept-alive
   connection, within an **overall deadline**: connecting, sending, the status line, the
@@ -10,6 +10,10 @@
 * :func:`fetch` follows a redirect only within the origin asked (scheme, host and port),
   a few hops at most, under the same deadline: a backend cannot send the request — or
   the operator's trust in the answer — to another host.
+* :func:`service_words` is what a message may quote of a service's answer: one line,
+  clipped, with every secret the caller holds (a token, a URL's password), any run of
+  8 or more of its characters, and every word shaped like a token (``hvs.…``, a JWT,
+  ``Bearer …``) as ``***``. A service may echo the token it was sent in its error.
 
 Only the standard library's ``http.client`` is used.
 """
@@ -17,21 +21,32 @@ Only the standard library's ``http.client`` is used.
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 from .errors import HistauditError
 from .urls import check_url_text, shown_url
 
-__all__ = ["Answer", "Connection", "ExchangeError", "fetch"]
+__all__ = ["Answer", "Connection", "ExchangeError", "fetch", "service_words"]
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_HOPS = 5
+_FRAGMENT = 8
+"""A run of this many characters of a secret, anywhere in a service's words, hides the
+word holding it: a service may quote a token in part."""
+_SHORT = 4
+"""A secret shorter than this (a user name ``w``) hides only a word that is exactly it:
+its letters are in too many other words."""
+_TOKEN_SHAPES = re.compile(
+    r"\b(?:hv[sbr]|[sbr])\.[A-Za-z0-9_-]{8,}"          # Vault / OpenBao tokens
+    r"|\beyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)*"      # a JWT
+    r"|(?i:bearer|token|basic)[ :=]+(?P<value>[^\s,;]{8,})")  # an Authorization value
 
 
 class ExchangeError(HistauditError):
@@ -205,3 +220,29 @@ def _origin(url: str) -> tuple[str, str, int]:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ExchangeError("not an http(s) URL with a host")
     return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
+
+
+def service_words(text: str, secrets: Iterable[str] = (), *, limit: int = 200) -> str:
+    """What a message may quote of a service's answer ``text`` (module docstring)."""
+    text = " ".join(text[:limit * 20].split())
+    hidden = [False] * len(text)
+    secrets = [s for s in secrets if s]
+    short = {s for s in secrets if len(s) < _SHORT}  # hidden where a whole word is one
+    for secret in secrets:
+        if secret in short:
+            continue
+        width = min(_FRAGMENT, len(secret))
+        pieces = {secret[i:i + width] for i in range(len(secret) - width + 1)}
+        for i in range(len(text) - width + 1):
+            if text[i:i + width] in pieces:
+                hidden[i:i + width] = [True] * width
+    for found in _TOKEN_SHAPES.finditer(text):
+        start, end = found.span("value") if found.group("value") else found.span()
+        hidden[start:end] = [True] * (end - start)
+    out = []
+    at = 0
+    for word in text.split(" "):
+        out.append("***" if word in short or any(hidden[at:at + len(word)]) else word)
+        at += len(word) + 1
+    shown = " ".join(out)
+    return shown if len(shown) <= limit else shown[:limit] + "…"

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .errors import InputError
 
-__all__ = ["check_url_text", "shown_url", "shown_word", "without_secrets"]
+__all__ = ["check_url_text", "secrets_of", "shown_url", "shown_word", "without_secrets"]
 
 _SECRET_PARAM = re.compile(r"((?:^|&)(?:password|passwd|token|secret|key|sslpassword)=)"
                            r"[^&]*", re.IGNORECASE)
@@ -38,14 +38,28 @@ def shown_url(url: str, *, user: bool = True) -> str:
         parts = urlsplit(url)
         netloc = parts.netloc
         if parts.password is not None:
-            user, host = netloc.rsplit("@", 1)
-            netloc = f"{user.split(':', 1)[0]}:***@{host}"
+            userinfo, host = netloc.rsplit("@", 1)
+            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
         query = _SECRET_PARAM.sub(r"\1***", parts.query)
         if (netloc, query) == (parts.netloc, parts.query):
             return url  # nothing to hide (and urlunsplit would turn sqlite:/// into sqlite:/)
         return urlunsplit(parts._replace(netloc=netloc, query=query))
     except ValueError:  # not parseable (an unclosed IPv6 bracket, a bad port)
         return _SECRET_PARAM.sub(r"\1***", _USERINFO.sub("***@", url))
+
+
+def secrets_of(url: str) -> list[str]:
+    """What of ``url`` is secret: its user name and password, and the values of its
+    ``password``/``token``/``secret``/``key`` query parameters (for scrubbing a service's
+    words that may echo them)."""
+    found = [m.group(0).split("=", 1)[1] for m in _SECRET_PARAM.finditer(
+        url.partition("?")[2])]
+    try:
+        parts = urlsplit(url)
+        found += [parts.username or "", parts.password or ""]
+    except ValueError:
+        pass
+    return [s for s in found if s]
 
 
 def without_secrets(text: str, url: str) -> str:

@@ -15,8 +15,9 @@ real HashiCorp Vault dev server's transit engine (`make vault`) and the real eng
 * Every wrong way to name the key is one line, exit 2, the token shown nowhere, and the
   ledger unchanged.
 * Against a stand-in service on 127.0.0.1 (issue #50): a key version that is no number,
-  a service that trickles its answer (given up at the URL's ``timeout=``) — each one
-  line, exit 2, on SQLite and PostgreSQL, the ledger unchanged.
+  a service that trickles its answer (given up at the URL's ``timeout=``), a service that
+  echoes the token in its refusal (never printed) — each one line, exit 2, on SQLite and
+  PostgreSQL, the ledger unchanged.
 
 Cost: ≈ 4 s of CPU, 11 s of wall (one Vault, one engine, one app), and ≈ 4.5 s of CPU,
 13 s of wall for the stand-in cases (mostly their deadlines).
@@ -237,7 +238,7 @@ def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
         assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
 
 
-# --- issue #50 items 4 and 5: bad versions, slow services ---
+# --- issue #50 items 4, 5, 7: bad versions, slow services, services that echo the token ---
 # A stand-in key service on 127.0.0.1 (tests/support/slow_server.py): what is tested is
 # what the signer does with an answer, which no real Vault gives on purpose.
 
@@ -296,3 +297,27 @@ def test_a_trickling_key_service_is_given_up_at_the_deadline(db_url: str, tmp_pa
     one_error_line(cli("checkpoint", "--db", db_url, "--key",
                        _key_url(service.port, tmp_path, "timeout=nan"), cwd=tmp_path),
                    "timeout 'nan' is not a number of seconds")
+
+
+def test_a_service_that_echoes_the_token_never_gets_it_printed(db_url: str,
+                                                               tmp_path: Path) -> None:
+    """Item 7: the service's own words were quoted as they came."""
+    Ledger.open(db_url, create=True).close()
+    for said in (f"permission denied for token {TOKEN}",
+                 f"permission denied for token {TOKEN[:14]}…",         # a part of it
+                 "permission denied: token hvs.SomeOtherTokenItHeld99"):  # shaped like one
+        refusal = json.dumps({"data": {"batch_results": [{"error": said}]}}).encode()
+        with SlowServer("answer", body=refusal, routes={"/keys/": ("answer", KEY_ANSWER)}
+                        ) as service:
+            r = cli("checkpoint", "--db", db_url, "--key", _key_url(service.port, tmp_path),
+                    cwd=tmp_path)
+        line = one_error_line(r, "could not sign: permission denied", "***")
+        assert TOKEN[4:12] not in line and "SomeOtherToken" not in line, line
+    _unchanged(db_url)
+    # the key's type, as the service says it, is quoted the same way
+    odd = json.dumps({"data": {"type": f"ed25519 for {TOKEN}"}}).encode()
+    with SlowServer("answer", body=odd) as service:
+        line = one_error_line(cli("checkpoint", "--db", db_url, "--key",
+                                  _key_url(service.port, tmp_path), cwd=tmp_path),
+                              "is not an ed25519 key")
+    assert TOKEN[4:12] not in line, line

@@ -46,6 +46,7 @@ from support.cli import cli, exits, one_error_line, verification_failed
 from support.hostile_witness import ANSWERS, hostile_witness
 from support.ledgers import LedgerDb
 from support.repo import REPO, SCHEMAS
+from support.slow_server import SlowServer
 from support.witness import Witness, start_witness, write_policy
 
 __all__ = ["start_witness"]  # the fixture, imported so pytest finds it here
@@ -605,3 +606,22 @@ def test_a_witness_url_with_credentials_never_shows_them(
     verification_failed(said, "witness w1: unreachable", "http://***@127.0.0.1")
     for r in (said, as_json):
         assert r.returncode == 1 and "S3cretTok3n" not in r.stdout + r.stderr, r.stderr
+
+
+
+def test_a_witness_that_echoes_its_credentials_never_gets_them_printed(
+        sqlite_rig: Rig, start_witness: StartWitness) -> None:
+    """Issue #50 item 7, widened to witnesses: a refusal's body is quoted, and a witness
+    may echo the user and password it was sent, or a token."""
+    w = start_witness("witness.test/one")
+    rig = sqlite_rig
+    said = (b"401 unauthorized: user w password S3cretTok3n (S3cretTok... expired); "
+            b"try hvs.AnotherTokenItKnew123")
+    with SlowServer("answer", status=401, body=said) as witness:
+        policy = rig.tmp / "echo.txt"
+        policy.write_text(f"log {rig.log_vkey}\nwitness w1 {w.vkey} "
+                          f"{witness.url.replace('http://', 'http://w:S3cretTok3n@')}/\n"
+                          f"group witnesses all w1\nquorum witnesses\n", encoding="utf-8")
+        r = rig.cosign(policy, "--timeout", "3")
+    line = verification_failed(r, "witness w1: answered HTTP 401", "401 unauthorized: user")
+    assert "S3cretT" not in line and "AnotherToken" not in line, line

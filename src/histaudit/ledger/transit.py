@@ -21,6 +21,11 @@ HashiCorp Vault or OpenBao (they speak the same API), the KMS-style signer.
   key — the one exported into the trust store (``histaudit keys export-public``), as with
   every signer: a new version is a new histaudit key, added with its validity window.
 
+What the service says (an error, a key's type) is quoted in messages through
+:func:`histaudit.services.service_words`: the token — whole or any 8 characters of it —
+and anything shaped like a token never reaches a message, even when the service echoes
+it ("permission denied for token hvs.…").
+
 The public key is the one the service reports for that version (``GET
 /v1/<mount>/keys/<name>``); signatures come from ``POST /v1/<mount>/sign/<name>``
 (pure Ed25519 over the exact bytes, base64 ``input``), the messages of one batch of
@@ -55,7 +60,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from histaudit.config import VAULT_TOKEN_ENV
 from histaudit.errors import KeyMaterialError
-from histaudit.services import Connection, ExchangeError
+from histaudit.services import Connection, ExchangeError, service_words
 from histaudit.urls import check_url_text, shown_word
 
 from .keys import PublicKey, Signer, key_id, secret_from
@@ -200,8 +205,8 @@ class TransitSigner(Signer):
         return found
 
     def _said(self, text: object, limit: int = 200) -> str:
-        """What the service said, on one line."""
-        return " ".join(str(text).split())[:limit]
+        """What the service said, fit for a message: one line, without the token."""
+        return service_words(str(text), [self._token], limit=limit)
 
     def _public_key(self, version: int | None) -> tuple[bytes, int]:
         """The raw public key of ``version`` (default: the latest) and that version."""
@@ -251,7 +256,7 @@ class TransitSigner(Signer):
     def _checked(self, result: object, message: bytes) -> bytes:
         """One batch result's signature, verified with the pinned public key."""
         if isinstance(result, dict) and isinstance(result.get("error"), str):
-            # the service's own words, on one line
+            # the service's own words, on one line, without the token even if it echoes it
             said = self._said(result["error"])
             raise KeyMaterialError(f"transit key {self.shown}: the service could not sign: "
                                    f"{said}")

@@ -23,6 +23,7 @@ from histaudit import history_file, sdk
 from histaudit.errors import EngineError, InputError, UsageError
 from histaudit.history_file import execution_started
 from histaudit.inputs import read_limited
+from histaudit.services import service_words
 
 __all__ = ["DEFAULT_TIMEOUT_S", "HISTORY_FORMAT", "HISTORY_VERSION", "History",
            "engine_instance_ids", "execution_started", "history_files"]
@@ -156,8 +157,10 @@ def _call(address: str, what: str, call: Any, timeout: float,
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             raise EngineError(f"engine at {address} did not answer within "
                               f"{timeout:g}s") from None
+        # the engine's words, on one line, with nothing shaped like a token in them
         raise EngineError(f"engine at {address}: {what} failed: "
-                          f"{code.name if code else 'error'}: {detail}") from None
+                          f"{code.name if code else 'error'}: "
+                          f"{service_words(str(detail))}") from None
 
 
 def _fetch(address: str, instance_id: str, timeout: float) -> list[Any]:

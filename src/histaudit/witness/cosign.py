@@ -28,7 +28,8 @@ from histaudit.ledger.checkpoint import (
     with_lines,
 )
 from histaudit.ledger.keys import Signer
-from histaudit.urls import shown_url, without_secrets
+from histaudit.services import service_words
+from histaudit.urls import secrets_of, shown_url, without_secrets
 
 from .client import Answer, add_checkpoint, request_body
 from .policy import Counted, PolicyVerdict, PolicyWitness, WitnessPolicy, counted_cosignatures
@@ -150,7 +151,7 @@ def _submit(witness: PolicyWitness, cp: Checkpoint, tree: merkle.Tree, guess: in
             known = _size_of(answer)
             if known is None:
                 return _out(witness, REFUSED, f"answered 409 without a tree size "
-                                              f"({_excerpt(answer)})", old)
+                                              f"({_excerpt(answer, witness)})", old)
             if known > cp.size:
                 return _out(witness, CONTRADICTED,
                             f"it has cosigned a tree of {known} leaves, this ledger holds "
@@ -191,7 +192,8 @@ def _judge(witness: PolicyWitness, cp: Checkpoint, answer: Answer, old: int) -> 
     if status == 403:
         return _out(witness, REFUSED, f"refused the checkpoint's signature (the witness "
                                       f"holds another key for {cp.origin})", old)
-    return _out(witness, REFUSED, f"answered HTTP {status} ({_excerpt(answer)})", old)
+    return _out(witness, REFUSED, f"answered HTTP {status} ({_excerpt(answer, witness)})",
+                old)
 
 
 def _out(witness: PolicyWitness, status: str, message: str, old: int) -> WitnessOutcome:
@@ -203,6 +205,8 @@ def _size_of(answer: Answer) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and len(text) < 20 else None
 
 
-def _excerpt(answer: Answer) -> str:
-    text = answer.body.decode("utf-8", "replace").strip().replace("\n", " ")
-    return text[:120] or "no body"
+def _excerpt(answer: Answer, witness: PolicyWitness) -> str:
+    """The start of what the witness answered, without the secrets of its URL (a
+    witness may echo them) or anything shaped like a token."""
+    text = answer.body[:4096].decode("utf-8", "replace")
+    return service_words(text, secrets_of(witness.url or ""), limit=120) or "no body"
