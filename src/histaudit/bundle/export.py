@@ -75,13 +75,15 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
            html: bool = True, progress: Progress | None = None,
            dapr: DaprSource | None = None,
            witnesses: WitnessPolicy | None = None,
-           files: Mapping[str, bytes] | None = None) -> ExportResult:
+           files: Mapping[str, bytes] | None = None, scitt: bool = False) -> ExportResult:
     """Write a bundle of ``instances`` (all instances when empty) to directory ``out``.
 
     The checkpoint note carries the stored witness cosignatures of its size that count
     (:func:`~histaudit.witness.policy.counted_cosignatures`): those that verify under the
     ``witnesses`` policy, or with none every one of a cosignature's shape. ``files`` are
     more files for the bundle (``prove``'s spans.json), listed and hashed in the manifest.
+    ``scitt`` adds the ``scitt/`` files (:mod:`.scitt`): every exported entry as a SCITT
+    signed statement with its COSE receipt, and a Capsule per guarded call.
 
     ``progress(done, total)`` is told how far the bundle is: the ledger's leaves hashed
     for the inclusion proofs, then the instances' entries written.
@@ -124,7 +126,7 @@ def export(ledger: Ledger, instances: Iterable[str], out: str | os.PathLike[str]
     staged = StagedOutput(out, lambda cp: _bundle_files(ledger, chosen, heads, cp, signer,
                                                         trust, since, until, with_payloads,
                                                         html, counts, progress, extra,
-                                                        cosigned),
+                                                        cosigned, scitt),
                           what="bundle", directory=True)
     make_checkpoint(ledger, signer, output=staged)
     return ExportResult(Path(out), len(chosen), counts["entries"], staged.written,
@@ -136,7 +138,8 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
                   until: str | None, with_payloads: bool, html: bool,
                   counts: dict[str, int], progress: Progress | None,
                   extra: Mapping[str, bytes],
-                  cosigned: Callable[[Checkpoint], bytes]) -> dict[str, bytes]:
+                  cosigned: Callable[[Checkpoint], bytes],
+                  scitt: bool = False) -> dict[str, bytes]:
     """Every file of the bundle, the manifest last, for the signed checkpoint ``cp``;
     ``extra`` (Dapr's rows, prove's spans) is listed and hashed in the manifest like the others;
     ``cosigned(cp)`` is the note with its cosignatures."""
@@ -152,6 +155,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
     entry_lines, head_lines, payload_lines = [], [], []
     summaries, kids = [], {signer.kid}
     reports: list[Report] = []
+    exported: dict[str, list[rec.StoredEntry]] = {}
     timelines: dict[str, tuple[timeline.TimelineEntry, ...]] = {}
     for instance in chosen:
         head = heads[instance]
@@ -161,6 +165,7 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
         if head is None or not rows:
             raise InputError(f"instance {rec.shown_id(instance)} has no signed head or no "
                              f"entries")
+        exported[instance] = rows
         for r in tally.count(rows):
             proof = tree.inclusion_proof(r.leaf, cp.size)
             entry_lines.append(orjson.dumps({
@@ -191,6 +196,11 @@ def _bundle_files(ledger: Ledger, chosen: list[str], heads: Mapping[str, rec.Sto
     files["keys.json"] = orjson.dumps({"keys": keys}, option=orjson.OPT_INDENT_2)
     if with_payloads:
         files["payloads.jsonl"] = b"".join(line + b"\n" for line in payload_lines)
+    if scitt:
+        from .scitt import scitt_files
+        files.update(scitt_files(exported, tree, cp, files["checkpoint.note"], signer,
+                                 [k for k in trust if k.kid in kids],
+                                 ledger.checkpoint_notes()))
     if html:
         from .html import render_html
         files["report.html"] = render_html(reports, origin=cp.origin, checkpoint=cp,

@@ -90,10 +90,16 @@ class StagedOutput:
                 assert isinstance(data, Mapping)
                 tmp.mkdir()
                 self._tmp = tmp
+                made = {tmp}
                 for name, blob in data.items():
-                    _write_synced(tmp / name, blob)
+                    path = tmp / name
+                    if path.parent not in made:  # a file in a subdirectory (scitt/...)
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        made.update((tmp / name).parents)
+                    _write_synced(path, blob)
                     self.written += len(blob)
-                _fsync_dir(tmp)
+                for made_dir in sorted(made, key=lambda p: -len(p.parts)):
+                    _fsync_dir(made_dir)
             else:
                 assert isinstance(data, bytes)
                 os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))

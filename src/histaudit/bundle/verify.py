@@ -49,6 +49,8 @@ from .envelope import (
     pae,
     unb64,
 )
+from .scitt import INDEX as SCITT_INDEX
+from .scitt import check_scitt
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -230,7 +232,7 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     for name in sorted(set(declared) | set(FILES)):
         if name not in declared:
             raise InputError(f"bundle manifest does not list {name}")
-        if "/" in name or name.startswith(".") or not name or "\x00" in name:
+        if not _safe_name(name):
             raise InputError(f"bundle manifest names an unsafe path {name!r}")
         meta = declared[name]
         data = read_listed(root, name, meta)
@@ -332,8 +334,20 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
         except FormatError as exc:
             raise InputError(f"bundle {exc}") from None
         findings.extend(check_spans(spans, cp.origin, rows))
+    if SCITT_INDEX in contents:  # the bundle's SCITT statements, receipts and Capsules
+        findings.extend(check_scitt(contents, cp, rows, trust))
     return BundleResult(checkpoint=cp, findings=tuple(findings), reports=tuple(reports),
                         consistency=consistency, spans=tuple(spans))
+
+
+def _safe_name(name: str) -> bool:
+    """A listed name is a file name, or a relative path under ``scitt/``
+    (``scitt/entries/3.cose``), no part empty or hidden (so no ``..``), no NUL or
+    backslash (docs/bundle.md §9 step 5)."""
+    parts = name.split("/")
+    return (all(part and not part.startswith(".") for part in parts)
+            and (len(parts) == 1 or parts[0] == "scitt")
+            and "\x00" not in name and "\\" not in name)
 
 
 def _no_payload(_commitment: str) -> None:

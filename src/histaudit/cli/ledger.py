@@ -234,11 +234,16 @@ def _signed_entry(ledger: Ledger, instance: str, seq: int) -> rec.Entry:
 @click.option("--witness-policy", "witness_policy", metavar="FILE",
               help="Carry only the stored witness cosignatures that verify under this "
                    "policy (without it: every one of a cosignature's shape).")
+@click.option("--format", "fmt", type=click.Choice(["bundle", "scitt"]), default="bundle",
+              metavar="bundle|scitt", show_default=True,
+              help="scitt: the bundle plus scitt/, every entry as a SCITT signed statement "
+                   "(COSE_Sign1) with its COSE receipt against the checkpoint, and an Agent "
+                   "Action Capsule per guarded call (docs/scitt.md).")
 def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until: str | None,
            with_payloads: bool, db: str | None, key: str | None, trust: str | None,
            dapr_state: str | None = None, trust_anchors: str | None = None,
            dapr_app_id: str | None = None, dapr_table: str = "state",
-           witness_policy: str | None = None) -> int:
+           witness_policy: str | None = None, fmt: str = "bundle") -> int:
     """Write a self-contained signed bundle of INSTANCE_IDS (default: all) for auditors."""
     from histaudit.bundle.export import DaprSource
     from histaudit.bundle.export import export as write_bundle
@@ -263,7 +268,8 @@ def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until
     with open_ledger(db) as ledger, Meter(f"exporting to {shown}") as meter:
         result = write_bundle(ledger, instance_ids, out_dir, signer=signer, trust=keys,
                               since=since, until=until, with_payloads=with_payloads,
-                              progress=meter.callback, dapr=dapr, witnesses=witnesses)
+                              progress=meter.callback, dapr=dapr, witnesses=witnesses,
+                              scitt=fmt == "scitt")
     click.echo(f"exported {result.instances} instance(s), {result.entries} entries, "
                f"{result.bytes} bytes to {result.path}")
     if result.cosignatures_ignored:

@@ -86,6 +86,13 @@ CODES: dict[str, tuple[Severity, str]] = {
     "inclusion-invalid": (E, "entry's inclusion proof does not lead to the checkpoint root"),
     "bundle-file-changed": (E, "a bundle file differs from what the signed manifest lists"),
     "span-unproven": (E, "a span names an entry the ledger or bundle does not hold as named"),
+    # a bundle's SCITT statements, receipts and Capsules (docs/scitt.md)
+    "scitt-statement-invalid": (E, "an entry's SCITT statement is missing, unsigned by a "
+                                   "trusted key, or not of its body"),
+    "scitt-receipt-invalid": (E, "a COSE receipt does not prove its leaf, or the tree's "
+                                 "growth, against the signed checkpoint"),
+    "capsule-invalid": (E, "a guarded call's Agent Action Capsule is missing, unsigned, or not "
+                           "the one its entries imply"),
     # witness cosignatures of checkpoints (docs/bundle.md §4.4)
     "witness-quorum-missing": (E, "checkpoint lacks the witness cosignatures its policy needs"),
     "cosignature-invalid": (E, "a policy witness's cosignature does not verify over the note"),
