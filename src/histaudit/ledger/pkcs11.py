@@ -23,6 +23,7 @@ serializes the signatures. The binding is python-pkcs11 (``pip install 'histaudi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Any
@@ -43,6 +44,14 @@ _MAX_PIN_FILE = 1024
 
 def is_pkcs11_uri(text: str) -> bool:
     return text.startswith("pkcs11:")
+
+
+def _close(session: Any) -> None:
+    """Close a session that may already be gone (its token removed)."""
+    import pkcs11  # there is a session: python-pkcs11 is there
+
+    with contextlib.suppress(pkcs11.PKCS11Error):
+        session.close()
 
 
 def _attributes(part: str, sep: str) -> dict[str, str]:
@@ -128,30 +137,71 @@ class Pkcs11Signer(Signer):
                                      key_type=KeyType.EC_EDWARDS, label=self._label)
             point = bytes(public[Attribute.EC_POINT])
         except pkcs11.NoSuchKey:
-            session.close()
+            _close(session)
             raise KeyMaterialError(f"{where} holds no Ed25519 key pair labelled "
                                    f"{self._label!r}") from None
         except pkcs11.MultipleObjectsReturned:
-            session.close()
+            _close(session)
             raise KeyMaterialError(f"{where} holds more than one Ed25519 key labelled "
                                    f"{self._label!r}") from None
+        except pkcs11.PKCS11Error as exc:  # removed meanwhile, a device error
+            _close(session)
+            raise KeyMaterialError(f"{where}: cannot read key {self._label!r} "
+                                   f"({type(exc).__name__})") from None
         # CKA_EC_POINT of an Edwards key: the 32 bytes, as a DER OCTET STRING (04 20 …)
         raw = point[2:] if len(point) == 34 and point[:2] == b"\x04\x20" else point
         if len(raw) != 32:
-            session.close()
+            _close(session)
             raise KeyMaterialError(f"{where}: key {self._label!r} is not an Ed25519 key")
         self._session, self._key, self._pid = session, key, os.getpid()
         return raw
 
     def sign(self, message: bytes) -> bytes:
-        """The Ed25519 signature of ``message``, made in the token (CKM_EDDSA)."""
-        from pkcs11 import Mechanism
+        """The Ed25519 signature of ``message``, made in the token (CKM_EDDSA).
+
+        A token can go while the process signs through it (pulled out, its session
+        closed by the device): the signature fails with a PKCS#11 error
+        (``ObjectHandleInvalid``, ``SessionHandleInvalid``, ``DeviceRemoved``…). The
+        session is then opened once more — the same key, or KeyMaterialError — and a
+        second failure is KeyMaterialError too, one line at the CLI (issue #50): never
+        a traceback, and the append or erasure under way is rolled back whole."""
+        import pkcs11
 
         with self._lock:
             # after a fork the parent's session is not ours: open this process's own
-            if self._pid != os.getpid() and self._open() != self.public.raw:
-                raise KeyMaterialError("PKCS#11 key changed under the process")
-            return bytes(self._key.sign(message, mechanism=Mechanism.EDDSA))
+            if self._pid != os.getpid():
+                self._reopen()
+            try:
+                return self._sign(message)
+            except pkcs11.PKCS11Error as exc:
+                failed = type(exc).__name__
+            where = f"PKCS#11 token {self._token!r}"
+            try:
+                self._reopen()
+            except KeyMaterialError as exc:
+                raise KeyMaterialError(f"{where}: signing failed ({failed}) and the token "
+                                       f"cannot be opened again; was it removed? ({exc})") \
+                    from None
+            try:
+                return self._sign(message)
+            except pkcs11.PKCS11Error as exc:
+                raise KeyMaterialError(f"{where}: signing failed ({type(exc).__name__}, "
+                                       f"after {failed}); the token was removed or refuses "
+                                       f"key {self._label!r}") from None
+
+    def _sign(self, message: bytes) -> bytes:
+        from pkcs11 import Mechanism
+
+        return bytes(self._key.sign(message, mechanism=Mechanism.EDDSA))
+
+    def _reopen(self) -> None:
+        """A new session (after a fork, or a failed signature), the same key pair or
+        KeyMaterialError."""
+        old, self._session = self._session, None
+        if old is not None and self._pid == os.getpid():
+            _close(old)
+        if self._open() != self.public.raw:
+            raise KeyMaterialError("PKCS#11 key changed under the process")
 
     def private_pem(self) -> bytes:
         raise KeyMaterialError("the key is held in a PKCS#11 token and cannot be exported")
