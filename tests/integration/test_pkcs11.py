@@ -135,6 +135,9 @@ def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
         token.uri(key="nokey"): "no Ed25519 key pair labelled 'nokey'",
         token.uri(module=str(token.tmp / "nope.so")): "cannot load it",
         f"pkcs11:token=histaudit?module-path={MODULE}": "must name token=LABEL and object",
+        # a NUL percent-encoded (issue #50): a ValueError of the OS layer, a traceback
+        token.uri(pin=f"{token.pin_file}%00x"): "holds a control character",
+        token.uri(module=f"{MODULE}%00x"): "holds a control character",
     }
     for uri, needle in cases.items():
         r = cli("checkpoint", "--db", url, "--key", uri, cwd=token.tmp, env=token.env)

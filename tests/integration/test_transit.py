@@ -265,6 +265,28 @@ def _unchanged(url: str) -> None:
         assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
 
 
+def test_a_nul_in_a_file_the_key_url_names_is_one_line(tmp_path: Path) -> None:
+    """Widened from item 4: a percent-encoded NUL in token-source or ca-file reached
+    open() and the TLS context as a ValueError (a traceback); a ca-file that is no PEM
+    file is one line too."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger.open(url, create=True).close()
+    token = _token_file(tmp_path)
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    for key, needle in (
+            (f"transit+http://127.0.0.1:9/t/k?token-source=file:{token}%00x",
+             "holds a control character"),
+            (f"transit+https://127.0.0.1:9/t/k?token-source=file:{token}&ca-file=a%00b",
+             "cannot be read as PEM certificates"),
+            (f"transit+https://127.0.0.1:9/t/k?token-source=file:{token}&ca-file={not_pem}",
+             "cannot be read as PEM certificates"),
+            (f"transit+https://127.0.0.1:9/t/k?token-source=file:{token}&ca-file=/nonexistent",
+             "cannot be read as PEM certificates")):
+        one_error_line(cli("checkpoint", "--db", url, "--key", key, cwd=tmp_path), needle)
+    _unchanged(url)
+
+
 def test_a_key_version_that_is_no_number_is_one_line(tmp_path: Path) -> None:
     """Item 4: "²" passed str.isdigit and int() refused it; so did 5,000 digits (CPython's
     conversion limit): tracebacks, exit 1. (Refused before the service is asked.)"""

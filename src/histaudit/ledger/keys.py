@@ -266,7 +266,11 @@ def secret_from(source: str | None, fallback: str | None, *, secret: str, param:
         return fallback
     if not source.startswith("file:"):
         raise KeyMaterialError(f"{owner}: {param} must be file:PATH")
-    path = Path(source.removeprefix("file:"))
+    name = source.removeprefix("file:")
+    if not name.isprintable():  # a NUL (%00 in a URI) is a ValueError of the OS layer
+        raise KeyMaterialError(f"{owner}: the {secret} file's path {name[:80]!r} holds a "
+                               f"control character")
+    path = Path(name)
     try:
         mode = path.stat().st_mode
         if not stat.S_ISREG(mode):

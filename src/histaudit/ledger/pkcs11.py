@@ -94,6 +94,9 @@ class Pkcs11Signer(Signer):
         if not self._module:
             raise KeyMaterialError(f"PKCS#11 key: no module (module-path= in the URI, or "
                                    f"${MODULE_ENV})")
+        if not self._module.isprintable():  # %00 in the URI: no library has such a path
+            raise KeyMaterialError(f"PKCS#11 module path {self._module[:80]!r} holds a "
+                                   f"control character")
         self._pin = secret_from(query.get("pin-source"), pin, secret="PIN",
                                 param="pin-source", owner="PKCS#11 key", env=PIN_ENV,
                                 limit=_MAX_PIN_FILE)

@@ -94,6 +94,18 @@ def _seconds(text: str | None) -> float:
     return value
 
 
+def _tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """The TLS context trusting ``ca-file`` (else the system's CAs); KeyMaterialError
+    when that file cannot be read as PEM certificates."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) \
+            or type(exc).__name__
+        raise KeyMaterialError(f"transit key URL: ca-file {str(ca_file)[:80]!r} cannot be "
+                               f"read as PEM certificates ({why})") from None
+
+
 def is_transit_url(text: str) -> bool:
     return text.startswith(_SCHEMES)
 
@@ -145,8 +157,7 @@ class TransitSigner(Signer):
             raise KeyMaterialError("transit key URL: transit+http:// (no TLS) is allowed to "
                                    "a loopback address only; use transit+https://")
         self.shown = f"{parts.scheme}://{self._host}:{self._port}/{self._mount}/{self._name}"
-        self._context = ssl.create_default_context(cafile=query.get("ca-file")) \
-            if self._tls else None
+        self._context = _tls_context(query.get("ca-file")) if self._tls else None
         self._token = secret_from(query.get("token-source"), token, secret="token",
                                   param="token-source", owner="transit key", env=TOKEN_ENV,
                                   limit=_MAX_TOKEN_FILE).strip()
