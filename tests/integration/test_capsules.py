@@ -9,7 +9,7 @@ the interceptor signs them (tests/support/agent_ledger.py's writer, no engine): 
 run, a crash after the tool (its re-delivery skips it: deduplicated), a crash inside it
 (its intent unanswered: uncertain, then done again), and a tool that fails (errored).
 
-CPU ≈ 1.5 s: four small ledgers exported with SCITT files, each Capsule verified twice by
+CPU ≈ 0.5 s: four small ledgers exported with SCITT files, each Capsule verified twice by
 the reference verifier and once by histaudit.
 """
 
