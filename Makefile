@@ -106,7 +106,7 @@ test: venv $(VENV118)/.installed $(VENVFW2)/.installed engine daprd witness jaeg
 	    --ignore=tests/frameworks2 $(PYTEST_ARGS)
 	@echo "the SDK-dependent tests again, and the agent tests, on dapr 1.18 + dapr-ext-workflow 1.18:"
 	$(PYTEST_ENV) $(VENV118)/bin/python -m pytest -q $(PYTEST_XDIST) $(SDK_TESTS)
-	@echo "Strands and CrewAI on Diagrid's runners, beside dapr-agents (~80 s, ~55 s of CPU):"
+	@echo "Strands and CrewAI on Diagrid's runners, beside dapr-agents (~85 s of CPU):"
 	$(PYTEST_ENV) $(VENVFW2)/bin/python -m pytest -q $(PYTEST_XDIST) tests/frameworks2
 
 # The exhaustive sizes of the tests a smaller case already proves in `make test` (each says

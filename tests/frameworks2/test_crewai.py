@@ -12,11 +12,13 @@ compared with the provider's, call by call:
   ``effect.failed`` with its class, every LLM call signed with the stub's exact tokens;
 * a crash right after the flight's activity body: booked once, ``effect-deduplicated``;
 * a crash inside the flight's tool: ``effect-uncertain`` on that tool only;
-* a crash after an LLM call: ``llm-call-repeated`` at the stub's price of it.
+* a crash after an LLM call: ``llm-call-repeated`` at the stub's price of it;
+* ``audit_runner`` on an audited or wrong object, or naming a tool the agent has not: one
+  line each (apps/misuse.py).
 
-One daprd stack and one app serve every case (support/framework_travel.py). Cost: ≈ 40 s
-of CPU (one daprd stack, four app starts at ≈ 8 s of CPU each for importing CrewAI,
-litellm and diagrid, the CLI's show/verify).
+One daprd stack and one app serve every case (support/framework_travel.py). Cost: ≈ 50 s
+of CPU, 57 s of wall (one daprd stack, five app starts at ≈ 8 s of CPU each for importing
+CrewAI, litellm and diagrid, the CLI's show/verify).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.framework_travel import TravelRig, cost, travel_rig, warnings
+from support.framework_travel import TravelRig, cost, misuse, travel_rig, warnings
 from support.repo import REPO
 
 pytestmark = [pytest.mark.daprd, pytest.mark.crash, pytest.mark.engine,
@@ -101,3 +103,15 @@ def test_a_crash_after_an_llm_call_costs_what_the_provider_billed(rig: TravelRig
     lost = next(tokens for kind, tokens in run.log if kind == "turn 1")
     (repeated,) = [f for f in run.findings() if f["code"] == "llm-call-repeated"]
     assert cost(repeated["message"]) == (1, lost), repeated["message"]
+
+
+def test_misuse_is_one_line_each(rig: TravelRig) -> None:
+    errors = misuse(rig, "crewai")
+    assert errors == {
+        "unknown read_only": "UsageError: audit_runner(): read_only names 'book_train', which "
+                             "the agent has no tool of (its tools: book_flight, book_hotel, "
+                             "search_flights)",
+        "audited": None,  # a bare name is one tool, not its letters
+        "audited twice": "UsageError: audit_runner(): this runner is already audited",
+        "not a runner": "UsageError: audit_runner(): object is not Diagrid's CrewAI runner "
+                        "(it has no agent with tools and no _get_tool_name)"}

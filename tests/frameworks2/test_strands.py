@@ -14,8 +14,8 @@ compared with the provider's, call by call:
 * a crash after an LLM call: ``llm-call-repeated`` at the stub's price of it;
 
 One daprd stack and one app serve every case (support/framework_travel.py); the
-DurableAgent's app runs last, on the same stack. Cost: ≈ 30 s of CPU, 32 s of wall (one
-daprd stack, five app starts at ≈ 4 s of CPU each for importing Strands and diagrid, the
+DurableAgent's app runs last, on the same stack. Cost: ≈ 31 s of CPU, 34 s of wall (one
+daprd stack, six app starts at ≈ 4 s of CPU each for importing Strands and diagrid, the
 CLI's show/verify).
 """
 
@@ -28,7 +28,7 @@ import pytest
 
 from support.apps import AppProcess
 from support.cli import cli
-from support.framework_travel import Run, TravelRig, cost, travel_rig, warnings
+from support.framework_travel import Run, TravelRig, cost, misuse, travel_rig, warnings
 from support.repo import REPO
 
 pytestmark = [pytest.mark.daprd, pytest.mark.crash, pytest.mark.engine,
@@ -127,3 +127,23 @@ def test_strands_own_durable_agent_is_audited_by_its_one_line(rig: TravelRig) ->
     booked = {what: len((data / f"{what}.txt").read_text().splitlines())
               for what in ("book_flight", "book_hotel")}
     _assert_clean(Run(rig, instance, rig.llm.log[start:], booked))
+
+
+def test_misuse_is_one_line_each(rig: TravelRig) -> None:
+    errors = misuse(rig, "strands")
+    assert errors == {
+        "unknown read_only": "UsageError: audit_runner(): read_only names 'book_train', which "
+                             "the agent has no tool of (its tools: book_flight, book_hotel, "
+                             "search_flights)",
+        "audited": None,  # a bare name is one tool, not its letters
+        "audited twice": "UsageError: audit_runner(): this runner is already audited",
+        "started": "UsageError: audit_runner(): the runner has started; audit it before "
+                   "runner.start()",
+        "not a runner": "UsageError: audit_runner(): object is not Diagrid's Strands runner "
+                        "(it has no agent with a tool_registry and a model)",
+        "agent unknown read_only": "UsageError: audit_agent(): read_only names 'book_train', "
+                                   "which the agent has no tool of (its tools: book_flight, "
+                                   "book_hotel, search_flights)",
+        "agent audited": None,
+        "agent audited twice": "UsageError: audit_agent(): this DurableAgent is already "
+                               "audited"}

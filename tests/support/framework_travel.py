@@ -12,6 +12,9 @@ first (the hotel fails on its first call in ``DATA_DIR``). The stub LLM
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +29,7 @@ from histaudit.testing.daprd import DaprdStack
 from support.apps import AppProcess, AppRig
 from support.cli import cli
 
-__all__ = ["Run", "TravelRig", "cost", "travel_rig", "warnings"]
+__all__ = ["Run", "TravelRig", "cost", "misuse", "travel_rig", "warnings"]
 
 TASK = {"task": "book a trip to Lisbon"}
 
@@ -134,3 +137,15 @@ def cost(message: str) -> tuple[int, int]:
 def warnings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The findings that are warnings or errors."""
     return [f for f in findings if f["severity"] in ("warning", "error")]
+
+
+def misuse(rig: TravelRig, framework: str) -> dict[str, str | None]:
+    """Run tests/frameworks2/apps/misuse.py for ``framework`` beside the rig's daprd: each
+    case's error (``<type>: <message>``, None when it was accepted)."""
+    script = Path(__file__).resolve().parents[1] / "frameworks2" / "apps" / "misuse.py"
+    env = rig.engine.env({**os.environ, "DO_NOT_TRACK": "1", "HISTAUDIT_DB": rig.url})
+    done = subprocess.run([sys.executable, str(script), framework], env=env, cwd=rig.tmp,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {row["case"]: row["error"] for row in rows}
