@@ -139,7 +139,8 @@ def proven_spans(spans: Iterable[Span], chosen: Sequence[str] = ()) -> list[Prov
                              f"span)")
     for span_id in wanted:
         if span_id not in by_id:
-            raise InputError(f"the trace has no span {shown_word(span_id, 40)}")
+            shown = span_id if _SPAN_ID.fullmatch(span_id) else shown_word(span_id, 40)
+            raise InputError(f"the trace has no span {shown}")
     picked = ([by_id[s][0] for s in dict.fromkeys(wanted)] if wanted
               else [found[0] for found in by_id.values()])
     proven = []
