@@ -4,7 +4,10 @@ the chain still verifies; a hold keeps an instance's payloads; a run cut short b
 between two erasures is finished by the next, which erases nothing twice; bad policies are
 one line, exit 2, the ledger unchanged; and the period report (``histaudit report``): its
 JSON against schemas/period-report.schema.json, its page as headless Chromium builds it.
-Cost: ≈ 7 s of CPU, 22 s of wall.
+Issue #50: the report fails where ``verify --all`` fails, rows that do not parse included;
+a hold names instances exactly (``glob:`` globs) and a hold matching nothing is named;
+policy members set to null are one line. Cost: ≈ 16 s of CPU, 20 s of wall (≈ 5 s of it
+the issue #50 cases).
 """
 
 from __future__ import annotations
@@ -266,6 +269,12 @@ def test_the_report_fails_where_verify_fails_though_no_row_of_a_chain_parses(
     r = _report(rig, "ghost")
     assert r.returncode == 1 and "4 instance(s)" in r.stdout \
         and "2 verified, 2 failing" in r.stdout, (r.stdout, r.stderr)
+    # and one whose timestamp is not even shaped like one (the row does not parse)
+    with LedgerDb(rig["url"]) as db:
+        db.append_raw("ghost-2", body.replace(b'"ghost"', b'"ghost-2"').replace(
+            b"2026-13-45T99:99:99.000000Z", b"yesterday").replace(b'"leaf": 9', b'"leaf": 10'))
+    r = _report(rig, "ghost-2")
+    assert r.returncode == 1 and "2 verified, 3 failing" in r.stdout, (r.stdout, r.stderr)
 
 
 def test_a_hold_is_exact_unless_it_asks_for_a_glob(db_url: str, tmp_path: Path) -> None:
