@@ -21,7 +21,7 @@ WITNESS := .tools/bin/.litewitness-v0.9.0
 JAEGER := .tools/bin/.jaeger-v1.75.0
 VAULT := .tools/bin/.vault-v1.21.1
 
-.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd demo-agent bench engine daprd witness jaeger vault postgres chromium softhsm venv lint clean
+.PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd demo-agent demo-frameworks bench engine daprd witness jaeger vault postgres chromium softhsm venv lint clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -137,6 +137,14 @@ demo-daprd: venv daprd
 demo-agent: $(VENV118)/.installed daprd
 	HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) $(VENV118)/bin/python \
 	    examples/durable_agent/demo.py
+
+# Four agent frameworks (OpenAI Agents SDK, LangGraph, Strands, CrewAI) on Diagrid's
+# runners, each audited with one line, crashed after its side-effecting tool, inside it and
+# after an LLM call on real daprd: per row the LLM calls, tokens and bookings against the
+# stub LLM's own bill, and the findings (examples/frameworks/demo.py; ~3 min).
+demo-frameworks: $(VENV118)/.installed $(VENVFW2)/.installed daprd
+	HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) $(VENV118)/bin/python \
+	    examples/frameworks/demo.py
 
 demo-87-daprd: venv daprd
 	HISTAUDIT_DAPRD_BIN_DIR=$(abspath $(dir $(DAPRD))) $(PY) examples/financial_agent/demo.py \

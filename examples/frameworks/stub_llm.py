@@ -1,15 +1,17 @@
 """A scripted OpenAI-compatible chat endpoint on 127.0.0.1: the framework examples' LLM.
 
 Every framework example (``examples/frameworks/<framework>/``) books a trip with the same
-script, so their ledgers compare row for row. The answer depends only on how many tool-call
-turns the conversation already holds (assistant messages with ``tool_calls``): the first
-asks for ``search_flights``, the second for ``book_flight`` and ``book_hotel`` at once (two
-tool calls in one answer: frameworks run them in parallel), the third for ``book_hotel``
-again (the first hotel booking fails: ``book_hotel`` raises on its first call in a data
-directory), then the final answer; a structured-output request (``response_format``) gets
-``{"summary": "booked"}``. Usage grows with the prompt, as a provider's would, and ``log``
-keeps each request's (turn, total tokens), so a test compares the ledger's token counts
-with the provider's own bill. No network beyond loopback.
+script, so their ledgers compare row for row. The answer depends only on how many
+tool-call turns the conversation already holds (assistant messages with ``tool_calls``):
+the first asks for ``search_flights``, the second for ``book_flight`` and ``book_hotel``
+at once (two tool calls in one answer: frameworks run them in parallel), the third for
+``book_hotel`` again (the first asks for 0 nights, which every example's ``book_hotel``
+refuses by raising: a failure that depends only on the workflow's own inputs, so every run
+and every re-delivery of a crash meets it alike), then the final answer; a
+structured-output request (``response_format``) gets ``{"summary": "booked"}``. Usage
+grows with the prompt, as a provider's would, and ``log`` keeps each request's (turn,
+total tokens), so a test compares the ledger's token counts with the provider's own bill.
+No network beyond loopback.
 
 ``python -m examples.frameworks.stub_llm [PORT]`` serves until interrupted and prints its
 base URL (``--steps N``: a script of N single ``report`` calls instead, the seed's 100-step
@@ -32,8 +34,8 @@ Turn = tuple[tuple[str, str, dict[str, Any]], ...]
 TRAVEL: tuple[Turn, ...] = (
     (("call_search", "search_flights", {"city": "Lisbon"}),),
     (("call_flight", "book_flight", {"flight": "LH-1"}),
-     ("call_hotel", "book_hotel", {"city": "Lisbon"})),
-    (("call_hotel_2", "book_hotel", {"city": "Lisbon"}),),
+     ("call_hotel", "book_hotel", {"city": "Lisbon", "nights": 0})),
+    (("call_hotel_2", "book_hotel", {"city": "Lisbon", "nights": 2}),),
 )
 
 

@@ -172,7 +172,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     try:
         with ScriptedLLM() as travel, ScriptedLLM(steps_script(100)) as steps, \
                 Rig(tmp, engine, travel, steps) as r:
-            r.case("clean")  # first: the hotel fails on its first call in DATA_DIR
+            r.case("clean")
             yield r
     finally:
         teardown(engine)
@@ -210,7 +210,7 @@ def test_a_clean_run_guards_each_tool_call_signs_the_failure_and_every_llm_call(
                if m["role"] == "tool"}
     assert answers["call_hotel"] == ("An error occurred while running the tool. Please try "
                                      "again. Error: no rooms left, try again")
-    assert answers["call_hotel_2"] == "book_hotel booked: Lisbon"
+    assert answers["call_hotel_2"] == "book_hotel booked: Lisbon, 2 nights"
     calls = [e["data"] for e in entries if e["kind"] == "llm.call"]
     assert len(calls) == len(run.log) == 4  # search, book, the hotel again, the answer
     assert [c["total_tokens"] for c in calls] == [t for _, t in run.log]

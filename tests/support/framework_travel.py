@@ -4,7 +4,7 @@ daprd stack, run once clean and once per crash case, each case its own instance.
 One app process serves every case: each case's crash point is scoped to its instance
 (``<point>@trip-<case>/<task id>``, :func:`histaudit.crash.scoped_name`), so a crash costs
 one app start that serves both the resumed case and the next one. The clean case runs
-first (the hotel fails on its first call in ``DATA_DIR``). The stub LLM
+first. The stub LLM
 (:class:`examples.frameworks.stub_llm.ScriptedLLM`) keeps its own bill, which each
 :class:`Run` carries for its instance.
 """
@@ -122,7 +122,7 @@ def travel_rig(tmp: Path, app: Path, *, workflow: str, crashes: Mapping[str, tup
     try:
         with ScriptedLLM() as llm, TravelRig(tmp, engine, llm, app, workflow=workflow,
                                              crashes=crashes, env=env) as rig:
-            rig.case("clean")  # first: the hotel fails on its first call in DATA_DIR
+            rig.case("clean")
             yield rig
     finally:
         teardown(engine)

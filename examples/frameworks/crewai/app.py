@@ -4,10 +4,11 @@
 Its tools: ``search_flights`` (reads only; declared read-only), ``book_flight`` and
 ``book_hotel`` (each appends a line to ``$DATA_DIR/<tool>.txt``: the side effects), which
 the LLM asks for in one turn (Diagrid's CrewAI runner runs them one after the other);
-``book_hotel`` fails the first time it is ever called in ``$DATA_DIR`` (no rooms), and the
-LLM asks for it again. The LLM is the scripted stub at ``$STUB_LLM_URL`` (``python -m
-examples.frameworks.stub_llm``: no network); diagrid calls ``litellm.completion`` with
-only the model's name, so the stub is named through ``OPENAI_BASE_URL``.
+``book_hotel`` fails when asked for 0 nights (no rooms), as the LLM's first hotel call
+does, and the LLM asks for it again. The LLM is the scripted stub at ``$STUB_LLM_URL``
+(``python -m examples.frameworks.stub_llm``: no network); diagrid calls
+``litellm.completion`` with only the model's name, so the stub is named through
+``OPENAI_BASE_URL``.
 
 A runner asks its sidecar for metadata when it is built, so it is built at start
 (:func:`build_runner`), not at import. ``python app.py`` serves beside daprd, prints
@@ -67,13 +68,11 @@ def book_flight(flight: str) -> str:
 
 
 @tool
-def book_hotel(city: str) -> str:
-    """Book a hotel room."""
-    tried = DATA / "hotel.tried"
-    if not tried.exists():
-        tried.write_text("once\n")
+def book_hotel(city: str, nights: int) -> str:
+    """Book a hotel room for some nights."""
+    if nights < 1:  # the LLM's first hotel call asks for 0 nights (stub_llm.TRAVEL)
         raise RuntimeError("no rooms left, try again")
-    return _book("book_hotel", city)
+    return _book("book_hotel", f"{city}, {nights} nights")
 
 
 def build_runner() -> DaprWorkflowAgentRunner:

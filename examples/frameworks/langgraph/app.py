@@ -7,10 +7,10 @@ the tools; the scripted LLM of examples/frameworks/stub_llm.py at ``$STUB_LLM_UR
 ``ToolNode`` runs the tool calls it answered with, until it answers without one. Its
 tools: ``search_flights`` (reads only; declared read-only), ``book_flight`` and
 ``book_hotel`` (each appends a line to ``$DATA_DIR/<tool>.txt``: the side effects), which
-the LLM asks for together in one answer; ``book_hotel`` raises the first time it is ever
-called in ``$DATA_DIR`` (no rooms), the ToolNode hands the LLM an error ToolMessage
-(``handle_tool_errors=True``: LangGraph 1.2's default would re-raise and fail the node's
-activity) and the LLM asks again.
+the LLM asks for together in one answer; ``book_hotel`` raises when asked for 0 nights (no
+rooms), as the LLM's first hotel call does, the ToolNode hands the LLM an error
+ToolMessage (``handle_tool_errors=True``: LangGraph 1.2's default would re-raise and fail
+the node's activity) and the LLM asks again.
 
 The runner asks the sidecar for its components when it is built, so it is built in
 :func:`build_runner`, once the app starts, not at import. Workflows are scheduled from
@@ -58,13 +58,11 @@ def book_flight(flight: str) -> str:
 
 
 @tool
-def book_hotel(city: str) -> str:
-    """Book a hotel room."""
-    tried = DATA / "hotel.tried"
-    if not tried.exists():
-        tried.write_text("once\n")
+def book_hotel(city: str, nights: int) -> str:
+    """Book a hotel room for some nights."""
+    if nights < 1:  # the LLM's first hotel call asks for 0 nights (stub_llm.TRAVEL)
         raise RuntimeError("no rooms left, try again")
-    return _book("book_hotel", city)
+    return _book("book_hotel", f"{city}, {nights} nights")
 
 
 TOOLS = [search_flights, book_flight, book_hotel]

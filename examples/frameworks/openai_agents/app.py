@@ -3,10 +3,11 @@ one line (``audit_runner``).
 
 Its tools: ``search_flights`` (reads only; declared read-only), ``book_flight`` and
 ``book_hotel`` (each appends a line to ``$DATA_DIR/<tool>.txt``: the side effects), which
-the LLM asks for in parallel in one turn; ``book_hotel`` fails the first time it is ever
-called in ``$DATA_DIR`` (no rooms), and the LLM asks for it again. The LLM is the scripted
-stub at ``$STUB_LLM_URL`` (``python -m examples.frameworks.stub_llm``: no network); diagrid
-builds ``openai.OpenAI()`` itself, so it is named through ``OPENAI_BASE_URL``.
+the LLM asks for in parallel in one turn; ``book_hotel`` fails when asked for 0 nights (no
+rooms), as the LLM's first hotel call does, and the LLM asks for it again. The LLM is the
+scripted stub at ``$STUB_LLM_URL`` (``python -m examples.frameworks.stub_llm``: no
+network); diagrid builds ``openai.OpenAI()`` itself, so it is named through
+``OPENAI_BASE_URL``.
 
 A runner asks its sidecar for metadata when it is built, so it is built at start
 (:func:`build_runner`), not at import. ``python app.py`` serves beside daprd, prints
@@ -62,13 +63,11 @@ def book_flight(flight: str) -> str:
 
 
 @function_tool
-def book_hotel(city: str) -> str:
-    """Book a hotel room."""
-    tried = DATA / "hotel.tried"
-    if not tried.exists():
-        tried.write_text("once\n")
+def book_hotel(city: str, nights: int) -> str:
+    """Book a hotel room for some nights."""
+    if nights < 1:  # the LLM's first hotel call asks for 0 nights (stub_llm.TRAVEL)
         raise RuntimeError("no rooms left, try again")
-    return _book("book_hotel", city)
+    return _book("book_hotel", f"{city}, {nights} nights")
 
 
 AGENT = Agent(name="travel", instructions="Book what is asked.", model="stub-travel",
