@@ -79,7 +79,8 @@ def shown_word(word: str, limit: int = 80) -> str:
     the wrong field is never echoed."""
     if _PLAIN_WORD.fullmatch(word):
         return repr(word[:limit]) + ("…" if len(word) > limit else "")
-    return f"{'a URL' if '://' in word else 'a word'} of {len(word)} characters"
+    return (f"{'a URL' if '://' in word else 'a word'} of {len(word)} "
+            f"character{'' if len(word) == 1 else 's'}")
 
 
 def check_url_text(url: str, what: str) -> None:
