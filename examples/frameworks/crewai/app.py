@@ -102,8 +102,8 @@ def workflow_input(runner: DaprWorkflowAgentRunner, task: str) -> dict[str, Any]
 
 def build_runtime() -> AuditedWorkflowRuntime:
     """For ``histaudit crashtest``, which starts a runtime, not a runner: the audited one
-    the runner runs on (diagrid keeps it in ``_workflow_runtime``)."""
-    runtime: AuditedWorkflowRuntime = build_runner()._workflow_runtime
+    the runner runs on (``audit_runner`` leaves it on the runner)."""
+    runtime: AuditedWorkflowRuntime = build_runner().histaudit_runtime
     return runtime
 
 

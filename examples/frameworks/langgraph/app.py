@@ -34,6 +34,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 
+from histaudit.adapters import AuditedWorkflowRuntime
 from histaudit.contrib.langgraph import audit_runner
 
 DATA = Path(os.environ.get("DATA_DIR", "."))
@@ -94,6 +95,16 @@ def build_runner() -> Any:
     os.environ.setdefault("DO_NOT_TRACK", "1")  # else diagrid reports usage when built
     runner = DaprWorkflowGraphRunner(graph=build_graph(), name="travel")
     return audit_runner(runner, read_only=["search_flights"])
+
+
+def build_runtime() -> AuditedWorkflowRuntime:
+    """For ``histaudit crashtest``, which starts a runtime, not a runner: the audited one
+    the runner runs on (``audit_runner`` leaves it on the runner), taking ``{"task": ...}``
+    as the app does."""
+    runner = build_runner()
+    set_default_graph_config(runner.graph_config)
+    runtime: AuditedWorkflowRuntime = runner.histaudit_runtime
+    return runtime
 
 
 if __name__ == "__main__":

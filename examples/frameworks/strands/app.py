@@ -81,8 +81,8 @@ def build_runner() -> DaprWorkflowAgentRunner:
 
 def build_runtime() -> AuditedWorkflowRuntime:
     """For ``histaudit crashtest``, which starts a runtime, not a runner: the audited one
-    the runner runs on (diagrid keeps it in ``_workflow_runtime``)."""
-    runtime: AuditedWorkflowRuntime = build_runner()._workflow_runtime
+    the runner runs on (``audit_runner`` leaves it on the runner)."""
+    runtime: AuditedWorkflowRuntime = build_runner().histaudit_runtime
     return runtime
 
 
