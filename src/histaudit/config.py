@@ -18,6 +18,10 @@ it, with one line naming the variable. ``Settings()`` is the defaults (no variab
 ``HISTAUDIT_PKCS11_MODULE``, ``_PIN``  a PKCS#11 key's module and PIN, when its URI
                                        names none
 ``VAULT_TOKEN``                        a transit key's token, when its URL names no file
+``OTEL_SEMCONV_STABILITY_OPT_IN``      OpenTelemetry's comma-separated opt-in list, shared
+                                       with every instrumentation: with
+                                       ``gen_ai_latest_experimental`` in it, spans follow
+                                       the current GenAI conventions (docs/traces.md)
 =====================================  ==================================================
 
 The crash harness's own variables (``HISTAUDIT_CRASH_*``, :mod:`histaudit.crash`) and the
@@ -36,8 +40,9 @@ from functools import cached_property
 from .errors import StoreError, UsageError
 
 __all__ = ["DEFAULT_LOCK_WAIT_SECONDS", "DEFAULT_MAX_PAYLOAD_BYTES",
-           "DEFAULT_OUTAGE_WAIT_SECONDS", "ENABLED_ENV", "LOCK_WAIT_ENV", "OUTAGE_WAIT_ENV",
-           "PKCS11_MODULE_ENV", "PKCS11_PIN_ENV", "VAULT_TOKEN_ENV", "Settings"]
+           "DEFAULT_OUTAGE_WAIT_SECONDS", "ENABLED_ENV", "GENAI_LATEST_EXPERIMENTAL",
+           "LOCK_WAIT_ENV", "OUTAGE_WAIT_ENV", "PKCS11_MODULE_ENV", "PKCS11_PIN_ENV",
+           "SEMCONV_OPT_IN_ENV", "VAULT_TOKEN_ENV", "Settings"]
 
 ENGINE_GRPC_LIMIT = 4 * 1024 * 1024
 """What the engine accepts in one gRPC message: grpc-go's default server receive limit,
@@ -54,6 +59,10 @@ OUTAGE_WAIT_ENV = "HISTAUDIT_STORE_OUTAGE_WAIT"
 PKCS11_MODULE_ENV = "HISTAUDIT_PKCS11_MODULE"
 PKCS11_PIN_ENV = "HISTAUDIT_PKCS11_PIN"
 VAULT_TOKEN_ENV = "VAULT_TOKEN"
+SEMCONV_OPT_IN_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
+GENAI_LATEST_EXPERIMENTAL = "gen_ai_latest_experimental"
+"""The value of ``$OTEL_SEMCONV_STABILITY_OPT_IN`` OpenTelemetry's GenAI instrumentations
+read as "emit the latest GenAI conventions, not the old ones"."""
 _ON, _OFF = ("", "1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -68,7 +77,7 @@ class Settings:
         """The variables of ``environ`` (default: this process's) that histaudit reads."""
         source = os.environ if environ is None else environ
         return cls({k: v for k, v in source.items()
-                    if k.startswith("HISTAUDIT_") or k == VAULT_TOKEN_ENV})
+                    if k.startswith("HISTAUDIT_") or k in (VAULT_TOKEN_ENV, SEMCONV_OPT_IN_ENV)})
 
     def _text(self, name: str) -> str:
         return self.environ.get(name, "").strip()
@@ -128,6 +137,14 @@ class Settings:
     @cached_property
     def vault_token(self) -> str | None:
         return self.environ.get(VAULT_TOKEN_ENV) or None
+
+    @cached_property
+    def genai_latest_experimental(self) -> bool:
+        """Whether ``$OTEL_SEMCONV_STABILITY_OPT_IN`` lists ``gen_ai_latest_experimental``
+        (spans follow the current GenAI conventions). The list is every instrumentation's:
+        values for others (``http``, ``database/dup``) are theirs, never an error here."""
+        listed = self.environ.get(SEMCONV_OPT_IN_ENV, "").split(",")
+        return GENAI_LATEST_EXPERIMENTAL in (value.strip() for value in listed)
 
     def _seconds(self, name: str, default: float, most: float) -> float:
         """``$name`` as seconds from 0 to ``most``, or ``default`` when unset or blank;

@@ -7,6 +7,10 @@ operator's tooling would, and ``histaudit prove`` turns them into a bundle that
 * Every audited activity, the LLM call and the tool call is a span, named and attributed
   by the GenAI semantic conventions, that names its signed entry (origin, instance, seq,
   leaf, leaf hash): the attributes agree with the ledger.
+* The ``chat`` and ``execute_tool`` spans hold exactly the attributes of the conventions
+  chosen (issue 53 item 4): 1.37.0 by default, GenAI v0.1.0 under
+  ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` (a second app run on the
+  same engine and Jaeger), the histaudit attributes the same in both.
 * ``prove --jaeger --trace-id --span-id`` writes a bundle; ``verify --bundle`` lists the
   span as proven; the bundle's spans.json changed by a byte is a finding.
 * A span whose leaf hash is not the ledger's (a trace file edited, or a ledger rewritten
@@ -14,7 +18,8 @@ operator's tooling would, and ``histaudit prove`` turns them into a bundle that
   unreachable backend, a file that is not OTLP JSON, another ledger's span) is one line,
   exit 2.
 
-Cost: ≈ 8 s of CPU, 15 s of wall (one Jaeger, one engine, one app).
+Cost: ≈ 12 s of CPU, 13 s of wall, measured (one Jaeger, one engine, two app runs; the
+opt-in's run adds ≈ 2 s of CPU to the 10 s the file took with one).
 """
 
 from __future__ import annotations
@@ -39,6 +44,14 @@ pytestmark = [pytest.mark.engine, pytest.mark.jaeger]
 
 APP = Path(__file__).resolve().parent / "apps" / "traced_app.py"
 SERVICE = "histaudit-traced-app"
+PROOF = {"histaudit.ledger.origin", "histaudit.instance", "histaudit.entry.seq",
+         "histaudit.entry.leaf", "histaudit.entry.leaf_hash", "histaudit.entry.kind"}
+CHAT_1_37 = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "stub-1",
+             "gen_ai.response.model": "stub-1", "gen_ai.usage.input_tokens": 11,
+             "gen_ai.usage.output_tokens": 7, "gen_ai.response.finish_reasons": ["tool_calls"]}
+TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "write_note",
+        "gen_ai.tool.type": "function", "gen_ai.tool.call.id": "call_1",
+        "histaudit.effect.name": "tool:write_note"}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +63,8 @@ def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jaeger]:
 class Run:
     """One ``assist`` workflow run by the traced app, its ledger and its spans."""
 
-    def __init__(self, tmp: Path, jaeger: Jaeger, engine: EngineProcess) -> None:
+    def __init__(self, tmp: Path, jaeger: Jaeger, engine: EngineProcess,
+                 env: dict[str, str] | None = None) -> None:
         self.tmp, self.jaeger = tmp, jaeger
         self.db = f"sqlite:///{tmp / 'ledger.db'}"
         self.key, self.pub, _ = generate_keypair(tmp / "keys", name="app")
@@ -59,7 +73,7 @@ class Run:
                 engine, [APP], log=tmp / "app.log", ready="APP READY", ready_timeout=60,
                 env={"HISTAUDIT_DB": self.db, "HISTAUDIT_KEY": str(self.key),
                      "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": jaeger.otlp_traces,
-                     "PYTHONUNBUFFERED": "1"}))
+                     "PYTHONUNBUFFERED": "1", **(env or {})}))
             app.start()
             self.instance = rig.schedule("assist", "call the vendor")
             state = rig.wait(self.instance, timeout=60)
@@ -82,46 +96,101 @@ class Run:
                    "--trust", str(self.pub), cwd=self.tmp)
 
 
+    def attrs(self, name: str) -> dict[str, Any]:
+        """The span's attributes with their OTLP types: an ``intValue`` (JSON: a string)
+        as an int, an ``arrayValue`` as a list."""
+        def plain(value: dict[str, Any]) -> Any:
+            ((kind, inner),) = value.items()
+            if kind == "intValue":
+                return int(inner)
+            if kind == "arrayValue":
+                return [plain(v) for v in inner.get("values", [])]
+            return inner
+        return {a["key"]: plain(a["value"]) for a in self.span(name)["attributes"]}
+
+
 @pytest.fixture(scope="module")
-def run(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory,
-        engine_binary: Path) -> Iterator[Run]:
-    tmp = tmp_path_factory.mktemp("traced")
-    engine = EngineProcess(binary=engine_binary, state_dir=tmp / "engine")
+def traced_engine(tmp_path_factory: pytest.TempPathFactory,
+                  engine_binary: Path) -> Iterator[EngineProcess]:
+    engine = EngineProcess(binary=engine_binary,
+                           state_dir=tmp_path_factory.mktemp("traced-engine"))
     engine.start()
     try:
-        yield Run(tmp, jaeger, engine)
+        yield engine
     finally:
         engine.stop()
 
 
-def test_each_call_is_a_genai_span_naming_its_signed_entry(run: Run) -> None:
-    names = sorted(s["name"] for s in run.spans)
-    assert names == ["activity ask_llm", "activity tally", "activity write_note",
-                     "chat stub-1", "execute_tool write_note"], names
+@pytest.fixture(scope="module")
+def run(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory,
+        traced_engine: EngineProcess) -> Run:
+    return Run(tmp_path_factory.mktemp("traced"), jaeger, traced_engine)
+
+
+@pytest.fixture(scope="module")
+def run_latest(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory,
+               traced_engine: EngineProcess) -> Run:
+    """The same app with the current GenAI conventions chosen (and an unrelated value in
+    the list, as an app that opts in for HTTP too would have)."""
+    return Run(tmp_path_factory.mktemp("traced-latest"), jaeger, traced_engine,
+               {"OTEL_SEMCONV_STABILITY_OPT_IN": "http/dup,gen_ai_latest_experimental"})
+
+
+def check_proof_attributes(run: Run) -> None:
+    """Each span names its entry: same origin, and the entry at that seq has that leaf,
+    leaf hash and kind."""
     with Ledger.open(run.db) as ledger:
         origin = f"histaudit/{ledger.ledger_id}"
     for span in run.spans:
         a = span["attrs"]
         entry = run.entries[int(a["histaudit.entry.seq"])]
         assert a["histaudit.ledger.origin"] == origin
+        assert a["histaudit.instance"] == run.instance
         assert int(a["histaudit.entry.leaf"]) == entry.leaf
         assert a["histaudit.entry.leaf_hash"] == merkle.leaf_hash(entry.body).hex()
         assert a["histaudit.entry.kind"] == entry.kind
-    chat = run.span("chat stub-1")["attrs"]
-    assert chat["gen_ai.operation.name"] == "chat"
-    assert chat["gen_ai.request.model"] == "stub-1"
-    assert int(chat["gen_ai.usage.input_tokens"]) == 11
-    assert int(chat["gen_ai.usage.output_tokens"]) == 7
-    assert chat["histaudit.entry.kind"] == "llm.call"
-    tool = run.span("execute_tool write_note")["attrs"]
-    assert tool["gen_ai.operation.name"] == "execute_tool"
-    assert tool["gen_ai.tool.name"] == "write_note"
-    assert tool["histaudit.entry.kind"] == "effect.done"
+
+
+def genai_and_effect(attrs: dict[str, Any]) -> dict[str, Any]:
+    """A span's attributes besides the proof's (whose keys must all be there)."""
+    assert attrs.keys() >= PROOF, attrs
+    return {k: v for k, v in attrs.items() if k not in PROOF}
+
+
+def test_each_call_is_a_genai_span_naming_its_signed_entry(run: Run) -> None:
+    names = sorted(s["name"] for s in run.spans)
+    assert names == ["activity ask_llm", "activity tally", "activity write_note",
+                     "chat stub-1", "execute_tool write_note"], names
+    check_proof_attributes(run)
+    assert run.span("chat stub-1")["attrs"]["histaudit.entry.kind"] == "llm.call"
+    assert run.span("execute_tool write_note")["attrs"]["histaudit.entry.kind"] == "effect.done"
     assert run.span("activity tally")["attrs"]["histaudit.entry.kind"] == "activity.completed"
     # The LLM call and the tool call happen inside their activities: child spans.
     for child, parent in (("chat stub-1", "activity ask_llm"),
                           ("execute_tool write_note", "activity write_note")):
         assert run.span(child)["parentSpanId"] == run.span(parent)["spanId"]
+
+
+@pytest.mark.parametrize(("which", "chat"), [
+    ("run", CHAT_1_37),
+    ("run_latest", {**CHAT_1_37, "gen_ai.provider.name": "stub"}),
+], ids=["default-1.37.0", "gen_ai_latest_experimental-v0.1.0"])
+def test_chat_and_execute_tool_spans_hold_exactly_the_chosen_conventions(
+        request: pytest.FixtureRequest, which: str, chat: dict[str, Any]) -> None:
+    """Read back from Jaeger: the exact attribute set of each, besides the proof's (Jaeger
+    keeps no scope schema URL; tests/unit/interceptor/test_genai_conventions.py checks it)."""
+    chosen: Run = request.getfixturevalue(which)
+    assert sorted(s["name"] for s in chosen.spans) == [
+        "activity ask_llm", "activity tally", "activity write_note", "chat stub-1",
+        "execute_tool write_note"]
+    check_proof_attributes(chosen)
+    assert genai_and_effect(chosen.attrs("chat stub-1")) == chat
+    done = chosen.entries[int(chosen.span("execute_tool write_note")["attrs"][
+        "histaudit.entry.seq"])]
+    assert genai_and_effect(chosen.attrs("execute_tool write_note")) == {
+        **TOOL, "histaudit.effect.key": done.data["key"]}  # the activity's execution id
+    assert (chosen.span("chat stub-1")["kind"], chosen.span("execute_tool write_note")["kind"]
+            ) == (3, 1)  # OTLP SPAN_KIND_CLIENT, SPAN_KIND_INTERNAL
 
 
 def test_prove_turns_a_span_from_jaeger_into_a_bundle_verified_offline(run: Run) -> None:

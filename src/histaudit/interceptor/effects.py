@@ -217,7 +217,7 @@ def side_effect(ctx: Any, name: str, *, key: str | None = None,
         yield _unaudited(name, key)
         return
     run, key = _require_run(ctx, name, key)
-    with tracing.span(*_span_of(name, key)) as traced:
+    with tracing.span(*_span_of(name, key, call_id)) as traced:
         recorder = run.recorder
         state = _state(run, name, key)
         base = {**run.fields(), "name": name, "key": key}
@@ -266,15 +266,16 @@ def _failed(run: ActivityRun, traced: Any, base: dict[str, Any], intent_seq: int
         "error_digest": err.digest, **told}, err), recorder.origin)
 
 
-def _span_of(name: str, key: str) -> tuple[str, dict[str, Any]]:
+def _span_of(name: str, key: str, call_id: str | None) -> tuple[str, dict[str, Any]]:
     """An effect's span: GenAI's ``execute_tool <tool>`` for an agent's tool call (an
-    effect named ``tool:<tool>``), ``effect <name>`` for any other. The record that ends
-    the block (done, skipped or failed) is the span's entry."""
+    effect named ``tool:<tool>``; :func:`.tracing.execute_tool`, with the LLM's call id
+    when given), ``effect <name>`` for any other. The record that ends the block (done,
+    skipped or failed) is the span's entry."""
     attributes = {"histaudit.effect.name": name, "histaudit.effect.key": key}
     if name.startswith(TOOL_EFFECT_PREFIX):
-        tool = name[len(TOOL_EFFECT_PREFIX):]
-        return f"execute_tool {tool}", {**attributes, "gen_ai.operation.name": "execute_tool",
-                                        "gen_ai.tool.name": tool, "gen_ai.tool.type": "function"}
+        span_name, genai = tracing.execute_tool(
+            name[len(TOOL_EFFECT_PREFIX):], call_id if isinstance(call_id, str) else None)
+        return span_name, {**attributes, **genai}
     return f"effect {name}", attributes
 
 

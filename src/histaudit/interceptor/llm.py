@@ -51,6 +51,10 @@ class LlmCall:
     """The exception's type name when the call failed (it may still have cost)."""
     answer: Any = field(default=None, compare=False)
     """The answer (JSON-serializable), committed as an erasable payload, never in clear."""
+    provider: str | None = None
+    """The GenAI provider as the client knows it (``openai``, ``anthropic``,
+    ``aws.bedrock``, …): the span's ``gen_ai.provider.name`` under the current GenAI
+    conventions (:mod:`.tracing`); not signed."""
 
 
 def _count(value: Any) -> int | None:
@@ -71,8 +75,7 @@ def record_llm_call(call: LlmCall, run: ActivityRun | None = None, *,
     if not all(isinstance(name, str) for name in call.tool_calls):
         raise UsageError("record_llm_call(): tool_calls must be tool names (strings)")
     model = call.model if isinstance(call.model, str) else None
-    with tracing.span(f"chat {model}" if model else "chat", _genai(call, model),
-                      client=True, start_ns=started_ns) as traced:
+    with tracing.span(*_genai(call, model), client=True, start_ns=started_ns) as traced:
         answer = run.recorder.commit(run.instance, None if call.answer is None
                                      else sdk_json(call.answer))
         entry = run.recorder.append(run.instance, Kind.LLM_CALL, {
@@ -91,11 +94,9 @@ def record_llm_call(call: LlmCall, run: ActivityRun | None = None, *,
     return entry.seq
 
 
-def _genai(call: LlmCall, model: str | None) -> dict[str, Any]:
-    """The GenAI semantic conventions' attributes of an inference span."""
-    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-            "gen_ai.response.model": model,
-            "gen_ai.usage.input_tokens": _count(call.prompt_tokens),
-            "gen_ai.usage.output_tokens": _count(call.completion_tokens),
-            "gen_ai.response.finish_reasons":
-                [call.finish_reason] if isinstance(call.finish_reason, str) else None}
+def _genai(call: LlmCall, model: str | None) -> tuple[str, dict[str, Any]]:
+    """The name and GenAI attributes of the call's inference span (:func:`.tracing.chat`)."""
+    provider = call.provider if isinstance(call.provider, str) and call.provider else None
+    finish = call.finish_reason if isinstance(call.finish_reason, str) else None
+    return tracing.chat(model, provider=provider, input_tokens=_count(call.prompt_tokens),
+                        output_tokens=_count(call.completion_tokens), finish_reason=finish)

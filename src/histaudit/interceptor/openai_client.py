@@ -131,16 +131,23 @@ def _parsed(answer: Any) -> Any:
     return None
 
 
+PROVIDER = "openai"
+"""The provider a call through the OpenAI client names on its span (under the current
+GenAI conventions): the client's best knowledge, which the conventions allow to differ
+from the provider actually behind its base URL."""
+
+
 def _failed(request: dict[str, Any], exc: Exception) -> LlmCall:
     return LlmCall(model=_str(request.get("model")), messages=_sent(request),
-                   error_type=type(exc).__name__)
+                   error_type=type(exc).__name__, provider=PROVIDER)
 
 
 def described(answer: Any, request: dict[str, Any]) -> LlmCall:
     """An ``LlmCall`` from a ``ChatCompletion`` (None: a stream, nothing known yet) and
     the request's keyword arguments."""
     if answer is None:
-        return LlmCall(model=_str(request.get("model")), messages=_sent(request))
+        return LlmCall(model=_str(request.get("model")), messages=_sent(request),
+                       provider=PROVIDER)
     usage = answer_usage(answer)
     choices = getattr(answer, "choices", None) or []
     first = choices[0] if choices else None
@@ -155,7 +162,7 @@ def described(answer: Any, request: dict[str, Any]) -> LlmCall:
         completion_tokens=None if usage is None else usage[1],
         total_tokens=None if usage is None else usage[2],
         tool_calls=tools, finish_reason=_str(getattr(first, "finish_reason", None)),
-        answer=dump(mode="json") if callable(dump) else None)
+        answer=dump(mode="json") if callable(dump) else None, provider=PROVIDER)
 
 
 def answer_usage(answer: Any) -> tuple[int, int, int] | None:

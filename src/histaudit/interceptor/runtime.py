@@ -24,6 +24,7 @@ from histaudit.ledger.signers import load_signer
 from histaudit.ledger.store import Ledger, resolve_url
 from histaudit.urls import shown_url
 
+from . import tracing
 from .activity import audit_activity
 from .effects import runs_unaudited
 from .received import ReceivedEvents
@@ -113,12 +114,15 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
     def start(self) -> None:
         """Load the key and open the ledger (unless unaudited), then start the worker.
 
-        The key comes first: an unusable one leaves no ledger file behind.
+        The key comes first: an unusable one leaves no ledger file behind. The GenAI
+        conventions the spans follow are taken from the same snapshot of the environment
+        (``OTEL_SEMCONV_STABILITY_OPT_IN``, :func:`.tracing.follow`).
         """
         if self.audited and not self.recorder.bound:
             # The environment as it is now: an app may set it between building the
             # runtime (at import) and starting it.
             settings = Settings.from_env()
+            tracing.follow(settings)  # which GenAI conventions the spans follow
             signer = _load_signer(self._key, settings)
             ledger = _open_ledger(self._ledger_url, settings)
             try:

@@ -6,15 +6,20 @@ decides where spans go by configuring a tracer provider (the ``otel`` extra brin
 and the OTLP exporter). With no provider configured, or without the API installed, every
 span here is a no-op.
 
-Names and attributes follow the OpenTelemetry GenAI semantic conventions of
-:data:`SEMCONV_VERSION` (the tracer's schema URL says so):
+Names and attributes follow the OpenTelemetry semantic conventions of
+:data:`SEMCONV_VERSION` (the tracer's schema URL says so), or, when the app's
+``OTEL_SEMCONV_STABILITY_OPT_IN`` lists ``gen_ai_latest_experimental`` (the runtime hands
+its :class:`~histaudit.config.Settings` to :func:`follow` when it starts), the GenAI
+conventions :data:`GENAI_VERSION` of their own repository (docs/traces.md):
 
-* an LLM call is a CLIENT span ``chat <model>`` with ``gen_ai.operation.name = chat``,
-  ``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.usage.input_tokens``,
-  ``gen_ai.usage.output_tokens``, ``gen_ai.response.finish_reasons`` and ``error.type``;
-* a tool call is an INTERNAL span ``execute_tool <tool>`` with
+* an LLM call is a CLIENT span ``chat <model>`` (:func:`chat`) with
+  ``gen_ai.operation.name = chat``, ``gen_ai.request.model``, ``gen_ai.response.model``,
+  ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``,
+  ``gen_ai.response.finish_reasons`` and ``error.type``, and under the opt-in
+  ``gen_ai.provider.name`` when the caller named the provider;
+* a tool call is an INTERNAL span ``execute_tool <tool>`` (:func:`execute_tool`) with
   ``gen_ai.operation.name = execute_tool``, ``gen_ai.tool.name``, ``gen_ai.tool.type`` and
-  ``gen_ai.tool.call.id`` when the agent's call carried one;
+  ``gen_ai.tool.call.id`` when the agent's call carried one, the same in both;
 * an activity (the conventions have no name for it) is ``activity <name>``, and any other
   side effect ``effect <name>``.
 
@@ -39,6 +44,7 @@ from histaudit.ledger import merkle
 from histaudit.ledger.spans import INSTANCE, KIND, LEAF, LEAF_HASH, ORIGIN, SEQ
 
 if TYPE_CHECKING:
+    from histaudit.config import Settings
     from histaudit.ledger.records import Entry
 
 try:
@@ -47,12 +53,55 @@ try:
 except ImportError:  # pragma: no cover - the otel extra is optional
     _HAVE_OTEL = False
 
-__all__ = ["SCHEMA_URL", "SEMCONV_VERSION", "Traced", "annotate", "span"]
+__all__ = ["GENAI_VERSION", "SCHEMA_URL", "SEMCONV_VERSION", "Traced", "annotate", "chat",
+           "execute_tool", "follow", "span"]
 
 SEMCONV_VERSION = "1.37.0"
-"""The semantic conventions (GenAI included) the spans follow."""
+"""The semantic conventions (GenAI included) the spans follow by default."""
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
+GENAI_VERSION = "0.1.0"
+"""The release of open-telemetry/semantic-conventions-genai followed under the opt-in. It
+names no schema URL of its own, so the tracer then carries none."""
 
+
+class _Conventions:
+    """Which GenAI conventions this process's spans follow: one choice per process, as
+    ``OTEL_SEMCONV_STABILITY_OPT_IN`` is one variable per process (OpenTelemetry's own
+    instrumentations read it once too) and the tracer provider is one per process."""
+
+    latest = False
+
+
+def follow(settings: Settings) -> None:
+    """Follow the GenAI conventions ``settings`` choose (``genai_latest_experimental``:
+    :data:`GENAI_VERSION`, else :data:`SEMCONV_VERSION`) in the spans made from now on."""
+    _Conventions.latest = settings.genai_latest_experimental
+
+
+def chat(model: str | None, *, provider: str | None, input_tokens: int | None,
+         output_tokens: int | None, finish_reason: str | None) -> tuple[str, dict[str, Any]]:
+    """The name and GenAI attributes of an inference span (None values are left out).
+
+    Both versions name the span ``chat <model>`` and hold the same attributes;
+    ``gen_ai.provider.name`` (required since 1.37.0, which renamed ``gen_ai.system`` to
+    it) is emitted under the opt-in only, so the default stays what collectors read today.
+    """
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+        "gen_ai.response.model": model, "gen_ai.usage.input_tokens": input_tokens,
+        "gen_ai.usage.output_tokens": output_tokens,
+        "gen_ai.response.finish_reasons": None if finish_reason is None else [finish_reason]}
+    if _Conventions.latest:
+        attributes["gen_ai.provider.name"] = provider
+    return (f"chat {model}" if model else "chat"), attributes
+
+
+def execute_tool(tool: str, call_id: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The name and GenAI attributes of a tool execution span: the same in both versions
+    (:data:`GENAI_VERSION` made ``gen_ai.tool.name`` required; histaudit always sets it)."""
+    return f"execute_tool {tool}", {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+        "gen_ai.tool.type": "function", "gen_ai.tool.call.id": call_id or None}
 
 
 class Traced:
@@ -97,10 +146,10 @@ def annotate(attributes: Mapping[str, Any]) -> None:
 
 
 @functools.cache
-def _tracer() -> Any:
-    """histaudit's tracer, asked for once: before the app sets its provider it is the
-    API's proxy, which hands each span to the provider set by then."""
-    return _otel.get_tracer("histaudit", _VERSION, schema_url=SCHEMA_URL)
+def _tracer(schema_url: str | None) -> Any:
+    """histaudit's tracer, asked for once per schema URL: before the app sets its provider
+    it is the API's proxy, which hands each span to the provider set by then."""
+    return _otel.get_tracer("histaudit", _VERSION, schema_url=schema_url)
 
 
 @contextlib.contextmanager
@@ -112,7 +161,7 @@ def span(name: str, attributes: Mapping[str, Any] | None = None, *, client: bool
     if not _HAVE_OTEL:
         yield _NOT_TRACED
         return
-    tracer = _tracer()
+    tracer = _tracer(None if _Conventions.latest else SCHEMA_URL)
     kind = _otel.SpanKind.CLIENT if client else _otel.SpanKind.INTERNAL
     with tracer.start_as_current_span(name, kind=kind, start_time=start_ns,
                                       record_exception=False,

@@ -3,9 +3,10 @@ spans to a real Jaeger through OpenTelemetry's SDK and OTLP/HTTP exporter, confi
 any app configures them (the endpoint from ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``).
 
 Workflow ``assist``: ``ask_llm`` (records one LLM call, as an agent framework's client
-would: ``record_llm_call``), ``write_note`` (a tool call: the side effect ``tool:write_note``)
-and ``tally`` (a plain activity). Prints ``APP READY`` once its worker is started; on
-SIGTERM it flushes its spans and exits.
+would: ``record_llm_call``, naming its provider), ``write_note`` (a tool call: the side
+effect ``tool:write_note``, with the LLM's call id) and ``tally`` (a plain activity). Prints
+``APP READY`` once its worker is started; on SIGTERM it flushes its spans and exits.
+``OTEL_SEMCONV_STABILITY_OPT_IN`` in its environment chooses the GenAI conventions.
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ def serve() -> None:
         record_llm_call(LlmCall(model="stub-1", messages=2, prompt_tokens=11,
                                 completion_tokens=7, total_tokens=18,
                                 tool_calls=["write_note"], finish_reason="tool_calls",
-                                answer={"content": f"note: {question}"}), started_ns=started)
+                                answer={"content": f"note: {question}"}, provider="stub"),
+                        started_ns=started)
         return f"note: {question}"
 
     @wfr.activity(name="write_note")
     def write_note(ctx: wf.WorkflowActivityContext, note: str) -> int:
-        with side_effect(ctx, "tool:write_note") as effect:
+        with side_effect(ctx, "tool:write_note", call_id="call_1") as effect:
             if effect.already_done:
                 effect.skip()
                 return int(effect.previous_result)
