@@ -53,14 +53,14 @@ RUN_TIMEOUT_S = 180
 TASK = {"task": "book a trip to Lisbon"}
 CASES = ("clean", "after-flight", "inside-flight", "after-llm")
 
-console = Console(highlight=False)
+console = Console(highlight=False, width=150)  # the table is wide; piped output too
 
 
 @dataclass(frozen=True)
 class Framework:
     """One example: where it is, its workflow, which venv runs it, and each crash case's
-    point with the task id it is scoped to (the flight is the workflow's 4th task in
-    every runner: LLM 1, search 2, LLM 3, flight 4)."""
+    point with the task id it is scoped to (an agent runner's tasks: LLM 1, search 2,
+    LLM 3, flight 4; a graph runner's differ)."""
 
     name: str
     folder: str
@@ -80,8 +80,10 @@ class Framework:
 FRAMEWORKS = (
     Framework("OpenAI Agents SDK", "openai_agents", "dapr.openai.Travel.workflow",
               ".venv-sdk118", "after:execute_tool_activity", "after:call_llm_activity"),
+    # a graph runner's tasks: agent node 1, tools_condition 2, tools node 3, agent 4, ...
     Framework("LangGraph", "langgraph", "dapr.langgraph.Travel.workflow", ".venv-sdk118",
-              "after:execute_node_activity", "after:execute_node_activity"),
+              "after:execute_node_activity", "after:execute_node_activity", llm_task=4,
+              flight_task=6),
     Framework("Strands", "strands", "dapr.strands.Travel.workflow", ".venv-frameworks2",
               "after:strands_execute_tool", "after:strands_call_model"),
     Framework("CrewAI", "crewai", "dapr.crewai.Travel.workflow", ".venv-frameworks2",
@@ -157,6 +159,7 @@ class Stack:
 
     def __init__(self, out: Path, fw: Framework, llm: ScriptedLLM) -> None:
         self.out, self.fw, self.llm = out, fw, llm
+        out.mkdir(parents=True)
         self.key, _pub, _signer = generate_keypair(out / "keys", name="agent")
         self.db = f"sqlite:///{out / 'ledger.db'}"
         self.engine = DaprdStack(state_dir=out / "engine")
@@ -291,7 +294,6 @@ def main() -> int:
         console.rule(fw.name)
         with ScriptedLLM() as llm:
             stack = Stack(out / fw.folder, fw, llm)
-            stack.out.mkdir()
             stack.engine.start()
             try:
                 for case in CASES:
