@@ -27,9 +27,10 @@ What the port offers:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 from typing import Any, TypeVar
 
+from histaudit.errors import UsageError
 from histaudit.interceptor import tracing
 from histaudit.interceptor.activity import ActivityRun, current_activity
 from histaudit.interceptor.effects import (
@@ -44,8 +45,8 @@ from histaudit.interceptor.runtime import AuditedWorkflowRuntime
 
 __all__ = ["TOOL_EFFECT_PREFIX", "ActivityRun", "AuditedWorkflowRuntime", "LlmCall",
            "SideEffect", "answer_usage", "claims", "current_activity", "current_effect",
-           "guarded_acall", "guarded_call", "record_llm_call", "result_error", "take_over",
-           "tool_call", "watch_openai"]
+           "guarded_acall", "guarded_call", "read_only_tools", "record_llm_call",
+           "result_error", "take_over", "tool_call", "watch_openai"]
 
 T = TypeVar("T")
 Failed = Callable[[Any], "tuple[str, str] | None"]
@@ -106,6 +107,19 @@ def _settle(effect: SideEffect, result: Any, failed: Failed | None) -> None:
     if problem is not None:
         effect.fail(*problem)
     effect.result = result
+
+
+def read_only_tools(read_only: Iterable[str] | str, tools: Collection[str], who: str
+                    ) -> set[str]:
+    """The tools an adapter leaves unguarded: ``read_only`` (one name or several), each of
+    which must be one of ``tools`` (the names the framework gives them); a name it has not
+    is a one-line UsageError that lists the tools there are. ``who`` names the caller."""
+    names = {read_only} if isinstance(read_only, str) else set(read_only)
+    unknown = sorted(names - set(tools))
+    if unknown:
+        raise UsageError(f"{who}: read_only names {', '.join(map(repr, unknown))}, which the "
+                         f"agent has no tool of (its tools: {', '.join(sorted(tools)) or 'none'})")
+    return names
 
 
 def take_over(register: Callable[[AuditedWorkflowRuntime], None],

@@ -165,8 +165,8 @@ def test_tool_calls_are_guarded_by_call_id_and_every_llm_call_carries_the_provid
     # a read_only name the graph has no tool of, then auditing the runner again: each a
     # one-line error, the second after one audit that took
     assert _audit_twice(trip) == [
-        "audit_runner(): read_only names 'search_hotels', which no ToolNode of the graph "
-        "has (its tools: book_flight, book_hotel, search_flights)",
+        "audit_runner(): read_only names 'search_hotels', which the agent has no tool of "
+        "(its tools: book_flight, book_hotel, search_flights)",
         "audited", "audit_runner(): this runner is already audited"]
 
 

@@ -64,12 +64,7 @@ def audit_runner(runner: Any, *, read_only: Iterable[str] = ()) -> Any:
         raise UsageError(f"audit_runner(): {type(runner).__name__} is not Diagrid's CrewAI "
                          "runner (it has no agent with tools and no _get_tool_name)")
     tools = {str(name_of(tool)): tool for tool in (agent.tools or [])}
-    exempt = set()
-    for name in [read_only] if isinstance(read_only, str) else read_only:
-        if name not in tools:
-            raise UsageError(f"audit_runner(): read_only names {name!r}, which the agent has "
-                             f"no tool of (its tools: {', '.join(sorted(tools))})")
-        exempt.add(name)
+    exempt = adapters.read_only_tools(read_only, tools, "audit_runner()")
     runtime = take_over_runner(runner, "audit_runner()")
     for name, tool in tools.items():
         if name not in exempt:

@@ -76,12 +76,7 @@ def audit_runner(runner: Any, *, read_only: Iterable[str] = ()) -> Any:
                          "DaprWorkflowGraphRunner (it has no graph with nodes)")
     tools = list(_tools_of(graph))
     names = {str(t.name) for t in tools}
-    exempt = set(read_only) if not isinstance(read_only, str) else {read_only}
-    unknown = sorted(exempt - names)
-    if unknown:
-        raise UsageError(f"audit_runner(): read_only names {', '.join(map(repr, unknown))}, "
-                         f"which no ToolNode of the graph has (its tools: "
-                         f"{', '.join(sorted(names)) or 'none'})")
+    exempt = adapters.read_only_tools(read_only, names, "audit_runner()")
     runtime = take_over_runner(runner, "audit_runner()")
     for tool in tools:
         if str(tool.name) not in exempt:

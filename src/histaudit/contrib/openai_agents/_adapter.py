@@ -59,12 +59,7 @@ def audit_runner(runner: Any, *, read_only: Iterable[str] = ()) -> Any:
     """
     workflow = _workflow_module(runner)
     tools = _registered_tools(runner, workflow)
-    exempt = set()
-    for name in [read_only] if isinstance(read_only, str) else read_only:
-        if name not in tools:
-            raise UsageError(f"{_WHO}: read_only names {name!r}, which the agent has no tool "
-                             f"of (its tools: {', '.join(tools) or 'none'})")
-        exempt.add(name)
+    exempt = adapters.read_only_tools(read_only, tools, _WHO)
     runtime = take_over_runner(runner, _WHO)
     tool_module: Any = importlib.import_module("agents.tool")
     for name, tool in tools.items():

@@ -165,13 +165,7 @@ def _importing_runtime(runtime: Any) -> dict[str, Any]:
 
 def _read_only(registry: dict[str, Any], read_only: Iterable[str],
                who: str = "audit_runner()") -> set[str]:
-    exempt = set()
-    for name in [read_only] if isinstance(read_only, str) else read_only:
-        if name not in registry:
-            raise UsageError(f"{who}: read_only names {name!r}, which the agent has no tool "
-                             f"of (its tools: {', '.join(sorted(registry))})")
-        exempt.add(name)
-    return exempt
+    return adapters.read_only_tools(read_only, registry, who)
 
 
 def _audit_agent_objects(agent: Any, registry: dict[str, Any], exempt: set[str]) -> None:
