@@ -5,7 +5,8 @@ differ per run with a real model). Two points keep it cheap (a clean run, one sw
 crashes, one isolated rerun: ≈ 27 s of CPU, most of it the framework's imports):
 
 * a crash after a guarded tool's activity body: the re-delivery finds the effect done, so
-  the trip's output and effects must be the clean run's — any divergence is a false one;
+  the trip's output and effects must be the clean run's — any divergence is a false one
+  (a tool running beside it when the process died may be ``effect-uncertain``: true);
 * a crash inside ``book_flight`` (``after-effect:``): the crash proves the first booking
   got through and the retry booked again, so the point fails, naming the doubled effect
   with both counts.
@@ -43,9 +44,12 @@ def crash_matrix(tmp: Path, folder: str, workflow: str, after_tool: str) -> dict
     points = {p["point"]: p for p in matrix["points"]}
     assert set(points) == {after_tool, "after-effect:tool:book_flight"}, sorted(points)
     redelivered = points[after_tool]
-    assert redelivered["outcome"] == "identical" and not redelivered["failing"], redelivered
-    assert redelivered["output_matches"] and redelivered["effects"] == \
-        matrix["clean"]["effects"]
+    assert not redelivered["failing"] and redelivered["output_matches"], redelivered
+    assert redelivered["effects"] == matrix["clean"]["effects"] and not redelivered["doubled"]
+    # a tool running beside the crashed one may be caught between intent and outcome: a
+    # true uncertainty, and the only finding such a point may carry besides info
+    serious = {f["code"] for f in redelivered["findings"] if f["severity"] != "info"}
+    assert serious <= {"effect-uncertain"}, redelivered["findings"]
     doubled = points["after-effect:tool:book_flight"]
     assert doubled["failing"] and doubled["output_matches"], doubled
     assert doubled["doubled"] == {"tool:book_flight": {"here": 2, "clean": 1}}

@@ -1,7 +1,7 @@
 """``replay --engine``: the user's module is imported with the engine as its Dapr sidecar
-when no ``DAPR_*`` address is set (issue 48, item 6), on the SDK of ``.venv`` (dapr 1.19,
-which reads its settings lazily; tests/agents/test_agent_replay.py runs the agent on dapr
-1.18, which reads them once at import). A ``DaprClient()`` built inside stands for code
+when no ``DAPR_*`` address is set (issue 48, item 6), on both SDK layouts (dapr 1.19 reads its
+settings lazily, dapr 1.18 once at import; tests/agents/test_agent_replay.py runs the
+agent on dapr 1.18). A ``DaprClient()`` built inside stands for code
 that connects at import; an in-process gRPC server stands for the engine. Cost: under 1 s
 of CPU."""
 
@@ -44,6 +44,9 @@ def no_sidecar(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_code_that_connects_at_import_finds_the_engine(
         engine: str, no_sidecar: None, capsys: pytest.CaptureFixture[str]) -> None:
     check = DaprHealth.__dict__["wait_for_sidecar"]
+    # dapr 1.19 holds a setting once read; dapr 1.18 holds every one from its import (None)
+    unset = object()
+    before = vars(settings).get("DAPR_GRPC_ENDPOINT", unset)
     with _sidecar(engine, 5.0):
         assert os.environ["DAPR_GRPC_ENDPOINT"] == settings.DAPR_GRPC_ENDPOINT == engine
         began = time.monotonic()
@@ -51,7 +54,8 @@ def test_code_that_connects_at_import_finds_the_engine(
             assert client._uri.endpoint == f"dns:{engine}"
         assert time.monotonic() - began < 1
     assert "Health check" not in capsys.readouterr().out  # the SDK's noise when it waits
-    assert "DAPR_GRPC_ENDPOINT" not in os.environ and "DAPR_GRPC_ENDPOINT" not in vars(settings)
+    assert "DAPR_GRPC_ENDPOINT" not in os.environ
+    assert vars(settings).get("DAPR_GRPC_ENDPOINT", unset) is before  # as it was
     assert DaprHealth.__dict__["wait_for_sidecar"] is check
     # without --engine nothing changes
     with _sidecar(None, 5.0):
