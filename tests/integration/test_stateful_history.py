@@ -91,7 +91,7 @@ def test_a_crash_in_the_fan_out_resumes_and_verifies_in_either_mode(
             # a second instance on the same, now warm, worker stream: deltas if any
             rig.app.start()
             instance = rig.schedule("procure", None)
-            assert rig.wait(instance, RESUME_LIMIT_S).runtime_status.name == "COMPLETED"
+            assert rig.finish(instance).runtime_status.name == "COMPLETED"
             assert rig.verify(rig.last) == ["activity-reexecuted"]
             assert rig.verify(instance) == []
             assert len(rig.searches()) >= 8 + 1 + 8

@@ -2,7 +2,7 @@
 that passes its CPU budget fails the run, naming the file; one inside it passes, and the
 slowest tests are listed either way. Without it (``make test``, CI) a file over the
 calibrated budget is named and the run still passes: a timing never fails CI. Runs pytest
-in a subprocess on a generated file. Cost: ≈ 6 s of CPU.
+in a subprocess on generated files. Cost: ≈ 9 s of CPU.
 """
 
 from __future__ import annotations
@@ -62,3 +62,47 @@ def test_without_an_enforced_budget_a_file_over_it_is_named_and_the_run_passes(
     result.stdout.fnmatch_lines([
         "*reported only; calibration *, * s against 0.25 s, factor *",
         "OVER budget (reported): test_burn.py took * s of CPU, over the * s a file may take*"])
+
+
+SESSION_CHILD = """
+import subprocess, sys
+import pytest
+
+@pytest.fixture(scope="session")
+def server():
+    # a server the whole run shares, burning a second of CPU, reaped when the session ends
+    proc = subprocess.Popen([sys.executable, "-c",
+        "import time\\nend = time.process_time() + 1.0\\n"
+        "while time.process_time() < end: pass\\nimport sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE)
+    yield proc
+    proc.stdin.close()
+    proc.wait()
+"""
+
+USES_IT = """
+def test_uses_the_server(server):
+    assert server.pid > 0
+"""
+
+LAST = """
+def test_the_last_file_run():
+    assert True
+"""
+
+
+def test_a_session_servers_cpu_is_charged_to_no_file(pytester: pytest.Pytester) -> None:
+    """The worker's session fixtures end in its last test's teardown: their reaped CPU is
+    printed on its own line, not added to the file that happened to run last."""
+    pytester.makepyfile(test_a_uses=USES_IT, test_z_last=LAST)
+    tests = Path(__file__).resolve().parents[1]
+    pytester.makeconftest(f"import sys\nsys.path.insert(0, {str(tests)!r})\n"
+                          "pytest_plugins = ['support.timings']\n" + SESSION_CHILD)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--file-budget", "0.8",
+                                           "--timings-json", "t.json")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    doc = json.loads((pytester.path / "t.json").read_text())
+    assert doc["files"]["test_z_last.py"]["cpu_s"] < 0.5
+    assert doc["session_teardown_cpu_s"] >= 0.9
+    result.stdout.fnmatch_lines(["*the workers' session teardown (their PostgreSQL servers,"
+                                 " reaped at the end) * s CPU"])

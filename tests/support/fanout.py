@@ -17,6 +17,7 @@ __all__ = ["APP", "RESUME_LIMIT_S", "Fanout"]
 
 APP = Path(__file__).resolve().parents[1] / "integration" / "apps" / "fanout_app.py"
 RESUME_LIMIT_S = 60.0  # far below the standalone engine's 2-minute lock timeout
+READY_LIMIT_S = 60.0
 
 
 class Fanout(AppRig):
@@ -29,8 +30,9 @@ class Fanout(AppRig):
                "PYTHONUNBUFFERED": "1"}
         if stateful:
             env["STATEFUL_HISTORY"] = "1"
+        # a CI run at load 10+ once took 30 s for a restarted app's worker to connect
         self.app = self.add_app(AppProcess(engine, [APP], log=tmp / "app.log", ready="ready",
-                                           env=env))
+                                           env=env, ready_timeout=READY_LIMIT_S))
 
     def searches(self) -> list[str]:
         log = self.tmp / "searches.log"
@@ -43,13 +45,23 @@ class Fanout(AppRig):
         assert self.app.wait_exit(60) == CRASH_EXIT_CODE, self.app.tail()
         began = time.monotonic()
         self.app.start()
-        state = self.wait(instance, RESUME_LIMIT_S)
+        state = self.finish(instance)
         took = time.monotonic() - began
         assert state.runtime_status.name == "COMPLETED", self.app.tail()
         assert json.loads(state.serialized_output) == 280
         self.app.kill()
         self.last = instance
         return took
+
+    def finish(self, instance: str) -> Any:
+        """Wait for ``instance`` within :data:`RESUME_LIMIT_S`; on a timeout the error
+        carries the app's and the engine's logs, which say where the turn stopped."""
+        try:
+            return self.wait(instance, RESUME_LIMIT_S)
+        except TimeoutError:
+            log = getattr(self.engine, "log_tail", lambda: "")()
+            raise AssertionError(f"{instance} not done in {RESUME_LIMIT_S:.0f}s\napp:\n"
+                                 f"{self.app.tail()}\nengine:\n{log}") from None
 
     def verify(self, instance: str) -> list[str]:
         r = cli("verify", instance, "--json", "--db", self.url, "--trust", self.trust,

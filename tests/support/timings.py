@@ -22,8 +22,12 @@ under load — a wall budget would either fail a loaded CI or let a file double 
 hardly moves with load. The wall limit catches a file that sleeps or waits its time away.
 Wall is the sum of the file's tests' setup + call + teardown, as pytest's ``--durations``
 counts them. CPU is the worker's own, its reaped children's (engines, apps, CLI runs) and
-the forked commands' (:func:`support.cli.forked_cpu_s`); a server the run shares
-(PostgreSQL) is in nobody's.
+the forked commands' (:func:`support.cli.forked_cpu_s`). The last test on a worker also
+tears down that worker's session fixtures, among them its PostgreSQL server, whose CPU
+over the whole run is reaped then: that teardown is measured on its own and printed as the
+workers' session teardown, charged to no file. (Before, it was charged to whichever file
+ran last — tests/unit/witness/test_policy.py, 158 s of CPU in a CI run for 1 s of its
+own, issue 54.)
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ def calibrate() -> float:
         digest.update(block)
     return time.process_time() - began
 _CPU_KEY = pytest.StashKey[float]()
+_LAST_KEY = pytest.StashKey[float]()
 
 
 def _cpu_now() -> float:
@@ -91,12 +96,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     item.stash[_CPU_KEY] = _cpu_now()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is None:  # the worker's last test: its teardown ends the session's fixtures
+        item.stash[_LAST_KEY] = _cpu_now()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     outcome = yield
     report = outcome.get_result()
     if call.when == "teardown" and _CPU_KEY in item.stash:
-        report.user_properties.append(("cpu_s", _cpu_now() - item.stash[_CPU_KEY]))
+        now = _cpu_now()
+        before = item.stash.get(_LAST_KEY, now)
+        report.user_properties.append(("cpu_s", before - item.stash[_CPU_KEY]))
+        if now > before:
+            report.user_properties.append(("session_cpu_s", now - before))
 
 
 class _Totals:
@@ -107,6 +122,7 @@ class _Totals:
         self.cpu: dict[str, float] = defaultdict(float)
         self.started = time.monotonic()
         self.calibrations: list[float] = []
+        self.session_cpu = 0.0
 
     def factor(self) -> float:
         """How much slower this machine ran the workload than the reference (>= 1)."""
@@ -119,6 +135,8 @@ class _Totals:
         for key, value in report.user_properties:
             if key == "cpu_s":
                 self.cpu[report.nodeid] += float(value)
+            elif key == "session_cpu_s":
+                self.session_cpu += float(value)
 
     def per_file(self) -> dict[str, tuple[float, float, int]]:
         files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
@@ -185,7 +203,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     write("")
     write(f"histaudit timings: {len(_CURRENT.wall)} tests, {elapsed:.0f} s wall for the run; "
           f"summed over tests {sum(_CURRENT.wall.values()):.0f} s wall, "
-          f"{sum(_CURRENT.cpu.values()):.0f} s CPU")
+          f"{sum(_CURRENT.cpu.values()):.0f} s CPU; the workers' session teardown "
+          f"(their PostgreSQL servers, reaped at the end) {_CURRENT.session_cpu:.0f} s CPU")
     write("slowest tests (wall s, CPU s):")
     for nodeid, wall in sorted(_CURRENT.wall.items(), key=lambda kv: -kv[1])[:10]:
         write(f"  {wall:7.1f} {_CURRENT.cpu.get(nodeid, 0.0):7.1f}  {nodeid}")
@@ -200,6 +219,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if path:
         Path(path).write_text(json.dumps({
             "elapsed_s": elapsed,
+            "session_teardown_cpu_s": _CURRENT.session_cpu,
             "tests": {n: {"wall_s": w, "cpu_s": _CURRENT.cpu.get(n, 0.0)}
                       for n, w in sorted(_CURRENT.wall.items())},
             "files": {f: {"wall_s": w, "cpu_s": c, "tests": n}
