@@ -46,7 +46,7 @@ $(VENVFW2)/.installed: pyproject.toml constraints/frameworks2.txt
 	touch $@
 
 engine: $(ENGINE)
-$(ENGINE): scripts/install-engine.sh engine/main.go engine/go.mod
+$(ENGINE): scripts/install-engine.sh engine/main.go engine/go.mod engine/sqlite-poll.patch
 	scripts/install-engine.sh
 
 # Real daprd + placement + scheduler + sentry (dapr v1.18.3) from ../shared/vendor and the

@@ -2,6 +2,10 @@ module github.com/histaudit/histaudit/engine
 
 go 1.26.0
 
+// The library as the Go proxy serves it, with engine/sqlite-poll.patch applied: built there by
+// scripts/install-engine.sh, which this module needs before `go build`.
+replace github.com/dapr/durabletask-go v0.14.0 => ../.tools/build/durabletask-go-v0.14.0
+
 require (
 	github.com/dapr/durabletask-go v0.14.0
 	google.golang.org/grpc v1.79.3

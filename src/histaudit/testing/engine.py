@@ -27,13 +27,6 @@ __all__ = ["BINARY_NAME", "ENV_BINARY", "EngineProcess", "find_engine_binary", "
 BINARY_NAME = "durabletask-go"
 """File name of the engine binary that ``make engine`` builds."""
 
-SIDECAR_NAME = "durabletask-sidecar"
-"""The same engine library built from ``engine/main.go``, with a ``--lock-timeout`` flag.
-
-Upstream's sidecar locks a dispatched work item for two minutes, so after the *engine*
-is killed mid-step the restarted engine waits that long to re-dispatch it. Crash tests
-of the engine pass ``lock_timeout`` and get this binary, built beside the upstream one.
-"""
 
 ENV_BINARY = "HISTAUDIT_ENGINE_BIN"
 """Environment variable naming the engine binary explicitly."""
@@ -171,10 +164,8 @@ class EngineProcess:
         self._start_timeout = start_timeout
         self._extra_args: list[str] = []
         if lock_timeout is not None:
-            sidecar = self._binary.with_name(SIDECAR_NAME)
-            if not (sidecar.is_file() and os.access(sidecar, os.X_OK)):
-                raise EngineError(f"{sidecar} not found (needed for lock_timeout); {_HINT}")
-            self._binary = sidecar
+            # upstream locks a dispatched work item for two minutes, so after the *engine*
+            # is killed mid-step a restarted one waits that long to re-dispatch it
             self._extra_args = ["--lock-timeout", f"{int(lock_timeout * 1000)}ms"]
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_once = False
