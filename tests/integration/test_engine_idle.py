@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from histaudit.errors import EngineError
 from histaudit.testing.engine import EngineProcess
 
 pytestmark = pytest.mark.engine
@@ -31,3 +32,15 @@ def test_an_idle_engine_waits_between_queries_for_work(engine: EngineProcess) ->
     time.sleep(3.0)
     share = (_cpu_s(engine.pid) - cpu) / (time.monotonic() - began)
     assert share < 0.25, f"an idle engine took {share:.0%} of a core"
+
+
+def test_an_engine_without_the_lock_flag_is_named_not_dumped(tmp_path: Path) -> None:
+    """Engine-crash points pass --lock-timeout; upstream's own main has no such flag and
+    stops with Go's usage text. The error says which binary and what to build."""
+    binary = tmp_path / "durabletask-go"
+    binary.write_text("#!/bin/sh\necho 'flag provided but not defined: -lock-timeout'\n"
+                      "echo 'Usage of durabletask-go:'\nexit 2\n")
+    binary.chmod(0o755)
+    eng = EngineProcess(binary=binary, state_dir=tmp_path / "e", lock_timeout=3.0)
+    with pytest.raises(EngineError, match=r"has no --lock-timeout .*run `make engine`"):
+        eng.start()

@@ -360,6 +360,10 @@ class EngineProcess:
                 _LIVE.discard(proc)
                 if "address already in use" in output:
                     raise _PortBusyError()
+                if "flag provided but not defined: -lock-timeout" in output:
+                    raise EngineError(f"{self._binary} has no --lock-timeout (upstream's own "
+                                      f"main?): engine-crash points need histaudit's engine; "
+                                      f"{_HINT}")
                 raise EngineError(
                     f"engine exited with status {proc.returncode} before it was ready; "
                     f"log {self._log_path}:\n{output[-2000:]}"
