@@ -19,6 +19,10 @@ measured back to back):
   run (``I``, and ``S ÷ I`` measured); at larger sizes ``--sample`` points (first,
   middle, last, ...) are run and ``I`` is estimated as their mean × ``P``, marked so.
 
+* **the default matrix** (``histaudit crashtest`` as run with no option: every point as an
+  app crash and as an engine crash) at 30 steps (``D``, over ``P_D`` points, twice ``P``):
+  ``D ÷ (P_D × c)`` (issue 54's goal: ≤ 0.25) and the points that were not identical.
+
 Goal of issue 12: the 100-step agent's sweep (every activity boundary, app crashes)
 within 600 s, with no false divergence (the outcomes are kept, per size).
 """
@@ -44,6 +48,7 @@ AGENT_REF = "examples/financial_agent/app.py:financial_agent"  # as reported: re
 AGENT = f"{REPO / AGENT_REF}"
 GOAL_100_S = 600.0
 GOAL_30_RATIO = 0.25
+DEFAULT_STEPS = 30  # the size issue 54 measures the default matrix (app and engine) at
 
 
 def log(msg: str) -> None:
@@ -96,6 +101,18 @@ def one_size(steps: int, sample: int) -> dict[str, Any]:
         doc["isolated_s"] = per * points
         doc["isolated_measured"] = False
     doc["isolated_per_point_s"] = doc["isolated_s"] / points
+    if steps == DEFAULT_STEPS:
+        t0 = time.monotonic()
+        both = ct.run_matrix(spec, clean=clean)  # app and engine points, the CLI's default
+        default_s = time.monotonic() - t0
+        doc["default"] = {
+            "s": default_s, "points": len(both.points), "runs": both.runs,
+            "over_points_x_clean": default_s / (len(both.points) * clean.wall),
+            "outcomes": both.summary,
+            "not_identical": {f"{p.kind.value}:{p.point}": p.outcome.value
+                              for p in both.points if p.outcome != ct.IDENTICAL}}
+        log(f"{steps} steps: the default matrix (app and engine) in {default_s:.1f}s over "
+            f"{len(both.points)} points, {both.summary}")
     doc["sweep_over_isolated"] = sweep_s / doc["isolated_s"]
     log(f"{steps} steps: isolated {'measured' if doc['isolated_measured'] else 'estimated'}"
         f" {doc['isolated_s']:.0f}s")
@@ -113,7 +130,9 @@ def run(steps: list[int], sample: int = 3) -> dict[str, Any]:
             "met": {"sweep_100_steps": by[100]["sweep_s"] <= GOAL_100_S if 100 in by
                     else None,
                     "sweep_30_steps": by[30]["sweep_over_points_x_clean"] <= GOAL_30_RATIO
-                    if 30 in by else None}}
+                    if 30 in by else None,
+                    "default_30_steps": by[DEFAULT_STEPS]["default"]["over_points_x_clean"]
+                    <= GOAL_30_RATIO if DEFAULT_STEPS in by else None}}
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -129,6 +148,13 @@ def render(doc: dict[str, Any]) -> str:
             len(d["not_identical"]))))
     lines.append("(~ estimated from sampled isolated points; restart: crash → next worker "
                  "connected, median)")
+    for d in doc["sizes"]:
+        if "default" in d:
+            m = d["default"]
+            lines.append(f"the default matrix (app and engine points) at {d['steps']} steps: "
+                         f"{m['s']:.0f}s over {m['points']} points, D/(P·c) "
+                         f"{m['over_points_x_clean']:.3f}, not identical: "
+                         f"{len(m['not_identical'])}")
     return "\n".join(lines)
 
 

@@ -525,6 +525,15 @@ def _rows_crashtest(doc: dict[str, Any], rows: list[list[str]]) -> None:
                      fmt_num(d["sweep_s"], " s"), fmt_num(d["points"] * d["clean_s"], " s"),
                      f"{r:.3f}", f"≤ {goals['sweep_30_steps_over_points_x_clean']}",
                      _status(r, goals["sweep_30_steps_over_points_x_clean"], False)])
+        if "default" in d:
+            m = d["default"]
+            r = m["over_points_x_clean"]
+            rows.append(["6d", f"30-step agent, the default matrix: app and engine points ÷ "
+                         f"({m['points']} points × one clean run); "
+                         f"{len(m['not_identical'])} not identical",
+                         fmt_num(m["s"], " s"), fmt_num(m["points"] * d["clean_s"], " s"),
+                         f"{r:.3f}", f"≤ {goals['sweep_30_steps_over_points_x_clean']}",
+                         _status(r, goals["sweep_30_steps_over_points_x_clean"], False)])
     for n, d in sorted(by.items()):
         iso = "measured" if d["isolated_measured"] else "estimated"
         rows.append(["6c", f"  {n} steps: sweep ÷ isolated matrix ({iso}); per point",
