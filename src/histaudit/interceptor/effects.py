@@ -30,6 +30,9 @@ the target system, as above, before doing it again; the verifier then reports th
 as ``effect-uncertain`` and says whether the retry skipped the effect or repeated it.
 Code that ignores ``already_done`` and does the effect again records a second done —
 exactly what the verifier reports as a duplicate side effect.
+Two executions of one effect in one process (the engine handed its activity out again
+while the first still runs) take turns: the second enters the block once the first has
+left it, and finds its done.
 
 Inside the block :func:`current_effect` is the effect (a tool can read it without being
 handed it), and ``effect.idempotency_key`` is a key unique to this effect of this instance
@@ -203,6 +206,38 @@ def _state(run: ActivityRun, name: str, key: str) -> _State:
     return _State(done_seq, result, available, intents)
 
 
+_BLOCKS: dict[tuple[str, str, str], tuple[threading.RLock, int]] = {}
+_BLOCKS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _one_at_a_time(instance: str, name: str, key: str) -> Iterator[None]:
+    """Hold the block of one effect (instance, name, key) in this process: a second
+    execution of it waits until the first has left its block, then reads the ledger.
+
+    The engine hands an activity out again while its first execution still runs here
+    when the engine restarted or the work item's lock expired; the retry would otherwise
+    find only an intent (``uncertain``) and, in ``once()``, do the effect a second time,
+    concurrently. Waiting, it finds the done record and skips. Re-entrant, so a block that
+    nests the same effect on the same thread (or two coroutines of one event loop) goes
+    on as before. Another process is not held: across processes the ledger's intent is
+    what tells."""
+    slot = (instance, name, key)
+    with _BLOCKS_LOCK:
+        lock, users = _BLOCKS.get(slot) or (threading.RLock(), 0)
+        _BLOCKS[slot] = (lock, users + 1)
+    try:
+        with lock:
+            yield
+    finally:
+        with _BLOCKS_LOCK:
+            lock, users = _BLOCKS[slot]
+            if users == 1:
+                del _BLOCKS[slot]
+            else:
+                _BLOCKS[slot] = (lock, users - 1)
+
+
 @contextlib.contextmanager
 def side_effect(ctx: Any, name: str, *, key: str | None = None,
                 call_id: str | None = None) -> Iterator[SideEffect]:
@@ -217,7 +252,8 @@ def side_effect(ctx: Any, name: str, *, key: str | None = None,
         yield _unaudited(name, key)
         return
     run, key = _require_run(ctx, name, key)
-    with tracing.span(*_span_of(name, key, call_id)) as traced:
+    with _one_at_a_time(run.instance, name, key), \
+            tracing.span(*_span_of(name, key, call_id)) as traced:
         recorder = run.recorder
         state = _state(run, name, key)
         base = {**run.fields(), "name": name, "key": key}
