@@ -227,7 +227,7 @@ def _engine_crash(sb: Sandbox, point: str) -> RunState | None:
             raise RunError(f"worker exited with status {rc} before the point", worker.tail())
         status = early.status if early is not None else "unknown"
         raise RunError(f"point never reached (workflow {status})", worker.tail())
-    sb.kill_engine_and_restart()  # while the app is in the middle of the step
+    sb.kill_engine_and_restart(frozen=[worker])  # while the app is in the middle of the step
     marker.unlink()
     return sb.wait_terminal(timeout + sb.spec.lock_timeout)
 

@@ -259,7 +259,7 @@ def _walk_engine(walk: _Walk) -> RunState | None:
             return state
         walk.note_crash()
         crashed = time.monotonic()
-        sb.kill_engine_and_restart()
+        sb.kill_engine_and_restart(frozen=[worker])
         marker.unlink()
         walk.resumed.append(time.monotonic() - crashed)
         limit = timeout + sb.spec.lock_timeout
