@@ -38,8 +38,8 @@ in one run, nothing it shows is taken on trust:
   its trouble alone are known, the others are swept again without them, so a point is
   reported identical only by a sweep that ended clean or was explained point by point.
   An engine-crash sweep never vouches that way: the worker carries on after each engine
-  restart and the step is handed out again only later, so the re-run a crash causes can
-  land next to a *later* crash (the triage post duplicated by a kill at
+  restart beside the step handed out again, so the re-run a crash causes can land next
+  to a *later* crash (the triage post duplicated by a kill at
   ``before:post_comment`` shows up beside ``after:post_comment``), and one finding can
   have several causes; its other points are always swept again without the culprits;
 * a sweep that stops (a worker dies on its own, the instance is stuck) reports the point
