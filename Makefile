@@ -19,7 +19,7 @@ DAPRD  := .tools/daprd/bin/daprd
 
 WITNESS := .tools/bin/.litewitness-v0.9.0
 JAEGER := .tools/bin/.jaeger-v1.75.0
-VAULT := .tools/bin/.vault-v1.21.1
+VAULT := .tools/bin/.vault-v1.21.1-minimal
 
 .PHONY: test test-long demo demo-daprd demo-87 demo-87-daprd demo-agent demo-frameworks bench engine daprd witness jaeger vault postgres chromium softhsm venv lint clean
 
