@@ -5,6 +5,7 @@ Each test gets a token of its own (its own SoftHSM2 configuration and token dire
 holding an Ed25519 key pair generated inside it, so no private key ever exists as a file:
 * an audited workflow signs its ledger in the token, the public key is exported from the
   token into a trust store, and `verify --all --full` proves the ledger with that alone;
+  the same key signs its SCITT export, which scitt-cose accepts (issue #53);
 * every wrong way to name the key (PIN wrong, PIN in the URI, PIN file others can read,
   no such token, key, or module, a URI without a key label) is one line, exit 2, the PIN
   shown nowhere, and the ledger unchanged.
@@ -28,11 +29,14 @@ from pathlib import Path
 
 import pytest
 
+from histaudit.bundle.cose import pem
+from histaudit.ledger.keys import TrustStore
 from histaudit.ledger.store import Ledger
 from histaudit.testing.engine import EngineProcess
 from support.apps import AppProcess, AppRig
 from support.cli import cli, exits, one_error_line
 from support.ledgers import read_entries
+from support.scitt import scitt_cose_verifies
 
 pytestmark = [pytest.mark.engine]
 
@@ -110,6 +114,17 @@ def test_a_ledger_signed_in_the_token_verifies_with_only_its_exported_public_key
                  cwd=token.tmp)
     exits(proved)
     assert json.loads(proved.stdout)["ok"] is True
+    # issue #53 item 1: the token's key signs SCITT statements and receipts as well, and a
+    # third-party verifier (scitt-cose) accepts them with the token's public key alone
+    exits(cli("export", "--format", "scitt", "--db", url, "--key", token.uri(), "--trust",
+              "trust", "--out", "scitt-bundle", cwd=token.tmp, env=token.env))
+    statements = sorted((token.tmp / "scitt-bundle" / "scitt" / "entries").glob("*.cose"))
+    assert len(statements) == len(entries)
+    key_pem = pem(TrustStore.load(token.tmp / "trust").get(kid))
+    for statement in statements:
+        assert scitt_cose_verifies(statement, key_pem) == (True, True), statement.name
+    bundle = cli("verify", "--bundle", "scitt-bundle", "--trust", "trust", cwd=token.tmp)
+    exits(bundle)
     # no private key anywhere: nothing written holds one
     for path in token.tmp.rglob("*"):
         if path.is_file() and "tokens" not in path.parts:
