@@ -14,6 +14,10 @@ read-only), then ``write_note`` (writes a line), then answers. What a user relie
 * a crash inside the effect (after the tool ran, before its done record): the retry
   cannot know and runs it again — two lines — and ``verify`` says ``effect-uncertain``
   for ``tool:write_note``;
+* each execution of the guarded tool is one Agent Action Capsule in ``export --format
+  scitt`` (issue #53), accepted by the profile's reference verifier with the disposition
+  the ledger implies: executed; executed then deduplicated; uncertain then executed
+  (≈ 0.5 s of CPU per export and its checks);
 * every LLM call is signed with its model, tokens and requested tools; a crash after
   ``summarize`` (which has no guard of its own) repeats its LLM call and ``verify`` says
   what that cost (``llm-call-repeated``); a crash after ``call_llm`` repeats nothing,
@@ -31,8 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_action_capsule import verify_store
+from agent_action_capsule.transparent import verify_transparent
 from examples.durable_agent.stub_llm import StubLLM
 
+from histaudit.bundle.cose import pem
 from histaudit.crash import CRASH_EXIT_CODE
 from histaudit.ledger.keys import generate_keypair
 from histaudit.testing import teardown
@@ -41,6 +48,7 @@ from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli
 from support.jaeger import Jaeger
 from support.repo import REPO
+from support.scitt import payload_of
 
 pytestmark = [pytest.mark.daprd, pytest.mark.crash, pytest.mark.engine]
 
@@ -55,11 +63,13 @@ class Scribe(AppRig):
         super().__init__(engine)
         self.tmp = tmp
         self.url = f"sqlite:///{tmp / 'ledger.db'}"
-        key, self.trust, _ = generate_keypair(tmp / "keys", name="agent")
+        self.key, self.trust, signer = generate_keypair(tmp / "keys", name="agent")
+        self.pem = tmp / "agent.pem"
+        self.pem.write_bytes(pem(signer.public))
         self.notes = tmp / "notes.txt"
         self.app = self.add_app(AppProcess(
             engine, [APP], log=tmp / "app.log", ready="ready", ready_timeout=90,
-            env={"HISTAUDIT_DB": self.url, "HISTAUDIT_KEY": str(key), "DATA_DIR": str(tmp),
+            env={"HISTAUDIT_DB": self.url, "HISTAUDIT_KEY": str(self.key), "DATA_DIR": str(tmp),
                  "STUB_LLM_URL": llm.url, "PYTHONUNBUFFERED": "1"}))
 
     def lines(self) -> list[str]:
@@ -89,6 +99,30 @@ class Scribe(AppRig):
     def effects(self, instance: str) -> list[tuple[str, str]]:
         return [(e["kind"], e["data"]["name"]) for e in self.entries(instance)
                 if e["kind"].startswith("effect.")]
+
+    def capsules(self, instance: str) -> list[str]:
+        """Export the instance as SCITT statements (issue #53) and return its Capsules'
+        dispositions, each accepted by the profile's reference verifier: Class 1 over the
+        store of them, and anchored by its receipt (``--transparent``, through scitt-cose)."""
+        out = self.tmp / f"scitt-{instance}"
+        r = cli("export", instance, "--format", "scitt", "--out", out, "--db", self.url,
+                "--key", self.key, "--trust", self.trust, cwd=self.tmp)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        index = json.loads((out / "scitt" / "index.json").read_bytes())
+        files = [out / c["file"] for c in index["capsules"]]
+        capsules = [json.loads(payload_of(f)) for f in files]
+        for result in verify_store(capsules):
+            assert result.ok and {f.severity for f in result.findings} <= {"info"}, \
+                result.findings
+        for file, capsule in zip(files, capsules, strict=True):
+            leaf = payload_of(out / "scitt" / "entries" / file.name).hex()
+            report = verify_transparent(statement_path=str(file), issuer_key_path=str(self.pem),
+                                        log_key_path=str(self.pem), leaf_entry_hex=leaf)
+            assert report.ok and report.attestation_tier == "anchored", \
+                report.substrate_errors
+            assert capsule.get("effect", {}).get("type", "tool:write_note") == \
+                "tool:write_note", capsule
+        return [c["disposition"]["verdict_class"] for c in capsules]
 
     def llm_calls(self, instance: str) -> list[tuple[str, list[str], int | None]]:
         """(activity, tools asked for, total tokens) of each signed LLM call."""
@@ -169,6 +203,7 @@ def _clean_run(rig: Scribe, llm: StubLLM) -> str:
                                        ("call_llm", ["WriteNote"], 15),
                                        ("call_llm", [], 15), ("summarize", [], 15)]
     assert rig.verify(instance) == (0, [])
+    assert rig.capsules(instance) == ["executed"]  # the guarded tool's one Capsule
     # replay finds the agent's workflow at import (audit_agent registered it there), given
     # the sidecar dapr-agents asks for its metadata; it replays to the signed output
     r = cli("replay", "--workflow", f"{APP}:wfr", "--engine", rig.engine.address, instance,
@@ -222,13 +257,14 @@ def test_an_agent_without_its_state_store_restarts_and_verify_says_so(
     assert "sent the LLM 1 message after task 5 had sent 4" in restarted[0]["message"]
 
 
-@pytest.mark.parametrize(("crash_at", "lines", "code"), [
-    (f"after:{RUN_TOOL}#2", ["hello"], "effect-deduplicated"),
-    ("after-effect:tool:write_note", ["hello", "hello"], "effect-uncertain"),
+@pytest.mark.parametrize(("crash_at", "lines", "code", "capsules"), [
+    (f"after:{RUN_TOOL}#2", ["hello"], "effect-deduplicated", ["executed", "deduplicated"]),
+    ("after-effect:tool:write_note", ["hello", "hello"], "effect-uncertain",
+     ["uncertain", "executed"]),
 ])
 def test_a_crash_around_the_tool_is_accounted_for(scribe: tuple[Scribe, StubLLM],
                                                   crash_at: str, lines: list[str],
-                                                  code: str) -> None:
+                                                  code: str, capsules: list[str]) -> None:
     rig, _ = scribe
     instance = rig.crash_and_resume(crash_at)
     assert rig.lines() == lines
@@ -236,6 +272,7 @@ def test_a_crash_around_the_tool_is_accounted_for(scribe: tuple[Scribe, StubLLM]
     named = [f for f in findings if f["code"] == code]
     assert named and named[0]["effect"]["name"] == "tool:write_note", findings
     assert "tool:lookup" not in json.dumps(findings)
+    assert rig.capsules(instance) == capsules  # one per execution of the guarded tool
 
 
 def test_python_is_the_venv_with_dapr_agents() -> None:

@@ -92,6 +92,15 @@ class Jaeger:
         return f"http://127.0.0.1:{self.ports['otlp']}/v1/traces"
 
     def __enter__(self) -> Jaeger:
+        # a free port can be taken by another process (a parallel worker's daprd) between
+        # free_port() and Jaeger's bind: then start again on new ports
+        for _ in range(3):
+            if self._start():
+                return self
+            self.ports = {n: free_port() for n in self.ports}
+        raise RuntimeError(f"jaeger found no free ports: {self.log.read_text()[-2000:]}")
+
+    def _start(self) -> bool:
         self.config.write_text(_CONFIG.format(**self.ports))
         with open(self.log, "wb") as log:
             self._proc = subprocess.Popen([str(jaeger_bin()), "--config", str(self.config)],
@@ -100,10 +109,13 @@ class Jaeger:
         deadline = time.monotonic() + _READY_TIMEOUT
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"jaeger exited: {self.log.read_text()[-2000:]}")
+                text = self.log.read_text()
+                if "address already in use" in text:
+                    return False
+                raise RuntimeError(f"jaeger exited: {text[-2000:]}")
             try:
                 self.get("/api/v3/services")
-                return self
+                return True
             except (OSError, urllib.error.URLError):
                 time.sleep(0.2)
         self.__exit__(None, None, None)
