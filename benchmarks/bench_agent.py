@@ -61,10 +61,14 @@ def start_worker(stack: DaprdStack, work: Path, llm: StubLLM, variant: str,
     env = stack.env({k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")})
     env.update({"DATA_DIR": str(work), "STUB_LLM_URL": llm.url, "PYTHONUNBUFFERED": "1",
                 "HISTAUDIT_DB": f"sqlite:///{work / 'ledger.db'}", "HISTAUDIT_KEY": str(key)})
+    command = [sys.executable, str(EXAMPLE / "app.py")]
     if variant == "plain":
         env["HISTAUDIT_ENABLED"] = "0"
+    else:  # its appends timed inside the worker (agent_appends.py)
+        env["BENCH_APPEND_STATS"] = str(log.with_suffix(".appends.json"))
+        command.insert(1, str(BENCH_DIR / "agent_appends.py"))
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, str(EXAMPLE / "app.py")], env=env,
+        proc = subprocess.Popen(command, env=env,
                                 stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while "ready" not in log.read_text(errors="replace").splitlines():
@@ -91,6 +95,9 @@ def measure(stack: DaprdStack, work: Path, delays: list[float], rounds: int,
     try:
         for delay in delays:
             per_variant: dict[str, list[float]] = {v: [] for v in VARIANTS}
+            appends = {m: {"appends": 0.0, "wall_s": 0.0, "cpu_s": 0.0}
+                       for m in ("durable", "riding")}
+            appended_rounds = 0
             ratios = []
             with StubLLM(delay=delay) as llm:
                 for r in range(rounds):
@@ -105,6 +112,12 @@ def measure(stack: DaprdStack, work: Path, delays: list[float], rounds: int,
                         finally:
                             proc.terminate()
                             proc.wait(timeout=30)
+                        stats = work / f"{name}.appends.json"
+                        if stats.exists():  # the audited worker's, over 1 + turns turns
+                            for mode, t in json.loads(stats.read_text()).items():
+                                for k, v in t.items():
+                                    appends[mode][k] += v / (1 + turns)
+                            appended_rounds += 1
                         per_variant[variant] += times
                         medians[variant] = statistics.median(times)
                         print(f"  delay {delay * 1000:.0f} ms, round {r + 1}, {variant}: "
@@ -115,7 +128,11 @@ def measure(stack: DaprdStack, work: Path, delays: list[float], rounds: int,
                 "turn_s": {v: {"median": statistics.median(t), "min": min(t), "max": max(t)}
                            for v, t in per_variant.items()},
                 "ratio": {"median": statistics.median(ratios), "min": min(ratios),
-                          "max": max(ratios), "rounds": ratios}}
+                          "max": max(ratios), "rounds": ratios},
+                # per audited turn, averaged over the rounds (warm-up turn included)
+                "appends_per_turn": {m: {k: round(v / max(appended_rounds, 1), 5)
+                                         for k, v in t.items()}
+                                     for m, t in appends.items()}}
     finally:
         client.close()
     return out
@@ -151,6 +168,10 @@ def main() -> int:
               f"[{r['min']:.3f}–{r['max']:.3f}] (plain median "
               f"{fig['turn_s']['plain']['median'] * 1000:.0f} ms, audited "
               f"{fig['turn_s']['audited']['median'] * 1000:.0f} ms)")
+        a = fig["appends_per_turn"]
+        print("  the audited turn's appends: " + ", ".join(
+            f"{t['appends']:.0f} {m} {t['wall_s'] * 1000:.1f} ms ({t['cpu_s'] * 1000:.1f} ms "
+            f"CPU)" for m, t in a.items()))
     return 0
 
 

@@ -551,6 +551,15 @@ def _rows_agent(doc: dict[str, Any], rows: list[list[str]]) -> None:
                      f"plain time", fmt_num(t["audited"]["median"] * 1000, " ms"),
                      fmt_num(t["plain"]["median"] * 1000, " ms"), _ratio_cell(fig["ratio"]),
                      "(info)", ""])
+        a = fig.get("appends_per_turn")
+        if fig["llm_delay_s"] == 0 and a:
+            spent = sum(m["wall_s"] for m in a.values())
+            added = t["audited"]["median"] - t["plain"]["median"]
+            rows.append(["7c", f"of 7a's audited turn, its ledger appends inside the worker "
+                         f"({a['durable']['appends']:.0f} durable, "
+                         f"{a['riding']['appends']:.0f} riding): share of the time auditing "
+                         f"adds", fmt_num(spent * 1000, " ms"), fmt_num(added * 1000, " ms"),
+                         f"{spent / added:.2f}" if added > 0 else "n/a", "(info)", ""])
 
 
 def table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
