@@ -36,6 +36,8 @@ from typing import Any
 
 from bench_common import Series, log
 
+from histaudit.ledger.keys import KeyFileSigner
+
 LOCK_KEY = 0x6265_6E63_686C_6F63  # any key other than the ledger's own
 TARGET_4P = 2000.0
 THREADS = 8
@@ -96,12 +98,11 @@ def _worker(kind: str, target: str, instance: str, duration: float, warmup: int,
             from bench_synth import workload
 
             from histaudit.ledger import chain
-            from histaudit.ledger.keys import Signer
             from histaudit.ledger.store import Ledger
             from histaudit.ledger.writer import GroupWriter
 
             ledger = Ledger.open(target)
-            signer = Signer.generate()
+            signer = KeyFileSigner.generate()
 
         if kind == "group":
             writer = GroupWriter(ledger, signer)

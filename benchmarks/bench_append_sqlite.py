@@ -57,7 +57,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner, Signer
 from histaudit.ledger.store import Ledger
 from histaudit.ledger.writer import GroupWriter
 
@@ -230,7 +230,7 @@ def _warm(block: Any, wal: Path, *, max_blocks: int = 300) -> int:
 
 def run(workdir: Path, *, rounds: int, n_append: int, n_commit: int, n_sign: int
         ) -> dict[str, Any]:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     bodies = _sample_bodies(signer, 64)
     body_len = int(statistics.median(len(b) for b in bodies))
     do_sign, do_commit, raw = baselines(workdir, signer, bodies)
@@ -416,7 +416,7 @@ def run_growth(workdir: Path, ledgers: dict[str, tuple[Path, str]], *, rounds: i
     with the raw sign and raw commit baselines of figure 1, in the same slices. Each
     ratio is appends/s ÷ 1/(2·t_sign + t_commit) of the same round.
     """
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     bodies = _sample_bodies(signer, 64)
     do_sign, do_commit, raw = baselines(workdir, signer, bodies)
     opened: dict[str, Ledger] = {}

@@ -51,7 +51,7 @@ from histaudit.bundle.export import export
 from histaudit.bundle.verify import verify_bundle
 from histaudit.ledger import records as fmt
 from histaudit.ledger import store
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, Signer, TrustStore
 from histaudit.ledger.store import Ledger
 
 PAYLOAD_EVERY = 4
@@ -110,7 +110,7 @@ def raw_ed25519(pairs: list[tuple[bytes, bytes]], raw_key: bytes) -> int:
 
 def run(*, url: str | None, entries: int, instances: int, rounds: int,
         workdir: Path) -> dict[str, Any]:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     trust = TrustStore([signer.public])
     url = url or f"sqlite:///{workdir / 'ledger.db'}"
     t0 = time.perf_counter()

@@ -78,7 +78,7 @@ from histaudit.interceptor.replaycheck import ReplayedResultCheck
 from histaudit.interceptor.workflow import AuditedWorkflowContext
 from histaudit.ledger import chain as hchain
 from histaudit.ledger import writer as hwriter
-from histaudit.ledger.keys import Signer, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, Signer, generate_keypair
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 from histaudit.replay import History
@@ -321,7 +321,7 @@ def cold_ops(work: Path, gap_s: float, rounds: int) -> dict[str, Any]:
     blocks' operations, and cold ÷ warm.
     """
     ledger = Ledger.open(f"sqlite:///{work / 'cold.db'}", create=True)
-    writer = hwriter.GroupWriter(ledger, Signer.generate())
+    writer = hwriter.GroupWriter(ledger, KeyFileSigner.generate())
     raw = sqlite3.connect(work / "cold-raw.db", isolation_level=None, timeout=60)
     raw.execute("PRAGMA journal_mode = WAL")
     raw.execute("PRAGMA synchronous = NORMAL")

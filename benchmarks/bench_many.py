@@ -25,7 +25,7 @@ import orjson
 from bench_common import Series, log
 from bench_synth import build_ledger
 
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 
 
 def _child(args: list[str], reports: int) -> tuple[float, float]:
@@ -46,7 +46,7 @@ def _child(args: list[str], reports: int) -> tuple[float, float]:
 
 
 def run(workdir: Path, *, instances: int, per_instance: int, rounds: int) -> dict[str, Any]:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     trust = workdir / "trust.pub.json"
     trust.write_bytes(orjson.dumps(signer.public.to_json()))
     many, one = workdir / "many.db", workdir / "one.db"

@@ -34,7 +34,7 @@ from typing import Any
 from bench_common import Series, Timing, log, measure
 
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner, Signer
 from histaudit.ledger.store import Ledger
 from histaudit.ledger.writer import GroupWriter
 
@@ -118,7 +118,7 @@ def run(workdir: Path, *, rounds: int, n: int) -> dict[str, Any]:
 
     with Vault(workdir) as vault:
         vault.make_key("ledger")
-        signers = {"file": _Counting(Signer.generate()),
+        signers = {"file": _Counting(KeyFileSigner.generate()),
                    "hsm": _Counting(Pkcs11Signer(_token(workdir))),
                    "transit": _Counting(TransitSigner(vault.key_url("ledger")))}
         return _rounds(workdir, signers, rounds=rounds, n=n)

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from histaudit.ledger.keys import KeyFileSigner
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -144,7 +146,7 @@ def verify_ledger(args: argparse.Namespace, workdir: Path, entries: int
     """Build (or reuse) the SQLite ledger with one instance per size of the ladder."""
     from bench_synth import build_ledger, self_check
 
-    from histaudit.ledger.keys import PublicKey, Signer, TrustStore
+    from histaudit.ledger.keys import PublicKey, TrustStore
 
     sizes = {f"bench-{n}": n for n in size_ladder(entries)}
     where = args.ledger_cache or workdir
@@ -162,7 +164,7 @@ def verify_ledger(args: argparse.Namespace, workdir: Path, entries: int
     if meta is None:
         for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), meta_path):
             p.unlink(missing_ok=True)
-        signer = Signer.generate()
+        signer = KeyFileSigner.generate()
         log("building verify ledger: " + " + ".join(f"{k} ({v:,})" for k, v in sizes.items())
             + f" entries at {db}")
         t0 = time.perf_counter()
@@ -192,13 +194,12 @@ def growth_ledgers(workdir: Path, db: Path, sizes: dict[str, int]
     verify ledger (all its instances), appended to at their largest instance."""
     from bench_synth import build_ledger
 
-    from histaudit.ledger.keys import Signer
 
     small_n = min(sizes.values())
     small = workdir / "growth-small.db"
     for p in (small, Path(f"{small}-wal"), Path(f"{small}-shm")):
         p.unlink(missing_ok=True)
-    build_ledger(small, [("growth-small", small_n)], Signer.generate(),
+    build_ledger(small, [("growth-small", small_n)], KeyFileSigner.generate(),
                  workers=os.cpu_count() or 1)
     big = workdir / "growth-big.db"
     for p in (big, Path(f"{big}-wal"), Path(f"{big}-shm")):

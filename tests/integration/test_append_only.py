@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from histaudit.errors import StoreError
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, Signer, TrustStore, generate_keypair
 from histaudit.ledger.records import StoredHead
 from histaudit.ledger.store import HEAD_MISMATCH, Ledger, writer_role_sql
 from histaudit.verify.verifier import verify_instance
@@ -48,7 +48,7 @@ class Setup:
 
 
 def build(url: str) -> Setup:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     old_head: StoredHead | None = None
     commitment = ""
     with Ledger.open(url, create=True) as ledger:

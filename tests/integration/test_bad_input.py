@@ -30,7 +30,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from histaudit.ledger.keys import Signer, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, generate_keypair
 from support.bad_input import (
     DB_COMMANDS,
     GARBAGE,
@@ -485,4 +485,4 @@ def test_keys_generate_on_a_full_disk_leaves_no_file(tmp_path: Path, fails: str)
     exits(r, 0)
     assert sorted(p.name for p in out.iterdir()) == ["ops.key", "ops.pub.json"]
     assert (out / "ops.key").stat().st_mode & 0o777 == 0o600
-    Signer.load(out / "ops.key")
+    KeyFileSigner.load(out / "ops.key")

@@ -39,7 +39,7 @@ from histaudit.ledger.checkpoint import (
     sign_note,
     verifier_key,
 )
-from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, Signer, TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
 from histaudit.verify.consistency import check_consistency
 from support.cli import cli, exits, one_error_line, verification_failed
@@ -177,7 +177,7 @@ def test_checkpoint_is_a_signed_note_over_the_whole_tree(world: World) -> None:
 def test_docs_example_note_is_reproduced() -> None:
     """docs/bundle.md §4.3: the golden test key signing the tree of a, b, c."""
     seed = hashlib.sha256(b"histaudit golden vectors: signing key seed, v1").digest()
-    signer = Signer(Ed25519PrivateKey.from_private_bytes(seed))
+    signer = KeyFileSigner(Ed25519PrivateKey.from_private_bytes(seed))
     origin = "histaudit/00000000-0000-4000-8000-000000000000"
     root = merkle.root_of(merkle.leaf_hash(x) for x in (b"a", b"b", b"c"))[1]
     note = sign_note(origin, 3, root, signer)
@@ -208,7 +208,7 @@ def test_appends_after_a_checkpoint_are_consistent(world: World) -> None:
 
 
 def test_checkpoint_of_an_empty_ledger(db_url: str) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     Ledger.open(db_url, create=True).close()
     empty = checkpoint(db_url, signer)
     assert (empty.size, empty.root) == (0, merkle.EMPTY_ROOT)
@@ -309,7 +309,7 @@ def test_unreadable_notes_are_input_errors_and_unverified_ones_signature_errors(
     cp = checkpoint(world.url, world.signer)
     note, origin, root64 = cp.note, cp.origin, base64.b64encode(cp.root).decode()
     blob = _sig_blob(note)
-    stranger = Signer.generate()
+    stranger = KeyFileSigner.generate()
     text = f"{origin}\n{cp.size}\n{root64}\n"
     untrusted: dict[str, bytes] = {
         "signature byte flipped": _with_blob(note, blob[:40] + bytes([blob[40] ^ 1]) + blob[41:]),
@@ -361,7 +361,7 @@ def test_unreadable_notes_are_input_errors_and_unverified_ones_signature_errors(
 def test_cosignatures_and_extension_lines_are_tolerated(world: World) -> None:
     """C2SP: signatures by unknown keys are skipped; extension lines after the root too."""
     cp = checkpoint(world.url, world.signer)
-    witness = Signer.generate()
+    witness = KeyFileSigner.generate()
     text = cp.note.split(b"\n\n")[0] + b"\n"
     foreign = (f"\u2014 witness.example/w1 "
                f"{base64.b64encode(b'1234' + witness.sign(text)).decode()}\n").encode()
@@ -379,7 +379,7 @@ WRITERS, PER_WRITER = 4, 40
 
 def _append_worker(url: str, key_path: str, worker: int, count: int, barrier: Any,
                    halfway: Any) -> None:
-    signer = Signer.load(key_path)
+    signer = KeyFileSigner.load(key_path)
     with Ledger.open(url) as ledger:
         barrier.wait(timeout=120)
         for i in range(count):

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from histaudit import __version__, sdk
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer, generate_keypair, key_id
+from histaudit.ledger.keys import KeyFileSigner, generate_keypair, key_id
 from histaudit.ledger.store import Ledger
 from support.cli import HISTAUDIT, TIMEOUT, cli, exits, one_error_line
 from support.ledgers import ORDER_RESULT, ORDER_SECRET, LedgerDb, World, append_order
@@ -89,7 +89,7 @@ def test_keys_generate_writes_private_0600_and_public_json(tmp_path: Path) -> No
     assert doc["not_after"] == "2035-01-01T00:00:00Z"
     assert f"key id {doc['kid']}" in r.stdout and str(priv) in r.stdout
     # The written key really is the pair: it loads and its public half is the JSON's.
-    assert Signer.load(priv).kid == doc["kid"]
+    assert KeyFileSigner.load(priv).kid == doc["kid"]
 
 
 def test_keys_generate_private_key_is_0600_under_a_permissive_umask(tmp_path: Path) -> None:
@@ -208,7 +208,7 @@ def test_forged_append_with_another_key_exits_1(world: World) -> None:
     """An attacker who can INSERT (allowed by the triggers) but lacks the key is caught."""
     with Ledger.open(world.url) as ledger:
         chain.append(ledger, "order-1", "workflow.completed", {"status": "FORGED"},
-                      signer=Signer.generate())
+                      signer=KeyFileSigner.generate())
     r = cli("verify", "order-1", "--db", world.url, "--trust", world.trust, "--json",
             cwd=world.tmp)
     exits(r, 1)

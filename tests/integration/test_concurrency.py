@@ -22,7 +22,7 @@ import pytest
 from histaudit.errors import KeyMaterialError
 from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
 from histaudit.verify.verifier import verify_all, verify_instance
 from support.cli import cli
@@ -44,7 +44,7 @@ JOIN_TIMEOUT = 600.0  # correctness, not speed: a loaded shared machine fsyncs s
 
 def _append_worker(url: str, key_path: str, instances: list[str], rounds: int, worker: int,
                    barrier: threading.Barrier) -> None:
-    signer = Signer.load(key_path)  # refuses a key file others can read
+    signer = KeyFileSigner.load(key_path)  # refuses a key file others can read
     with Ledger.open(url) as ledger:
         barrier.wait(timeout=120)  # start together, so the appends really contend
         for i in range(rounds):
@@ -58,7 +58,7 @@ def _append_worker(url: str, key_path: str, instances: list[str], rounds: int, w
 
 def _write_until(url: str, key_path: str, instances: list[str], worker: int,
                  stop: threading.Event, started: threading.Event) -> None:
-    signer = Signer.load(key_path)
+    signer = KeyFileSigner.load(key_path)
     with Ledger.open(url) as ledger:
         i = 0
         while not stop.is_set():
@@ -176,7 +176,7 @@ def test_processes_append_to_one_instance(db_url: str, tmp_path: Path,
 
 def test_threads_append_through_one_ledger(db_url: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     trust = TrustStore([signer.public])
     errors: list[BaseException] = []
     barrier = threading.Barrier(THREADS)
@@ -237,7 +237,7 @@ def test_worker_refuses_a_key_file_others_can_read(tmp_path: Path) -> None:
     key, _ = _key(tmp_path)
     os.chmod(key, 0o644)
     with pytest.raises(KeyMaterialError, match="readable by others"):
-        Signer.load(key)
+        KeyFileSigner.load(key)
 
 
 def test_verifiers_beside_writers_see_no_false_findings(db_url: str, tmp_path: Path,

@@ -27,7 +27,7 @@ import pytest
 
 from histaudit.interceptor.recorder import MUST_BE_DURABLE, AuditRecorder
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, Signer, TrustStore, generate_keypair
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 from histaudit.testing.engine import EngineProcess
@@ -264,7 +264,7 @@ def _counting(url: str) -> _CountingLedger:
 
 
 def test_only_outcomes_and_intents_wait_for_the_disk(tmp_path: Path) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with _counting(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
         recorder = AuditRecorder(ledger, signer)
         for kind in Kind:
@@ -278,7 +278,7 @@ def test_only_outcomes_and_intents_wait_for_the_disk(tmp_path: Path) -> None:
 
 
 def test_concurrent_appends_share_commits_and_keep_every_entry(tmp_path: Path) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     url = f"sqlite:///{tmp_path / 'l.db'}"
     threads, per = 8, 40
     with _counting(url) as ledger:

@@ -32,7 +32,7 @@ from histaudit.bundle.verify import verify_bundle
 from histaudit.errors import InputError, SignatureError, UsageError
 from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, Signer, TrustStore, generate_keypair
 from histaudit.ledger.records import StoredHead
 from histaudit.ledger.store import Ledger
 from histaudit.verify.findings import Severity
@@ -275,7 +275,7 @@ def older_head(b: Path, ex: Exported) -> None:
 
 def replace_key(b: Path, ex: Exported) -> None:
     doc = json.loads((b / "keys.json").read_bytes())
-    doc["keys"][0] = Signer.generate().public.to_json()
+    doc["keys"][0] = KeyFileSigner.generate().public.to_json()
     (b / "keys.json").write_bytes(orjson.dumps(doc))
 
 
@@ -339,7 +339,7 @@ def test_ledger_reordered_before_export_is_inclusion_invalid(db_url: str,
                                                              tmp_path: Path) -> None:
     """Someone swapped two rows' leaf columns before the export: every root and proof is
     computed over the swapped order, but the signed bodies still say where they belong."""
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     trust = TrustStore([signer.public])
     build_orders(db_url, signer, EXPORTED)
     with LedgerDb(db_url) as db:
@@ -363,7 +363,7 @@ def test_rows_no_bundle_can_carry_are_refused_and_nothing_is_stored(
     crashed in the proof and in orjson, and gave a bare "entry body is not JSON") and
     leaves no bundle and no checkpoint row behind. A seq of -1 is carried: the bundle's verifier
     reports it, as `histaudit verify` does."""
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     trust = TrustStore([signer.public])
     build_orders(db_url, signer, EXPORTED)
     edits = [({"leaf": -1}, "a row stored with leaf column -1"),
@@ -601,7 +601,7 @@ def test_cli_since_until(timed: Exported) -> None:
 # --- exporting while others append ------------------------------------------------------
 
 def _keep_appending(url: str, key_path: str, running: Any, stop: Any) -> None:
-    signer = Signer.load(key_path)
+    signer = KeyFileSigner.load(key_path)
     with Ledger.open(url) as ledger:
         n = 0
         while not stop.is_set():
@@ -674,7 +674,7 @@ def test_checkpoint_is_stored_only_with_its_bundle(db_url: str, tmp_path: Path) 
     exactly the checkpoint the bundle holds."""
     from histaudit.bundle.staging import StagedOutput
 
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     build_orders(db_url, signer, EXPORTED)
     out = tmp_path / "b"
     with Ledger.open(db_url) as ledger:

@@ -22,7 +22,7 @@ import pytest
 from histaudit.errors import HistauditError, StoreError
 from histaudit.ledger import chain
 from histaudit.ledger.chain import Item
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 from histaudit.ledger.store import Ledger
 from histaudit.ledger.writer import GroupWriter
 from support.ledgers import (
@@ -42,7 +42,7 @@ def _data(i: int) -> dict[str, Any]:
 
 
 def test_append_many_is_one_chain_step_per_item(db_url: str) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     ref, rows = committed(b'"kept payload"')
     with Ledger.open(db_url, create=True) as ledger:
         chain.append(ledger, "a", "workflow.started", {}, signer=signer)
@@ -66,7 +66,7 @@ def test_append_many_is_one_chain_step_per_item(db_url: str) -> None:
 
 
 def test_append_many_commits_all_or_nothing(db_url: str) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with Ledger.open(db_url, create=True) as ledger:
         chain.append(ledger, "a", "workflow.started", {}, signer=signer)
         with pytest.raises(HistauditError):
@@ -79,7 +79,7 @@ def test_append_many_commits_all_or_nothing(db_url: str) -> None:
 def test_a_batch_is_refused_when_one_instance_ends_in_a_forged_row(db_url: str) -> None:
     """A batch reads every instance's tip at once (on PostgreSQL in one statement); a
     newest row that is no entry still refuses the whole batch, naming the instance."""
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with Ledger.open(db_url, create=True) as ledger:
         for instance in ("a", "b"):
             chain.append(ledger, instance, "workflow.started", {}, signer=signer)
@@ -102,7 +102,7 @@ def test_a_batch_is_refused_when_one_instance_ends_in_a_forged_row(db_url: str) 
 
 
 def test_concurrent_callers_share_commits_and_all_verify(db_url: str) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     threads, each = 8, 40
     with Ledger.open(db_url, create=True) as ledger:
         writer = GroupWriter(ledger, signer)
@@ -133,7 +133,7 @@ def test_a_bad_request_fails_alone_in_its_batch(db_url: str) -> None:
     """Three callers queue behind a held write lock; the second one's entry is invalid.
     The first commits alone (it led), the other two form one batch that fails and is
     retried one by one: only the bad caller gets an error."""
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     results: dict[str, Any] = {}
     with Ledger.open(db_url, create=True) as ledger:
         writer = GroupWriter(ledger, signer)
@@ -171,10 +171,10 @@ def _wait_until(condition: Any, timeout: float = 30) -> None:
 KILLED_CHILD = """
 import os, signal, sys
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import Signer, KeyFileSigner
 from histaudit.ledger.store import Ledger
 ledger = Ledger.open(sys.argv[1], create=True)
-signer = Signer.generate()
+signer = KeyFileSigner.generate()
 for i in range(20):
     chain.append(ledger, "wf", "activity.started", {"task_id": i}, signer=signer,
                  durable=False)
@@ -223,7 +223,7 @@ def test_pg_append_holds_the_lock_for_one_round_trip(pg_url: str, tmp_path: Path
     own (ADR 0005)."""
     import sqlalchemy as sa
 
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     ref, rows = committed(b'"input"')
     trace_file = tmp_path / "libpq.trace"
     with Ledger.open(pg_url, create=True) as ledger, trace_file.open("w") as out:

@@ -23,7 +23,7 @@ from histaudit.ledger.keys import Signer
 from histaudit.ledger.store import Ledger
 
 db = sys.argv[1]
-ledger, signer = Ledger.open(f"sqlite:///{db}", create=True), Signer.generate()
+ledger, signer = Ledger.open(f"sqlite:///{db}", create=True), KeyFileSigner.generate()
 refused, last = 0, ""
 for i in range(6000):
     if i == 100:

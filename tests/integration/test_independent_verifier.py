@@ -36,7 +36,7 @@ from histaudit.bundle.verify import verify_bundle
 from histaudit.errors import InputError, SignatureError
 from histaudit.ledger import chain
 from histaudit.ledger.chain import make_checkpoint
-from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, Signer, TrustStore, generate_keypair
 from histaudit.ledger.records import StoredHead
 from histaudit.ledger.store import Ledger
 from histaudit.verify.findings import Severity
@@ -256,7 +256,8 @@ def _payload_changed(b: Path, m: Made) -> None:
 
 
 def _key_replaced(b: Path, m: Made) -> None:
-    (b / "keys.json").write_bytes(orjson.dumps({"keys": [Signer.generate().public.to_json()]}))
+    stranger = KeyFileSigner.generate().public.to_json()
+    (b / "keys.json").write_bytes(orjson.dumps({"keys": [stranger]}))
 
 
 def _newer_checkpoint(b: Path, m: Made) -> None:
@@ -271,7 +272,7 @@ def _forged_entry(b: Path, m: Made) -> None:
     docs = read_lines(b / "entries.jsonl")
     line = docs[_at(docs, "inv-2", 4)]
     entry = json.loads(base64.b64decode(line["body"]))
-    mallory = Signer.generate()
+    mallory = KeyFileSigner.generate()
     entry["kid"] = mallory.kid
     body = orjson.dumps(entry, option=orjson.OPT_SORT_KEYS)
     line["body"], line["sig"] = (base64.b64encode(body).decode(),

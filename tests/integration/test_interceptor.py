@@ -19,7 +19,7 @@ import pytest
 
 from histaudit.crash import CRASH_EXIT_CODE, read_trace
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer, TrustStore, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, TrustStore, generate_keypair
 from histaudit.ledger.store import Ledger
 from histaudit.testing import Sidecar
 from histaudit.testing.engine import EngineProcess
@@ -414,8 +414,8 @@ def test_digest_is_keyed_per_instance_and_the_same_in_every_process(tmp_path: Pa
     from histaudit.dapr import AuditRecorder, payload_digest
 
     _key, _pub, signer = generate_keypair(tmp_path, name="k")
-    again = Signer.load(_key)  # another process loading the same key
-    other = Signer.generate()
+    again = KeyFileSigner.load(_key)  # another process loading the same key
+    other = KeyFileSigner.generate()
     short = b'"yes"'
     d = payload_digest(signer, "inst-1", short)
     assert d == payload_digest(again, "inst-1", short)
@@ -433,7 +433,7 @@ def test_digest_is_keyed_per_instance_and_the_same_in_every_process(tmp_path: Pa
 def test_keep_payloads_false_signs_commitments_but_stores_no_payload(tmp_path: Path) -> None:
     from histaudit.dapr import AuditRecorder
 
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with Ledger.open(f"sqlite:///{tmp_path / 'l.db'}", create=True) as ledger:
         recorder = AuditRecorder(ledger, signer, keep_payloads=False)
         p = recorder.commit("inst", '{"card": "4111"}')
@@ -551,7 +551,7 @@ def test_payload_limit_setting_is_checked() -> None:
 def test_kept_flag_is_signed_only_when_the_payload_is_stored(tmp_path: Path) -> None:
     from histaudit.dapr import AuditRecorder
 
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with Ledger.open(f"sqlite:///{tmp_path / 'l.db'}", create=True) as ledger:
         kept = AuditRecorder(ledger, signer).commit("inst", '"x"')
         bare = AuditRecorder(ledger, signer, keep_payloads=False).commit("inst", '"x"')

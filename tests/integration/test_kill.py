@@ -54,7 +54,7 @@ from histaudit.ledger.writer import GroupWriter
 
 url, key, first, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 names = sys.argv[5:]
-writer = GroupWriter(Ledger.open(url), Signer.load(key))
+writer = GroupWriter(Ledger.open(url), KeyFileSigner.load(key))
 out = threading.Lock()
 
 def work(t):

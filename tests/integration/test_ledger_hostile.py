@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 
 from histaudit.cli import main
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, generate_keypair
 from histaudit.ledger.store import Ledger
 from support.ledgers import committed
 
@@ -84,7 +84,7 @@ def _dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
 
 def _build(url: str, keys: Path) -> tuple[Path, Path]:
     key, trust, _ = generate_keypair(keys)
-    signer = Signer.load(key)
+    signer = KeyFileSigner.load(key)
     with Ledger.open(url, create=True) as ledger:
         for instance in ("order-1", "order-2"):  # interleaved below, by step
             ref, rows = _kept(b'{"card":"4111-1111-1111-1111"}')

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from histaudit.errors import StoreError
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 from histaudit.ledger.store import Ledger, postgres
 
 pytestmark = pytest.mark.postgres
@@ -32,7 +32,7 @@ def _drop_sessions(pg_url: str) -> int:
 
 def test_an_idle_connection_the_server_dropped_is_replaced(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with Ledger.open(pg_url, create=True) as ledger:
         chain.append(ledger, "a", "workflow.started", {}, signer=signer)
         assert _drop_sessions(pg_url) >= 1
@@ -44,7 +44,7 @@ def test_an_idle_connection_the_server_dropped_is_replaced(
 def test_a_recently_used_connection_is_not_pinged_and_fails_one_write(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(postgres, "PING_AFTER_IDLE_SECONDS", 3600.0)
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with Ledger.open(pg_url, create=True) as ledger:
         chain.append(ledger, "a", "workflow.started", {}, signer=signer)
         assert _drop_sessions(pg_url) >= 1

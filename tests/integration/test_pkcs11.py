@@ -24,7 +24,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,54 +36,16 @@ from support.apps import AppProcess, AppRig
 from support.cli import cli, exits, one_error_line
 from support.ledgers import read_entries
 from support.scitt import scitt_cose_verifies
+from support.softhsm import MODULE, PIN, Token, make_token
 
 pytestmark = [pytest.mark.engine]
 
-MODULE = os.environ.get("SOFTHSM2_MODULE", "/usr/lib/softhsm/libsofthsm2.so")
-PIN = "s3cr3t-4711"
 APP = Path(__file__).resolve().parent / "apps" / "outage_app.py"
-
-KEYGEN = """
-import sys, pkcs11
-from pkcs11 import Attribute, KeyType
-from pkcs11.util.ec import encode_named_curve_parameters
-token = pkcs11.lib(sys.argv[1]).get_token(token_label="histaudit")
-with token.open(user_pin=sys.argv[2], rw=True) as session:
-    params = session.create_domain_parameters(
-        KeyType.EC_EDWARDS, {Attribute.EC_PARAMS: encode_named_curve_parameters("1.3.101.112")},
-        local=True)
-    params.generate_keypair(store=True, label="ledger")
-"""
-
-
-@dataclass
-class Token:
-    tmp: Path
-    env: dict[str, str]
-    pin_file: Path
-
-    def uri(self, token: str = "histaudit", key: str = "ledger", *, module: str = MODULE,
-            pin: str | None = None) -> str:
-        return (f"pkcs11:token={token};object={key}?module-path={module}"
-                f"&pin-source=file:{pin or self.pin_file}")
 
 
 @pytest.fixture
 def token(tmp_path: Path) -> Token:
-    conf, tokens = tmp_path / "softhsm2.conf", tmp_path / "tokens"
-    tokens.mkdir()
-    conf.write_text(f"directories.tokendir = {tokens}\nobjectstore.backend = file\n"
-                    f"log.level = ERROR\n")
-    env = {**os.environ, "SOFTHSM2_CONF": str(conf)}
-    subprocess.run(["softhsm2-util", "--init-token", "--free", "--label", "histaudit",
-                    "--pin", PIN, "--so-pin", "so-" + PIN], env=env, check=True,
-                   capture_output=True, timeout=30)
-    subprocess.run([sys.executable, "-c", KEYGEN, MODULE, PIN], env=env, check=True,
-                   capture_output=True, timeout=30)
-    pin_file = tmp_path / "hsm.pin"
-    pin_file.write_text(PIN + "\n")
-    pin_file.chmod(0o600)
-    return Token(tmp_path, {"SOFTHSM2_CONF": str(conf)}, pin_file)
+    return make_token(tmp_path)
 
 
 def test_a_ledger_signed_in_the_token_verifies_with_only_its_exported_public_key(
@@ -160,30 +121,6 @@ def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
         assert PIN not in line and PIN not in r.stdout
     with Ledger.open(url) as ledger:
         assert ledger.leaf_count() == 0 and ledger.checkpoint_notes() == []
-
-
-FORKED = """
-import os, sys
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from histaudit.config import Settings
-from histaudit.ledger.signers import load_signer
-signer = load_signer(sys.argv[1], Settings.from_env())
-signer.sign(b"parent")
-pid = os.fork()
-if pid == 0:  # the child opens its own session; the module's login outlived the fork
-    Ed25519PublicKey.from_public_bytes(signer.public.raw).verify(signer.sign(b"child"),
-                                                                  b"child")
-    os._exit(0)
-_, status = os.waitpid(pid, 0)
-print(os.waitstatus_to_exitcode(status))
-"""
-
-
-def test_a_forked_worker_signs_with_the_parent_signer(token: Token) -> None:
-    run = subprocess.run([sys.executable, "-c", FORKED, token.uri()],
-                         env={**os.environ, **token.env}, capture_output=True, text=True,
-                         timeout=60, check=False)
-    assert run.returncode == 0 and run.stdout.strip() == "0", run.stderr[-2000:]
 
 
 REMOVED_MID_RUN = """

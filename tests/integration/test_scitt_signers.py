@@ -16,7 +16,7 @@ from histaudit.bundle.cose import pem
 from histaudit.bundle.export import export
 from histaudit.bundle.verify import verify_bundle
 from histaudit.config import Settings
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, Signer, TrustStore
 from histaudit.ledger.signers import load_signer
 from histaudit.ledger.store import Ledger
 from support.agent_ledger import sign_into, travel
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.vault]
 
 def test_a_transit_key_signs_every_statement_and_receipt_in_one_batch(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    writer = Signer.generate()
+    writer = KeyFileSigner.generate()
     with Vault(tmp_path) as vault:
         vault.make_key("exporter")
         signer = load_signer(vault.key_url("exporter"), Settings())

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from histaudit.errors import StoreError
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 from histaudit.ledger.store import Ledger
 from histaudit.ledger.store.driver import DRIVERS, Driver, driver_for
 from histaudit.ledger.store.schema import not_stored_tables
@@ -65,7 +65,7 @@ def test_a_database_without_a_driver_is_one_line(url: str) -> None:
 
 
 def test_a_driver_opens_writes_streams_and_guards(store_url: str) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with Ledger.open(store_url, create=True) as ledger:
         assert ledger.driver.name == ledger.dialect == store_url.split(":")[0].split("+")[0]
         for i in range(5):
@@ -95,5 +95,5 @@ def test_a_driver_tells_a_write_that_the_append_lock_is_held(store_url: str) -> 
     with Ledger.open(store_url, lock_wait=0.2, on_lock_wait=lambda: told.append("wait")) \
             as ledger, another_writer(store_url), \
             pytest.raises(StoreError, match="waiting for the write lock"):
-        chain.append(ledger, "wf", "step.done", {}, signer=Signer.generate())
+        chain.append(ledger, "wf", "step.done", {}, signer=KeyFileSigner.generate())
     assert told == ["wait"]

@@ -18,7 +18,7 @@ import pytest
 
 from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import PublicKey, Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, PublicKey, Signer, TrustStore
 from histaudit.ledger.records import StoredHead
 from histaudit.ledger.store import Ledger
 from histaudit.verify.findings import CODES
@@ -55,7 +55,7 @@ def _kind(seq: int, last: int) -> str:
 
 
 def build_ledger(url: str) -> Built:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     built = Built(url=url, signer=signer, trust=TrustStore([signer.public]))
     with Ledger.open(url, create=True) as ledger:
         for rnd in range(1, max(INSTANCES.values()) + 1):
@@ -239,7 +239,7 @@ def test_entries_resigned_by_an_untrusted_key_are_key_untrusted(built: Built,
                                                                 attacker: LedgerDb) -> None:
     """The attacker rewrites entry 5 and re-chains and re-signs everything after it, and
     the head, with a key of their own: a perfectly consistent chain, except for the key."""
-    evil = Signer.generate()
+    evil = KeyFileSigner.generate()
     last = INSTANCES[VICTIM]
     prev = attacker.entry(VICTIM, 4).hash
     final: fmt.Entry | None = None
@@ -267,7 +267,7 @@ def test_entries_resigned_by_an_untrusted_key_are_key_untrusted(built: Built,
 
 
 def test_single_entry_resigned_by_an_untrusted_key(built: Built, attacker: LedgerDb) -> None:
-    evil = Signer.generate()
+    evil = KeyFileSigner.generate()
     row = attacker.entry(VICTIM, 5)
     body, digest, sig = forge(row.body, evil)
     attacker.set_entry(VICTIM, 5, body=body, hash=digest, sig=sig)
@@ -502,7 +502,7 @@ def build_kept(url: str) -> KeptLedger:
     """Two instances written by the interceptor's recorder: every payload signed as kept."""
     from histaudit.interceptor.recorder import AuditRecorder
 
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     refs: dict[str, dict[int, str]] = {}
     with Ledger.open(url, create=True) as ledger:
         recorder = AuditRecorder(ledger, signer)
@@ -561,7 +561,7 @@ def test_erasure_signed_into_another_instance_does_not_cover_the_payload(
 @pytest.mark.parametrize("flag", [True, 1, "true", False, None],
                          ids=["true", "one", "string", "false", "absent"])
 def test_only_a_json_true_kept_flag_claims_the_payload(db_url: str, flag: Any) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     ref, rows = committed(b'"a short secret"')
     if flag is not None:
         ref["k"] = flag
@@ -586,7 +586,7 @@ def test_forged_structured_task_ids_are_reported_not_crashed_on(db_url: str,
     """Whoever holds a key (or a stranger, signing with their own) can sign any data: a
     task id that is a JSON array or object must not crash the verifier's behaviour check,
     and a task started twice under it is reported like any other."""
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with Ledger.open(db_url, create=True) as ledger:
         for kind in ("activity.started", "activity.started", "effect.intent"):
             chain.append(ledger, "forged", kind, {"task_id": task_id, "execution_id": task_id,

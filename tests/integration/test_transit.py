@@ -41,7 +41,7 @@ import pytest
 from histaudit.errors import KeyMaterialError
 from histaudit.ledger import chain
 from histaudit.ledger.chain import Item
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, TrustStore
 from histaudit.ledger.signers import load_signer
 from histaudit.ledger.store import Ledger
 from histaudit.testing.engine import EngineProcess
@@ -243,7 +243,7 @@ def test_every_wrong_way_to_name_the_key_is_one_line_and_changes_nothing(
 # what the signer does with an answer, which no real Vault gives on purpose.
 
 TOKEN = "hvs.CAESIJx7Qz0dNotARealTokenButShapedLikeOne"
-PUBLIC = base64.b64encode(Signer.generate().public.raw).decode()
+PUBLIC = base64.b64encode(KeyFileSigner.generate().public.raw).decode()
 KEY_ANSWER = json.dumps({"data": {"type": "ed25519", "latest_version": 1,
                                   "keys": {"1": {"public_key": PUBLIC}}}}).encode()
 

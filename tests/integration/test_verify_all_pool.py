@@ -12,14 +12,14 @@ from __future__ import annotations
 import pytest
 
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, TrustStore
 from histaudit.ledger.store import Ledger
 from histaudit.verify import parallel, verifier
 from histaudit.verify.verifier import verify_all, verify_instance
 from support.ledgers import LedgerDb
 from support.pools import count_pools
 
-SIGNER, STRANGER = Signer.generate(), Signer.generate()
+SIGNER, STRANGER = KeyFileSigner.generate(), KeyFileSigner.generate()
 TRUST = TrustStore([SIGNER.public])
 SIZES = {f"wf-{i:02d}": 1 + i % 6 for i in range(24)}  # 1..6 entries: 84 in all
 BAD_SIG = {("wf-01", 2), ("wf-04", 1), ("wf-04", 5), ("wf-17", 6), ("wf-23", 6)}

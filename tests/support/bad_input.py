@@ -29,7 +29,7 @@ from typing import Any
 
 from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer, generate_keypair
+from histaudit.ledger.keys import KeyFileSigner, Signer, generate_keypair
 from histaudit.ledger.store import Ledger
 from support.cli import cli
 from support.ledgers import LedgerDb
@@ -119,7 +119,7 @@ def append_kept_payload(ctx: Ctx, task_id: int, payload: bytes) -> None:
     with Ledger.open(ctx.url) as ledger:
         chain.append(ledger, "order-1", "activity.completed",
                      {"task_id": task_id, "output": {"c": c, "n": len(payload)}},
-                     signer=Signer.load(ctx.key), payloads={salt: (c, payload)})
+                     signer=KeyFileSigner.load(ctx.key), payloads={salt: (c, payload)})
 
 
 def raw_sql(url: str, *statements: str) -> None:

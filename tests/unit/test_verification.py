@@ -8,7 +8,7 @@ import pytest
 
 from histaudit.errors import UsageError
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, Signer, TrustStore
 from histaudit.ledger.store import Ledger
 from histaudit.verification import KeptCheckpoint, Verifier
 from histaudit.verify.findings import Severity
@@ -25,7 +25,7 @@ def _ledger(tmp_path: Path, signer: Signer) -> Ledger:
 
 def test_a_verifier_checks_an_instance_every_instance_and_growth_since_a_checkpoint(
         tmp_path: Path) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     trust = TrustStore([signer.public])
     with _ledger(tmp_path, signer) as ledger:
         kept = KeptCheckpoint.read(chain.make_checkpoint(ledger, signer).note, trust,
@@ -41,14 +41,14 @@ def test_a_verifier_checks_an_instance_every_instance_and_growth_since_a_checkpo
         only = verifier.checkpoint()
         assert only.reports == () and only.every == (only.consistency,)
         # a key the trust store lacks: the chains fail, the verdict says so
-        stranger = Verifier(ledger, TrustStore([Signer.generate().public])).instance("wf-b")
+        stranger = Verifier(ledger, TrustStore([KeyFileSigner.generate().public])).instance("wf-b")
         assert not stranger.passes()
         assert "key-untrusted" in {f.code for f in stranger.reports[0].findings}
         assert not stranger.passes(Severity.WARNING)
 
 
 def test_a_verifier_refuses_what_cannot_be_asked(tmp_path: Path) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     trust = TrustStore([signer.public])
     with _ledger(tmp_path, signer) as ledger:
         with pytest.raises(ValueError, match="kept checkpoint"):
@@ -79,9 +79,9 @@ def test_passes_refuses_a_threshold_that_is_no_severity(tmp_path: Path,
     """Issue #50 item 8: ``passes(fail_on=Severity.ERROR + 1)`` (an int above every
     severity) or ``99`` said True of a ledger with error findings; only a Severity, or
     one of its names, is a threshold."""
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with _ledger(tmp_path, signer) as ledger:
-        verdict = Verifier(ledger, TrustStore([Signer.generate().public])).all()
+        verdict = Verifier(ledger, TrustStore([KeyFileSigner.generate().public])).all()
     assert not verdict.passes()
     with pytest.raises(UsageError, match="fail_on"):
         verdict.passes(fail_on=threshold)  # type: ignore[arg-type]

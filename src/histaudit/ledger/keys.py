@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import orjson
 from cryptography.exceptions import InvalidSignature
@@ -135,8 +136,45 @@ class PublicKey:
                    not_after=doc.get("not_after"), name=name)
 
 
-class Signer:
-    """Holds one private key and signs exact bytes with it.
+@runtime_checkable
+class Signer(Protocol):
+    """What signs: one Ed25519 key, wherever it is held. Every signature histaudit makes
+    (entries and heads, checkpoints, witness cosignatures, bundles, SCITT statements) goes
+    through this, and nothing else of a signer is asked for.
+
+    The implementations, each chosen by the form of the key's name
+    (:data:`histaudit.ledger.signers.SIGNERS`): :class:`KeyFileSigner` (a key file, here),
+    :class:`~histaudit.ledger.pkcs11.Pkcs11Signer` (a PKCS#11 token),
+    :class:`~histaudit.ledger.transit.TransitSigner` (a transit key service). Each
+    subclasses this Protocol, so it inherits :attr:`kid` and a one-by-one
+    :meth:`sign_all`, and is held to it by one contract test
+    (tests/integration/test_signer_contract.py). A signer signs the exact bytes it is
+    given, returns 64-byte Ed25519 signatures that verify with :attr:`public`, and never
+    shows key material or a secret (its ``repr`` included).
+    """
+
+    __slots__ = ()
+
+    public: PublicKey
+    """The public key the signatures verify with."""
+
+    @property
+    def kid(self) -> str:
+        return self.public.kid
+
+    def sign(self, message: bytes) -> bytes:
+        """The Ed25519 signature of exactly ``message``."""
+        ...
+
+    def sign_all(self, messages: Sequence[bytes]) -> list[bytes]:
+        """The signatures of ``messages``, in order: what one batch of appends signs (its
+        entries and heads). Here one by one; a signer whose signature is a round trip to
+        a service signs them in as few requests as it can."""
+        return [self.sign(message) for message in messages]
+
+
+class KeyFileSigner(Signer):
+    """Holds one private key (from a key file, or generated) and signs exact bytes with it.
 
     Signatures are made by libsodium (PyNaCl), 1.6x faster here than OpenSSL's (21 against
     34 µs), and every append signs twice. Ed25519 signing is deterministic (RFC 8032
@@ -161,30 +199,20 @@ class Signer:
         if public != raw:  # never expected: both derive the key pair as RFC 8032 says
             raise KeyMaterialError("libsodium and OpenSSL derive different public keys")
 
-    @property
-    def kid(self) -> str:
-        return self.public.kid
-
     def sign(self, message: bytes) -> bytes:
         """The Ed25519 signature of ``message`` (libsodium's combined form is signature
         then message: its first 64 bytes)."""
         return crypto_sign(message, self._sodium)[:64]
 
-    def sign_all(self, messages: Sequence[bytes]) -> list[bytes]:
-        """The signatures of ``messages``, in order: what one batch of appends signs (its
-        entries and heads). Here one by one; a signer whose signature is a round trip to
-        a service signs them in as few requests as it can."""
-        return [self.sign(message) for message in messages]
-
     def __repr__(self) -> str:  # never show key material
-        return f"Signer(kid={self.kid})"
+        return f"KeyFileSigner(kid={self.kid})"
 
     @classmethod
-    def generate(cls) -> Signer:
+    def generate(cls) -> KeyFileSigner:
         return cls(Ed25519PrivateKey.generate())
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Signer:
+    def load(cls, path: str | os.PathLike[str]) -> KeyFileSigner:
         """Load a private key file, refusing one that group or others can read.
 
         A ``path`` that holds key material instead (the PEM text, its base64 line, a hex
@@ -292,9 +320,9 @@ def secret_from(source: str | None, fallback: str | None, *, secret: str, param:
 
 def generate_keypair(out_dir: str | os.PathLike[str], *, name: str = "histaudit",
                      not_before: str | None = None,
-                     not_after: str | None = None) -> tuple[Path, Path, Signer]:
+                     not_after: str | None = None) -> tuple[Path, Path, KeyFileSigner]:
     """Write ``NAME.key`` (mode 0600, created exclusively) and ``NAME.pub.json``."""
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     priv_path = Path(out_dir) / f"{name}{PRIVATE_SUFFIX}"
     pub_path = _write_key_files(signer, out_dir, name, not_before, not_after,
                                 private=(priv_path, signer.private_pem()))

@@ -12,7 +12,7 @@ file path::
   key file), else ``$HISTAUDIT_PKCS11_PIN``. ``pin-value`` is refused: a key URI is shown in
   messages and logs, a PIN must never be.
 
-:class:`Pkcs11Signer` is a :class:`~histaudit.ledger.keys.Signer`: the ledger, the
+:class:`Pkcs11Signer` implements :class:`~histaudit.ledger.keys.Signer`: the ledger, the
 interceptor and every command take it where they take a key file. It signs with
 ``CKM_EDDSA`` (pure Ed25519, RFC 8032, the signature a key file's key makes), and takes the
 public key, hence the key id, from the token's public key object of the same label
@@ -29,21 +29,17 @@ import threading
 from typing import Any
 from urllib.parse import unquote
 
-from histaudit.config import PKCS11_MODULE_ENV, PKCS11_PIN_ENV
+from histaudit.config import PKCS11_MODULE_ENV, PKCS11_PIN_ENV, Settings
 from histaudit.errors import KeyMaterialError
 
 from .keys import PublicKey, Signer, key_id, secret_from
 
-__all__ = ["MODULE_ENV", "PIN_ENV", "Pkcs11Signer", "is_pkcs11_uri"]
+__all__ = ["MODULE_ENV", "PIN_ENV", "Pkcs11Signer"]
 
 MODULE_ENV = PKCS11_MODULE_ENV
 PIN_ENV = PKCS11_PIN_ENV
 _ED25519_OID = "1.3.101.112"
 _MAX_PIN_FILE = 1024
-
-
-def is_pkcs11_uri(text: str) -> bool:
-    return text.startswith("pkcs11:")
 
 
 def _close(session: Any) -> None:
@@ -70,14 +66,20 @@ class Pkcs11Signer(Signer):
     """An Ed25519 key pair held in a PKCS#11 token, named by a PKCS#11 URI (module
     docstring). Signs exact bytes inside the token; the private key is never read."""
 
-    __slots__ = ("_key", "_label", "_lock", "_module", "_pid", "_pin", "_session", "_token")
+    __slots__ = ("_key", "_label", "_lock", "_module", "_pid", "_pin", "_session", "_token",
+                 "public")
+
+    @classmethod
+    def from_name(cls, name: str, settings: Settings) -> Pkcs11Signer:
+        """The key ``name`` (a ``pkcs11:`` URI) names; PIN and module from ``settings``
+        where the URI leaves them out (:data:`~histaudit.ledger.signers.SIGNERS`)."""
+        return cls(name, pin=settings.pkcs11_pin, module=settings.pkcs11_module)
 
     def __init__(self, uri: str, *, pin: str | None = None, module: str | None = None
                  ) -> None:
         """``pin`` and ``module``: what ``$HISTAUDIT_PKCS11_PIN`` and
         ``$HISTAUDIT_PKCS11_MODULE`` hold (given by the caller, histaudit.config), used
         when the URI names no ``pin-source`` or ``module-path``."""
-        # Signer.__init__ takes a private key object; a token's key is never one.
         path, _, query_text = uri.removeprefix("pkcs11:").partition("?")
         where, query = _attributes(path, ";"), _attributes(query_text, "&")
         if "pin-value" in query:
@@ -205,9 +207,6 @@ class Pkcs11Signer(Signer):
             _close(old)
         if self._open() != self.public.raw:
             raise KeyMaterialError("PKCS#11 key changed under the process")
-
-    def private_pem(self) -> bytes:
-        raise KeyMaterialError("the key is held in a PKCS#11 token and cannot be exported")
 
     def __repr__(self) -> str:  # never the PIN
         return f"Pkcs11Signer(token={self._token!r}, object={self._label!r}, kid={self.kid})"

@@ -33,12 +33,14 @@ appends in one request (``batch_input``). **Every signature is verified
 with the pinned public key before it is returned**: an answer made with another key or
 version, or altered on the way, is refused and never reaches the ledger.
 
-Other services plug in the same way (a class with ``sign`` and ``public``, chosen by the
-key URL's scheme in :func:`histaudit.ledger.signers.load_signer`): GCP Cloud KMS with a
-key version of algorithm ``EC_SIGN_ED25519`` (``asymmetricSign`` with ``data``, pure
-Ed25519, 64-byte signatures; ``getPublicKey`` gives a PEM SubjectPublicKeyInfo), or AWS
-KMS where it offers Ed25519 keys (key spec ``ECC_NIST_EDWARDS25519``, pure EdDSA over the
-raw message). A service that offers only ECDSA keys cannot sign histaudit's records.
+Other services plug in the same way (a module with a class implementing
+:class:`~histaudit.ledger.keys.Signer`, its key URL's scheme one entry of
+:data:`histaudit.ledger.signers.SIGNERS`, one more case of the signer contract test): GCP
+Cloud KMS with a key version of algorithm ``EC_SIGN_ED25519`` (``asymmetricSign`` with
+``data``, pure Ed25519, 64-byte signatures; ``getPublicKey`` gives a PEM
+SubjectPublicKeyInfo), or AWS KMS where it offers Ed25519 keys (key spec
+``ECC_NIST_EDWARDS25519``, pure EdDSA over the raw message). A service that offers only
+ECDSA keys cannot sign histaudit's records.
 """
 
 from __future__ import annotations
@@ -58,17 +60,16 @@ import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from histaudit.config import VAULT_TOKEN_ENV
+from histaudit.config import VAULT_TOKEN_ENV, Settings
 from histaudit.errors import KeyMaterialError
 from histaudit.services import Connection, ExchangeError, service_words
 from histaudit.urls import check_url_text, shown_word
 
 from .keys import PublicKey, Signer, key_id, secret_from
 
-__all__ = ["TOKEN_ENV", "TransitSigner", "is_transit_url"]
+__all__ = ["TOKEN_ENV", "TransitSigner"]
 
 TOKEN_ENV = VAULT_TOKEN_ENV
-_SCHEMES = ("transit+https://", "transit+http://")
 _MAX_TOKEN_FILE = 4096
 _MAX_ANSWER = 1 << 20
 _BATCH = 256
@@ -106,10 +107,6 @@ def _tls_context(ca_file: str | None) -> ssl.SSLContext:
                                f"read as PEM certificates ({why})") from None
 
 
-def is_transit_url(text: str) -> bool:
-    return text.startswith(_SCHEMES)
-
-
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -124,12 +121,18 @@ class TransitSigner(Signer):
     URL (module docstring). The private key never leaves the service."""
 
     __slots__ = ("_conn", "_context", "_host", "_lock", "_mount", "_name", "_pid", "_port",
-                 "_timeout", "_tls", "_token", "_verifier", "_version", "shown")
+                 "_timeout", "_tls", "_token", "_verifier", "_version", "public", "shown")
+
+    @classmethod
+    def from_name(cls, name: str, settings: Settings) -> TransitSigner:
+        """The key ``name`` (a ``transit+https://`` URL) names; the token from
+        ``settings`` where the URL names no token file
+        (:data:`~histaudit.ledger.signers.SIGNERS`)."""
+        return cls(name, token=settings.vault_token)
 
     def __init__(self, url: str, *, token: str | None = None) -> None:
         """``token``: what ``$VAULT_TOKEN`` holds (given by the caller,
         histaudit.config), used when the URL names no ``token-source`` file."""
-        # Signer.__init__ takes a private key object; a remote key is never one.
         check_url_text(url, "transit key URL")
         parts = urlsplit(url)
         self._tls = parts.scheme == "transit+https"
@@ -283,10 +286,6 @@ class TransitSigner(Signer):
             raise KeyMaterialError(f"transit key {self.shown}: the service's signature does "
                                    f"not verify with the key's public key") from None
         return raw
-
-    def private_pem(self) -> bytes:
-        raise KeyMaterialError("the key is held by a transit key service and cannot be "
-                               "exported")
 
     def __repr__(self) -> str:  # never the token
         return f"TransitSigner({self.shown}, version={self._version}, kid={self.kid})"

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from histaudit.bundle import cbor, cose
 from histaudit.errors import FormatError, SignatureError
 from histaudit.ledger import merkle
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, TrustStore
 
-SIGNER = Signer.generate()
+SIGNER = KeyFileSigner.generate()
 TRUST = TrustStore([SIGNER.public])
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 64) + 1, (1 << 64) - 1),
@@ -96,7 +96,7 @@ def test_a_receipt_signs_its_tree_size_and_keeps_its_root_detached() -> None:
     with pytest.raises(FormatError, match="detached"):
         cose.read_receipt(attached.encode(), TRUST, "r", leaf=b"a")
     with pytest.raises(FormatError, match="names no key"):
-        cose.read_receipt(good.encode(), TrustStore([Signer.generate().public]), "r",
+        cose.read_receipt(good.encode(), TrustStore([KeyFileSigner.generate().public]), "r",
                           leaf=b"a")
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from histaudit.interceptor.activity import audit_activity
 from histaudit.interceptor.effects import _BLOCKS, once, side_effect
 from histaudit.interceptor.recorder import AuditRecorder
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 from support.ledgers import read_entries
@@ -50,7 +50,7 @@ def test_a_second_execution_waits_for_the_first_and_finds_it_done(tmp_path: Path
         return once(actx, "book-flight", do)
 
     with Ledger.open(db, create=True) as ledger:
-        audited = audit_activity(AuditRecorder(ledger, Signer.generate()), book,
+        audited = audit_activity(AuditRecorder(ledger, KeyFileSigner.generate()), book,
                                  lambda: "book")
         results: dict[str, Any] = {}
         first = threading.Thread(target=lambda: results.update(first=audited(ctx(), "first")))
@@ -90,7 +90,7 @@ def test_other_effects_and_the_same_thread_do_not_wait(tmp_path: Path) -> None:
         return which
 
     with Ledger.open(db, create=True) as ledger:
-        audited = audit_activity(AuditRecorder(ledger, Signer.generate()), act,
+        audited = audit_activity(AuditRecorder(ledger, KeyFileSigner.generate()), act,
                                  lambda: "act")
         slow = threading.Thread(target=audited, args=(ctx("exec-slow"), "slow"))
         slow.start()

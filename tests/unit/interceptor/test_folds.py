@@ -15,7 +15,7 @@ from dapr.ext.workflow._durabletask.internal import history_events_pb2 as pb
 
 from histaudit.interceptor.recorder import AuditRecorder
 from histaudit.interceptor.replaycheck import ReplayedResultCheck
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 
@@ -24,7 +24,7 @@ INSTANCE = "wf-folds"
 
 @pytest.fixture
 def pair(db_url: str) -> Iterator[tuple[AuditRecorder, AuditRecorder, Ledger]]:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     first = Ledger.open(db_url, create=True)
     second = Ledger.open(db_url)
     try:

@@ -33,7 +33,7 @@ from histaudit.interceptor.effects import side_effect
 from histaudit.interceptor.llm import LlmCall, record_llm_call
 from histaudit.interceptor.recorder import AuditRecorder
 from histaudit.ledger import merkle
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 from histaudit.ledger.store import Ledger
 from support.ledgers import read_entries
 
@@ -89,7 +89,7 @@ def run_assist(exporter: InMemorySpanExporter, tmp_path: Path,
     ctx = SimpleNamespace(orchestration_id=INSTANCE, workflow_id=INSTANCE, task_id=1,
                           task_execution_id="exec-1")
     with Ledger.open(db, create=True) as ledger:
-        audited = audit_activity(AuditRecorder(ledger, Signer.generate()), assist,
+        audited = audit_activity(AuditRecorder(ledger, KeyFileSigner.generate()), assist,
                                  lambda: "assist")
         assert audited(ctx, "call the vendor") == 15
     return list(exporter.get_finished_spans()), db
@@ -157,7 +157,8 @@ def test_a_call_without_a_provider_leaves_the_attribute_out(
     ctx = SimpleNamespace(orchestration_id=INSTANCE, workflow_id=INSTANCE, task_id=1,
                           task_execution_id="exec-1")
     with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", create=True) as ledger:
-        audit_activity(AuditRecorder(ledger, Signer.generate()), ask, lambda: "ask")(ctx, "q")
+        recorder = AuditRecorder(ledger, KeyFileSigner.generate())
+        audit_activity(recorder, ask, lambda: "ask")(ctx, "q")
     llm = one(list(exporter.get_finished_spans()), "chat stub-1")
     assert genai_and_effect(llm) == {
         "gen_ai.operation.name": "chat", "gen_ai.request.model": "stub-1",

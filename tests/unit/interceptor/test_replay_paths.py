@@ -14,7 +14,7 @@ from dapr.ext.workflow._durabletask.internal import history_events_pb2 as pb
 
 from histaudit.interceptor.recorder import AuditRecorder
 from histaudit.interceptor.replaycheck import ReplayedResultCheck
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.records import parse_entry
 from histaudit.ledger.store import Ledger
@@ -26,7 +26,7 @@ from .test_folds import INSTANCE, completed, engine_result, mismatches
 def recorder(db_url: str) -> Iterator[tuple[AuditRecorder, Ledger]]:
     ledger = Ledger.open(db_url, create=True)
     try:
-        yield AuditRecorder(ledger, Signer.generate()), ledger
+        yield AuditRecorder(ledger, KeyFileSigner.generate()), ledger
     finally:
         ledger.close()
 

@@ -14,7 +14,7 @@ from sqlalchemy.schema import CreateTable
 from histaudit.errors import StoreError
 from histaudit.ledger import canonical, chain
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner, Signer
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger, schema
 from support.ledgers import LedgerDb, verify_url
@@ -44,7 +44,7 @@ def _append_some(url: str, signer: Signer) -> None:
 
 
 def test_a_new_sqlite_ledger_keys_its_entries_by_leaf_as_the_rowid(sqlite_url: str) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     Ledger.open(sqlite_url, create=True).close()
     _append_some(sqlite_url, signer)
     path = _sqlite_path(sqlite_url)
@@ -69,7 +69,7 @@ def test_a_new_sqlite_ledger_keys_its_entries_by_leaf_as_the_rowid(sqlite_url: s
 def test_a_sqlite_ledger_made_with_a_bigint_leaf_appends_and_verifies(
         sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ledgers created before the leaf became the rowid keep their table as it is."""
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with monkeypatch.context() as m:
         m.setattr(schema.entries.c.leaf, "type", sa.BigInteger())
         Ledger.open(sqlite_url, create=True).close()
@@ -121,7 +121,7 @@ def test_a_kind_member_makes_the_bytes_of_its_string_on_the_fast_path(
 def test_an_append_links_to_the_stored_newest_body_not_the_one_it_wrote(db_url: str) -> None:
     """The ledger remembers the body it last wrote per instance, to skip parsing it again;
     a stored body that differs from it, even by a byte, is what the next append reads."""
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with Ledger.open(db_url, create=True) as ledger:
         chain.append(ledger, "a", Kind.WORKFLOW_STARTED, {}, signer=signer)
         two = chain.append(ledger, "a", Kind.ACTIVITY_STARTED, {"n": 2}, signer=signer)
@@ -148,7 +148,7 @@ def test_a_top_leaf_of_the_largest_bigint_is_named_not_a_driver_overflow(db_url:
     """Edited to leaf 2^63 - 1, the tree's size would be 2^63: the next append, checkpoint
     or export used to fail binding it ("Python int too large to convert to SQLite
     INTEGER"); now the store says what the column holds."""
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     Ledger.open(db_url, create=True).close()
     _append_some(db_url, signer)
     with LedgerDb(db_url) as db:

@@ -9,7 +9,7 @@ import pytest
 from histaudit.errors import FormatError, StoreError
 from histaudit.ledger import chain, records
 from histaudit.ledger.checkpoint import parse_note, sign_note
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, TrustStore
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 
@@ -20,7 +20,7 @@ def ledger(tmp_path: Path) -> Ledger:
 
 
 def test_seq_prev_leaf_and_head_follow_the_rule(ledger: Ledger) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     a1 = chain.append(ledger, "a", Kind.ACTIVITY_STARTED, {"n": 1}, signer=signer)
     b1 = chain.append(ledger, "b", Kind.ACTIVITY_STARTED, {"n": 1}, signer=signer)
     a2 = chain.append(ledger, "a", Kind.ACTIVITY_COMPLETED, {"n": 2}, signer=signer)
@@ -38,7 +38,7 @@ def test_seq_prev_leaf_and_head_follow_the_rule(ledger: Ledger) -> None:
 
 
 def test_a_refused_append_leaves_nothing_behind(ledger: Ledger) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     chain.append(ledger, "a", Kind.ACTIVITY_STARTED, {}, signer=signer)
     salt = records.new_salt()
     rows = {salt: (records.commit(b"x", salt), b"x")}
@@ -51,7 +51,7 @@ def test_a_refused_append_leaves_nothing_behind(ledger: Ledger) -> None:
 
 
 def test_erasure_and_its_record_commit_together(ledger: Ledger) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     salt = records.new_salt()
     c = records.commit(b"secret", salt)
     chain.append(ledger, "a", Kind.ACTIVITY_COMPLETED, {"output": {"c": c, "n": 6}},
@@ -65,7 +65,7 @@ def test_erasure_and_its_record_commit_together(ledger: Ledger) -> None:
 
 
 def test_make_checkpoint_signs_and_stores_the_tree(ledger: Ledger) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     for n in range(3):
         chain.append(ledger, f"i{n}", Kind.WORKFLOW_STARTED, {}, signer=signer)
     cp = chain.make_checkpoint(ledger, signer)
@@ -77,7 +77,7 @@ def test_make_checkpoint_signs_and_stores_the_tree(ledger: Ledger) -> None:
 
 def test_a_planted_checkpoint_of_the_same_size_is_refused_not_skipped(db_url: str) -> None:
     """A writer that plants a note of a future size must not make the genuine one vanish."""
-    signer, other = Signer.generate(), Signer.generate()
+    signer, other = KeyFileSigner.generate(), KeyFileSigner.generate()
     with Ledger.open(db_url, create=True) as ledger:
         chain.append(ledger, "a", Kind.WORKFLOW_STARTED, {}, signer=signer)
         first = chain.make_checkpoint(ledger, signer)

@@ -21,8 +21,8 @@ from histaudit.errors import FormatError, KeyMaterialError
 from histaudit.ledger.keys import (
     KEY_TEXT_NOT_PATH,
     TRUST_FILE_LIMIT,
+    KeyFileSigner,
     PublicKey,
-    Signer,
     TrustStore,
     generate_keypair,
     is_key_material,
@@ -63,7 +63,7 @@ def test_generate_writes_private_0600_and_public_json(tmp_path: Path) -> None:
     assert doc["alg"] == "ed25519" and doc["kid"] == signer.kid and doc["name"] == "ops"
     assert doc["not_before"] == "2025-01-01T00:00:00Z" and "not_after" not in doc
     assert base64.b64decode(doc["public_key"]) == signer.public.raw
-    loaded = Signer.load(priv)
+    loaded = KeyFileSigner.load(priv)
     assert loaded.kid == signer.kid
     assert loaded.public.verify(loaded.sign(b"m"), b"m")
 
@@ -96,18 +96,18 @@ def test_generate_twice_refuses_second(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
 def test_load_refuses_readable_private_key(tmp_path: Path, mode: int) -> None:
-    pem = Signer(Ed25519PrivateKey.from_private_bytes(SEED)).private_pem()
+    pem = KeyFileSigner(Ed25519PrivateKey.from_private_bytes(SEED)).private_pem()
     path = _write_private(tmp_path / "k.key", pem, mode)
     with pytest.raises(KeyMaterialError, match="chmod 600") as info:
-        Signer.load(path)
+        KeyFileSigner.load(path)
     assert f"{mode:04o}" in str(info.value)
 
 
 def test_load_accepts_owner_only_modes(tmp_path: Path) -> None:
-    pem = Signer(Ed25519PrivateKey.from_private_bytes(SEED)).private_pem()
+    pem = KeyFileSigner(Ed25519PrivateKey.from_private_bytes(SEED)).private_pem()
     for mode in (0o600, 0o400):
         path = _write_private(tmp_path / f"k{mode:o}.key", pem, mode)
-        assert Signer.load(path).kid == key_id(
+        assert KeyFileSigner.load(path).kid == key_id(
             _raw_public(Ed25519PrivateKey.from_private_bytes(SEED)))
 
 
@@ -120,7 +120,7 @@ BAD_PEM = b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
 def test_load_refuses_non_pem(tmp_path: Path, content: bytes) -> None:
     path = _write_private(tmp_path / "k.key", content)
     with pytest.raises(KeyMaterialError, match="not an unencrypted PEM"):
-        Signer.load(path)
+        KeyFileSigner.load(path)
 
 
 def test_load_refuses_encrypted_pem(tmp_path: Path) -> None:
@@ -128,7 +128,7 @@ def test_load_refuses_encrypted_pem(tmp_path: Path) -> None:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.BestAvailableEncryption(b"pw"))
     with pytest.raises(KeyMaterialError, match="not an unencrypted PEM"):
-        Signer.load(_write_private(tmp_path / "k.key", pem))
+        KeyFileSigner.load(_write_private(tmp_path / "k.key", pem))
 
 
 @pytest.mark.parametrize("make", [lambda: ec.generate_private_key(ec.SECP256R1()),
@@ -139,14 +139,14 @@ def test_load_refuses_non_ed25519(tmp_path: Path, make: object) -> None:
                                serialization.PrivateFormat.PKCS8,
                                serialization.NoEncryption())
     with pytest.raises(KeyMaterialError, match="not an Ed25519 key"):
-        Signer.load(_write_private(tmp_path / "k.key", pem))
+        KeyFileSigner.load(_write_private(tmp_path / "k.key", pem))
 
 
 def test_load_refuses_missing_and_directory(tmp_path: Path) -> None:
     with pytest.raises(KeyMaterialError, match="does not exist"):
-        Signer.load(tmp_path / "absent.key")
+        KeyFileSigner.load(tmp_path / "absent.key")
     with pytest.raises(KeyMaterialError, match="not a regular file"):
-        Signer.load(tmp_path)
+        KeyFileSigner.load(tmp_path)
 
 
 def test_load_signer(tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ def test_load_signer(tmp_path: Path) -> None:
 
 def test_signer_repr_hides_key() -> None:
     private = Ed25519PrivateKey.from_private_bytes(SEED)
-    signer = Signer(private)
+    signer = KeyFileSigner(private)
     pem = signer.private_pem().decode()
     secret_b64 = base64.b64encode(SEED).decode()
     for shown in (repr(signer), str(signer), f"{signer}", repr([signer])):
@@ -190,7 +190,7 @@ RFC8032 = [
 @pytest.mark.parametrize(("secret", "public", "message", "signature"), RFC8032)
 def test_signer_signs_rfc8032_vectors(secret: str, public: str, message: str,
                                       signature: str) -> None:
-    signer = Signer(Ed25519PrivateKey.from_private_bytes(bytes.fromhex(secret)))
+    signer = KeyFileSigner(Ed25519PrivateKey.from_private_bytes(bytes.fromhex(secret)))
     assert signer.public.raw == bytes.fromhex(public)
     assert signer.sign(bytes.fromhex(message)) == bytes.fromhex(signature)
 
@@ -200,7 +200,7 @@ def test_signer_signs_rfc8032_vectors(secret: str, public: str, message: str,
 def test_signer_signature_is_openssls_byte_for_byte(seed: bytes, message: bytes) -> None:
     """libsodium signs; Ed25519 is deterministic, so the bytes must be OpenSSL's."""
     private = Ed25519PrivateKey.from_private_bytes(seed)
-    signature = Signer(private).sign(message)
+    signature = KeyFileSigner(private).sign(message)
     assert signature == private.sign(message)
     private.public_key().verify(signature, message)  # raises unless valid
 
@@ -209,7 +209,7 @@ def test_kid_is_sha256_prefix_of_raw_public_key() -> None:
     raw = _raw_public(Ed25519PrivateKey.from_private_bytes(SEED))
     assert key_id(raw) == hashlib.sha256(raw).hexdigest()[:16]
     assert len(key_id(raw)) == 16
-    assert Signer(Ed25519PrivateKey.from_private_bytes(SEED)).kid == key_id(raw)
+    assert KeyFileSigner(Ed25519PrivateKey.from_private_bytes(SEED)).kid == key_id(raw)
     assert key_id(bytes(32)) != key_id(b"\x01" + bytes(31))
 
 
@@ -270,7 +270,7 @@ def test_public_key_bad_window_refused(bound: str) -> None:
 
 
 def test_verify_exact_bytes_only() -> None:
-    signer = Signer(Ed25519PrivateKey.from_private_bytes(SEED))
+    signer = KeyFileSigner(Ed25519PrivateKey.from_private_bytes(SEED))
     sig = signer.sign(b"body")
     assert signer.public.verify(sig, b"body")
     assert not signer.public.verify(sig, b"body ")
@@ -438,7 +438,7 @@ def test_a_trust_store_file_over_the_limit_is_refused(tmp_path: Path) -> None:
 # --- key text given where a key path belongs ---------------------------------------------
 
 def _key_texts() -> dict[str, str]:
-    pem = Signer(Ed25519PrivateKey.from_private_bytes(SEED)).private_pem().decode()
+    pem = KeyFileSigner(Ed25519PrivateKey.from_private_bytes(SEED)).private_pem().decode()
     return {
         "pem": pem,
         "pem on one line": " ".join(pem.split()),
@@ -458,7 +458,7 @@ def test_load_refuses_key_text_without_showing_it(form: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     text = _key_texts()[form]
     with pytest.raises(KeyMaterialError) as info:
-        Signer.load(text)
+        KeyFileSigner.load(text)
     assert str(info.value) == KEY_TEXT_NOT_PATH
     if "\x00" not in text:  # an environment variable cannot hold a NUL
         with pytest.raises(KeyMaterialError) as info:
@@ -476,7 +476,7 @@ def test_load_refuses_key_text_without_showing_it(form: str,
 def test_plausible_missing_paths_are_still_named(path: str) -> None:
     assert not is_key_material(path)
     with pytest.raises(KeyMaterialError, match="does not exist") as info:
-        Signer.load(path)
+        KeyFileSigner.load(path)
     assert path in str(info.value)
 
 
@@ -487,7 +487,7 @@ def test_an_existing_file_is_a_path_whatever_its_name(tmp_path: Path,
     (tmp_path / name).write_bytes(priv.read_bytes())
     (tmp_path / name).chmod(0o600)
     monkeypatch.chdir(tmp_path)
-    assert Signer.load(name).kid == signer.kid
+    assert KeyFileSigner.load(name).kid == signer.kid
 
 
 # --- trust keys with an empty window -----------------------------------------------------

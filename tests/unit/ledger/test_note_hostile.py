@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from histaudit.errors import InputError, SignatureError
 from histaudit.ledger.checkpoint import note_text, parse_note, sign_note
-from histaudit.ledger.keys import PublicKey, Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, PublicKey, TrustStore
 from histaudit.witness.policy import WitnessPolicy
 
 ORIGIN = "histaudit/00000000-0000-4000-8000-000000000000"
-SIGNER = Signer(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
-STRANGER = Signer(Ed25519PrivateKey.from_private_bytes(bytes(range(1, 33))))
+SIGNER = KeyFileSigner(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
+STRANGER = KeyFileSigner(Ed25519PrivateKey.from_private_bytes(bytes(range(1, 33))))
 TRUST = TrustStore([PublicKey(kid=SIGNER.kid, raw=SIGNER.public.raw)])
 NOTE = sign_note(ORIGIN, 7, hashlib.sha256(b"root").digest(), SIGNER)
 TEXT = note_text(NOTE)

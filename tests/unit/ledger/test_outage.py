@@ -13,7 +13,7 @@ import pytest
 from histaudit.config import Settings
 from histaudit.errors import StoreError, StoreUnavailableError
 from histaudit.ledger.chain import Item, append_many
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 from histaudit.ledger.store import Ledger
 from histaudit.ledger.store.outage import Outage
 from histaudit.ledger.writer import _landed
@@ -73,7 +73,7 @@ def test_a_bad_wait_in_the_environment_is_an_error(value: str) -> None:
 
 
 def test_landed_tells_a_committed_batch_from_one_that_was_not(tmp_path: Path) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     items = [Item("wf-a", "step.done", {"i": 1}, None), Item("wf-b", "step.done", {"i": 2},
                                                                 None),
              Item("wf-a", "step.done", {"i": 3}, None)]

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from jsonschema import Draft202012Validator
 
+from histaudit.ledger.keys import KeyFileSigner
 from support.repo import DOCS, GOLDEN, SCHEMAS, VECTORS
 
 VECTORS_PATH = VECTORS
@@ -288,10 +289,11 @@ def test_histaudit_builds_identical_records(vectors: dict[str, Any]) -> None:
 
 
 def test_histaudit_keys_and_signatures(vectors: dict[str, Any]) -> None:
-    from histaudit.ledger.keys import PublicKey, Signer, key_id
+    from histaudit.ledger.keys import PublicKey, key_id
 
     key = vectors["key"]
-    signer = Signer(Ed25519PrivateKey.from_private_bytes(bytes.fromhex(key["private_seed_hex"])))
+    seed = bytes.fromhex(key["private_seed_hex"])
+    signer = KeyFileSigner(Ed25519PrivateKey.from_private_bytes(seed))
     assert signer.kid == key["kid"] == key_id(bytes.fromhex(key["public_key_raw_hex"]))
     public = PublicKey.from_json(key["public_key_file"], source="vectors")
     assert public.to_json() == key["public_key_file"]

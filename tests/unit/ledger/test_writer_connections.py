@@ -13,7 +13,7 @@ import pytest
 
 from histaudit.errors import StoreError
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, Signer, TrustStore
 from histaudit.ledger.records import StoredHead
 from histaudit.ledger.store import Ledger
 from histaudit.verify.verifier import verify_instance
@@ -44,7 +44,7 @@ def test_each_write_runs_in_the_synchronous_mode_it_asks_for(tmp_path: Path) -> 
 
 
 def test_threads_write_on_connections_of_their_own(tmp_path: Path) -> None:
-    signer, threads = Signer.generate(), 24  # more threads than the pool holds (5 + 10)
+    signer, threads = KeyFileSigner.generate(), 24  # more threads than the pool holds (5 + 10)
     start = threading.Barrier(threads)
     conns: dict[int, int] = {}
     errors: list[BaseException] = []
@@ -71,7 +71,7 @@ def test_threads_write_on_connections_of_their_own(tmp_path: Path) -> None:
 
 
 def test_a_failed_write_leaves_the_next_one_a_working_connection(tmp_path: Path) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with _ledger(tmp_path) as ledger:
         chain.append(ledger, "wf", "step.done", {"i": 1}, signer=signer)
         before = ledger.writer_connections.get()  # type: ignore[union-attr]
@@ -84,7 +84,7 @@ def test_a_failed_write_leaves_the_next_one_a_working_connection(tmp_path: Path)
 
 
 def test_close_then_write_opens_a_new_connection(tmp_path: Path) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     ledger = _ledger(tmp_path)
     chain.append(ledger, "wf", "step.done", {"i": 1}, signer=signer)
     old = ledger.writer_connections.get().conn  # type: ignore[union-attr]
@@ -97,7 +97,7 @@ def test_close_then_write_opens_a_new_connection(tmp_path: Path) -> None:
 
 
 def test_a_forked_child_writes_on_a_connection_of_its_own(tmp_path: Path) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     with _ledger(tmp_path) as ledger:
         chain.append(ledger, "wf", "step.done", {"i": 1}, signer=signer)
         parent = id(ledger.writer_connections.get().conn)  # type: ignore[union-attr]

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from histaudit.ledger import records
-from histaudit.ledger.keys import PublicKey, Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, PublicKey, Signer, TrustStore
 from histaudit.ledger.records import StoredEntry, StoredHead
 from histaudit.verify.check import ChainCheck, run_checks
 from histaudit.verify.crosscheck import EngineCrossCheck
@@ -28,15 +28,15 @@ def _lettered_signer() -> Signer:
     """A new key whose kid holds a hex letter, so its upper-case form is another kid (one
     key in ~1,900 has a kid of digits only, which made such a case a no-op)."""
     while True:
-        signer = Signer.generate()
+        signer = KeyFileSigner.generate()
         if any(c in "abcdef" for c in signer.kid):
             return signer
 
 
 SIGNER = _lettered_signer()
-WINDOWED = Signer.generate()
+WINDOWED = KeyFileSigner.generate()
 """Trusted only from 2026-12-01T00:00:00Z to 2026-12-01T00:00:01Z."""
-STRANGER = Signer.generate()
+STRANGER = KeyFileSigner.generate()
 """Not in :data:`TRUST`."""
 TRUST = TrustStore([SIGNER.public,
                     PublicKey(kid=WINDOWED.kid, raw=WINDOWED.public.raw,

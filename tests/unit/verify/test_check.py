@@ -8,7 +8,7 @@ import pytest
 
 from histaudit.errors import FormatError
 from histaudit.ledger import records
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, Signer, TrustStore
 from histaudit.ledger.records import Entry, StoredEntry
 from histaudit.verify import check as check_mod
 from histaudit.verify.check import ChainCheck, Parsed, run_checks
@@ -42,7 +42,7 @@ class Recorder:
 
 def test_every_check_sees_every_row_in_order_parsed_once(monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     first = _row(signer, 1, records.GENESIS_PREV)
     rows = [first, _row(signer, 2, first.hash), _row(signer, 3, "0" * 64, body=b"{not json")]
     calls: list[bytes] = []
@@ -65,14 +65,14 @@ def test_every_check_sees_every_row_in_order_parsed_once(monkeypatch: pytest.Mon
 
 
 def test_without_parsing_checks_get_a_placeholder() -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     rec = Recorder("a", [])
     count, _ = run_checks([_row(signer, 1, records.GENESIS_PREV)], [rec], parse=False)
     assert count == 1 and isinstance(rec.seen[0][1], FormatError)
 
 
 def test_verify_chain_composes_the_checks_into_one_report() -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     trust = TrustStore([signer.public])
     first = _row(signer, 1, records.GENESIS_PREV)
     second = _row(signer, 2, "f" * 64)  # breaks the link

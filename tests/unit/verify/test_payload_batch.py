@@ -5,7 +5,7 @@ and erased across batch boundaries."""
 from __future__ import annotations
 
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, TrustStore
 from histaudit.ledger.kinds import Kind
 from histaudit.ledger.store import Ledger
 from histaudit.verify.verifier import verify_chain
@@ -16,7 +16,7 @@ N = 700  # entries, each referencing one kept payload: batches of 256, 256 and 1
 
 
 def test_batched_payload_lookups_find_what_single_lookups_find(db_url: str) -> None:
-    signer = Signer.generate()
+    signer = KeyFileSigner.generate()
     refs = []
     with Ledger.open(db_url, create=True) as ledger:
         for i in range(N):

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer, TrustStore
+from histaudit.ledger.keys import KeyFileSigner, TrustStore
 from histaudit.ledger.records import StoredEntry
 from histaudit.ledger.store import Ledger
 from histaudit.verify.findings import Severity
@@ -30,7 +30,7 @@ from histaudit.verify.report import Report
 from histaudit.verify.verifier import verify_chain, verify_instance
 from support.ledgers import LedgerDb, committed, verify_url
 
-SIGNER = Signer.generate()
+SIGNER = KeyFileSigner.generate()
 TRUST = TrustStore([SIGNER.public])
 
 PROPERTY_SETTINGS = settings(max_examples=30, deadline=None,
