@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from histaudit.errors import UsageError
 
@@ -56,103 +56,113 @@ class Group(enum.StrEnum):
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741 - the table reads E/W/I
 
-#: code -> (severity, what it means); every code before "activity-reexecuted" is about
-#: integrity, every code from it on about behaviour (see GROUPS)
-CODES: dict[str, tuple[Severity, str]] = {
+INT, BEH = Group.INTEGRITY, Group.BEHAVIOUR
+
+
+class Code(NamedTuple):
+    """What a finding code means: its severity, its group, and one line of description."""
+
+    severity: Severity
+    group: Group
+    text: str
+
+
+#: code -> (severity, group, what it means): each code says its own group
+CODES: dict[str, Code] = {code: Code(*row) for code, row in {
     # integrity of the chain
-    "body-changed": (E, "stored entry bytes no longer hash to the recorded entry hash"),
-    "signature-invalid": (E, "entry signature does not verify over the stored bytes"),
-    "key-untrusted": (E, "entry or head signed by a key that is not in the trust store"),
-    "key-outside-window": (E, "entry signed by a key outside that key's validity window"),
-    "link-broken": (E, "entry does not commit to the hash of the previous entry"),
-    "seq-gap": (E, "sequence numbers skip: entries are missing from the middle"),
-    "seq-duplicate": (E, "two entries carry the same sequence number (a forked chain)"),
-    "seq-reordered": (E, "entries are out of sequence order"),
-    "instance-mismatch": (E, "entry names another instance than the chain it is stored in"),
-    "entry-malformed": (E, "entry bytes are not a valid record (JSON, fields or version)"),
-    "payload-mismatch": (E, "stored payload does not match its signed commitment"),
-    "payload-missing": (E, "payload signed as kept is gone without a signed payload.erased"),
-    "tail-truncated": (E, "signed head names entries that are no longer stored"),
-    "head-missing": (E, "instance has entries but no signed head"),
-    "head-invalid": (E, "signed head is malformed or its signature does not verify"),
-    "head-mismatch": (E, "signed head does not match the last stored entry"),
-    "instance-missing": (E, "no entries and no head are stored for this instance"),
+    "body-changed": (E, INT, "stored entry bytes no longer hash to the recorded entry hash"),
+    "signature-invalid": (E, INT, "entry signature does not verify over the stored bytes"),
+    "key-untrusted": (E, INT, "entry or head signed by a key that is not in the trust store"),
+    "key-outside-window": (E, INT, "entry signed by a key outside that key's validity window"),
+    "link-broken": (E, INT, "entry does not commit to the hash of the previous entry"),
+    "seq-gap": (E, INT, "sequence numbers skip: entries are missing from the middle"),
+    "seq-duplicate": (E, INT, "two entries carry the same sequence number (a forked chain)"),
+    "seq-reordered": (E, INT, "entries are out of sequence order"),
+    "instance-mismatch": (E, INT, "entry names another instance than the chain it is stored in"),
+    "entry-malformed": (E, INT, "entry bytes are not a valid record (JSON, fields or version)"),
+    "payload-mismatch": (E, INT, "stored payload does not match its signed commitment"),
+    "payload-missing": (E, INT, "payload signed as kept is gone without a signed payload.erased"),
+    "tail-truncated": (E, INT, "signed head names entries that are no longer stored"),
+    "head-missing": (E, INT, "instance has entries but no signed head"),
+    "head-invalid": (E, INT, "signed head is malformed or its signature does not verify"),
+    "head-mismatch": (E, INT, "signed head does not match the last stored entry"),
+    "instance-missing": (E, INT, "no entries and no head are stored for this instance"),
     # the ledger-wide tree and its checkpoints
-    "leaf-mismatch": (E, "entry is stored at another ledger-wide position than it signed"),
-    "leaves-missing": (E, "ledger-wide leaf indices have a gap: entries or instances deleted"),
-    "checkpoint-rollback": (E, "ledger is smaller than an earlier signed checkpoint"),
-    "checkpoint-inconsistent": (E, "ledger is not an append-only extension of a checkpoint"),
-    "ledger-id-mismatch": (E, "ledger's unsigned id differs from the origin of a checkpoint"),
-    "inclusion-invalid": (E, "entry's inclusion proof does not lead to the checkpoint root"),
-    "bundle-file-changed": (E, "a bundle file differs from what the signed manifest lists"),
-    "span-unproven": (E, "a span names an entry the ledger or bundle does not hold as named"),
+    "leaf-mismatch": (E, INT, "entry is stored at another ledger-wide position than it signed"),
+    "leaves-missing": (E, INT, "ledger-wide leaf indices have a gap: entries or instances deleted"),
+    "checkpoint-rollback": (E, INT, "ledger is smaller than an earlier signed checkpoint"),
+    "checkpoint-inconsistent": (E, INT, "ledger is not an append-only extension of a checkpoint"),
+    "ledger-id-mismatch": (E, INT, "ledger's unsigned id differs from the origin of a checkpoint"),
+    "inclusion-invalid": (E, INT, "entry's inclusion proof does not lead to the checkpoint root"),
+    "bundle-file-changed": (E, INT, "a bundle file differs from what the signed manifest lists"),
+    "span-unproven": (E, INT, "a span names an entry the ledger or bundle does not hold as named"),
     # a bundle's SCITT statements, receipts and Capsules (docs/scitt.md)
-    "scitt-statement-invalid": (E, "an entry's SCITT statement is missing, unsigned by a "
-                                   "trusted key, or not of its body"),
-    "scitt-receipt-invalid": (E, "a COSE receipt does not prove its leaf, or the tree's "
-                                 "growth, against the signed checkpoint"),
-    "capsule-invalid": (E, "a guarded call's Agent Action Capsule is missing, unsigned, or not "
-                           "the one its entries imply"),
+    "scitt-statement-invalid": (E, INT, "an entry's SCITT statement is missing, unsigned by a "
+                                        "trusted key, or not of its body"),
+    "scitt-receipt-invalid": (E, INT, "a COSE receipt does not prove its leaf, or the tree's "
+                                      "growth, against the signed checkpoint"),
+    "capsule-invalid": (E, INT, "a guarded call's Agent Action Capsule is missing, unsigned, or "
+                                "not the one its entries imply"),
     # witness cosignatures of checkpoints (docs/bundle.md §4.4)
-    "witness-quorum-missing": (E, "checkpoint lacks the witness cosignatures its policy needs"),
-    "cosignature-invalid": (E, "a policy witness's cosignature does not verify over the note"),
-    "witnessed-checkpoint-contradicted": (E, "ledger contradicts a checkpoint cosigned by its "
-                                             "witness quorum"),
+    "witness-quorum-missing": (E, INT, "checkpoint lacks the witness cosignatures its policy "
+                                       "needs"),
+    "cosignature-invalid": (E, INT, "a policy witness's cosignature does not verify over the note"),
+    "witnessed-checkpoint-contradicted": (E, INT, "ledger contradicts a checkpoint cosigned by its "
+                                                  "witness quorum"),
     # Dapr's own history signatures (WorkflowHistorySigning; docs/dapr-signatures.md)
-    "dapr-signature-invalid": (E, "Dapr history signature does not verify with its "
-                                  "certificate's key"),
-    "dapr-chain-broken": (E, "Dapr history signatures do not link or are not contiguous"),
-    "dapr-events-digest-mismatch": (E, "Dapr history events differ from what their "
-                                       "signature covers"),
-    "dapr-history-uncovered": (E, "Dapr history events are covered by no signature"),
-    "dapr-history-missing": (E, "Dapr history signature covers events no longer stored"),
-    "dapr-cert-untrusted": (E, "Dapr signing certificate does not chain to a trust anchor "
-                               "at the signed events' time"),
-    "dapr-signer-identity": (E, "Dapr history signed by another SPIFFE identity than "
-                                "expected"),
-    "dapr-record-malformed": (E, "Dapr signature, certificate, event or metadata row is "
-                                 "not the message it should be"),
-    "dapr-state-inconsistent": (E, "Dapr workflow state rows are missing or disagree with "
-                                   "its metadata"),
+    "dapr-signature-invalid": (E, INT, "Dapr history signature does not verify with its "
+                                       "certificate's key"),
+    "dapr-chain-broken": (E, INT, "Dapr history signatures do not link or are not contiguous"),
+    "dapr-events-digest-mismatch": (E, INT, "Dapr history events differ from what their "
+                                            "signature covers"),
+    "dapr-history-uncovered": (E, INT, "Dapr history events are covered by no signature"),
+    "dapr-history-missing": (E, INT, "Dapr history signature covers events no longer stored"),
+    "dapr-cert-untrusted": (E, INT, "Dapr signing certificate does not chain to a trust anchor "
+                                    "at the signed events' time"),
+    "dapr-signer-identity": (E, INT, "Dapr history signed by another SPIFFE identity than "
+                                     "expected"),
+    "dapr-record-malformed": (E, INT, "Dapr signature, certificate, event or metadata row is "
+                                      "not the message it should be"),
+    "dapr-state-inconsistent": (E, INT, "Dapr workflow state rows are missing or disagree with "
+                                        "its metadata"),
     # Dapr's signed history against the ledger (docs/dapr-signatures.md, cross-check)
-    "dapr-history-behind-ledger": (E, "Dapr's signed history lacks what the ledger signed: "
-                                      "cut at a signature boundary or rolled back"),
-    "dapr-instance-missing": (E, "the ledger holds an instance the Dapr state store has no "
-                                 "state for (purged or deleted)"),
-    "dapr-history-purged": (I, "Dapr's state of the instance is gone, after its signed "
-                               "history was captured into the ledger (dapr-capture)"),
-    "dapr-history-changed-since-capture": (E, "Dapr's signed history is not the one captured "
-                                              "into the ledger: rolled back or replaced"),
+    "dapr-history-behind-ledger": (E, INT, "Dapr's signed history lacks what the ledger signed: "
+                                           "cut at a signature boundary or rolled back"),
+    "dapr-instance-missing": (E, INT, "the ledger holds an instance the Dapr state store has no "
+                                      "state for (purged or deleted)"),
+    "dapr-history-purged": (I, INT, "Dapr's state of the instance is gone, after its signed "
+                                    "history was captured into the ledger (dapr-capture)"),
+    "dapr-history-changed-since-capture": (E, INT, "Dapr's signed history is not the one captured "
+                                                   "into the ledger: rolled back or replaced"),
     # behaviour across crashes
-    "activity-reexecuted": (I, "activity delivered more than once for one task (at-least-once)"),
-    "activity-nondeterministic": (W, "re-executions of one task returned different results"),
-    "effect-duplicate": (E, "side effect completed more than once for one idempotency key"),
-    "effect-uncertain": (W, "side effect started, never confirmed, and the activity ran again"),
-    "effect-deduplicated": (I, "re-execution found the side effect done and skipped it"),
-    "llm-call-repeated": (W, "an activity's LLM calls were made again by a re-execution: "
-                             "the calls and tokens a crash cost"),
-    "conversation-restarted": (W, "an agent's LLM call sent less of the conversation than an "
-                                  "earlier one: the agent lost it and began again"),
-    "replay-mismatch": (E, "replayed result differs from the signed checkpoint"),
-    "workflow-nondeterministic": (E, "workflow code scheduled something else on replay"),
-    "engine-unsigned-completion": (E, "engine history has a completion with no signed record"),
-    "engine-missing-completion": (W, "signed completion is absent from the engine history"),
-    "engine-completion-unverifiable": (I, "engine completion not comparable: signed payload "
-                                          "erased, sizes agree"),
-    "decision-resigned": (I, "workflow decision signed twice: made again after the engine "
-                             "lost the first (a replay's re-append of a lost one is normal)"),
+    "activity-reexecuted": (I, BEH, "activity delivered more than once for one task "
+                                    "(at-least-once)"),
+    "activity-nondeterministic": (W, BEH, "re-executions of one task returned different results"),
+    "effect-duplicate": (E, BEH, "side effect completed more than once for one idempotency key"),
+    "effect-uncertain": (W, BEH, "side effect started, never confirmed, and the activity ran "
+                                 "again"),
+    "effect-deduplicated": (I, BEH, "re-execution found the side effect done and skipped it"),
+    "llm-call-repeated": (W, BEH, "an activity's LLM calls were made again by a re-execution: "
+                                  "the calls and tokens a crash cost"),
+    "conversation-restarted": (W, BEH, "an agent's LLM call sent less of the conversation than an "
+                                       "earlier one: the agent lost it and began again"),
+    "replay-mismatch": (E, BEH, "replayed result differs from the signed checkpoint"),
+    "workflow-nondeterministic": (E, BEH, "workflow code scheduled something else on replay"),
+    "engine-unsigned-completion": (E, BEH, "engine history has a completion with no signed record"),
+    "engine-missing-completion": (W, BEH, "signed completion is absent from the engine history"),
+    "engine-completion-unverifiable": (I, BEH, "engine completion not comparable: signed payload "
+                                               "erased, sizes agree"),
+    "decision-resigned": (I, BEH, "workflow decision signed twice: made again after the engine "
+                                  "lost the first (a replay's re-append of a lost one is normal)"),
     # how the workflow ended, when not a success
-    "workflow-failed": (W, "the workflow ended failed (workflow.failed): its error type and "
-                           "message"),
-    "workflow-terminated": (I, "the workflow was terminated by a client: it ended there, "
-                               "neither unfinished nor unsigned"),
-}
+    "workflow-failed": (W, BEH, "the workflow ended failed (workflow.failed): its error type and "
+                                "message"),
+    "workflow-terminated": (I, BEH, "the workflow was terminated by a client: it ended there, "
+                                    "neither unfinished nor unsigned"),
+}.items()}
 
 
-_FIRST_BEHAVIOUR = list(CODES).index("activity-reexecuted")
-GROUPS: dict[str, Group] = {
-    code: Group.INTEGRITY if i < _FIRST_BEHAVIOUR else Group.BEHAVIOUR
-    for i, code in enumerate(CODES)}
+GROUPS: dict[str, Group] = {code: c.group for code, c in CODES.items()}
 """code -> group."""
 BEHAVIOUR_CODES = frozenset(c for c, g in GROUPS.items() if g is Group.BEHAVIOUR)
 """What a crash may legitimately cause; every other code is about integrity."""

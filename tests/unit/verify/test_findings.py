@@ -1,14 +1,36 @@
-"""verify.findings: every stable finding code has a severity and a description."""
+"""verify.findings: every stable finding code has a severity, a group and a description."""
 
 from __future__ import annotations
 
-from histaudit.verify.findings import CODES, EffectRef, Finding, Severity, task_ref
+from histaudit.verify.findings import (
+    BEHAVIOUR_CODES,
+    CODES,
+    EffectRef,
+    Finding,
+    Group,
+    Severity,
+    task_ref,
+)
 
 
-def test_every_code_has_a_severity_and_a_description() -> None:
-    for code, (severity, text) in CODES.items():
-        assert isinstance(severity, Severity) and text, code
-        assert Finding.make(code, "i", None, "m").severity == severity
+def test_every_code_has_a_severity_a_group_and_a_description() -> None:
+    for code, (severity, group, text) in CODES.items():
+        assert isinstance(severity, Severity) and isinstance(group, Group) and text, code
+        made = Finding.make(code, "i", None, "m")
+        assert made.severity == severity and made.group is group
+
+
+def test_a_codes_group_is_its_own_not_its_place_in_the_table() -> None:
+    """Issue #51: the group was decided by a code's position, so a new code in the wrong
+    place changed group silently. These are what a crash may cause (crashtest's judge
+    tells them from integrity findings): the list is fixed here on purpose."""
+    assert {
+        "activity-reexecuted", "activity-nondeterministic", "effect-duplicate",
+        "effect-uncertain", "effect-deduplicated", "llm-call-repeated",
+        "conversation-restarted", "replay-mismatch", "workflow-nondeterministic",
+        "engine-unsigned-completion", "engine-missing-completion",
+        "engine-completion-unverifiable", "decision-resigned", "workflow-failed",
+        "workflow-terminated"} == BEHAVIOUR_CODES
 
 
 def test_a_finding_lists_its_entries_with_seq_among_them_ascending() -> None:

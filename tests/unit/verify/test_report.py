@@ -19,7 +19,7 @@ def _report(*codes: str) -> Report:
 
 
 def _codes_of(severity: Severity) -> list[str]:
-    return sorted(c for c, (s, _) in CODES.items() if s == severity)
+    return sorted(c for c, code in CODES.items() if code.severity == severity)
 
 
 def test_report_without_findings_is_ok_and_truthy() -> None:
