@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from .crash import crash_point
 from .errors import HistauditError
+from .version import __version__
 
 if TYPE_CHECKING:
     from .contrib.dapr_agents import audit_agent
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["AuditedWorkflowRuntime", "HistauditError", "KeptCheckpoint", "LlmCall",
            "SideEffect", "Verdict", "Verifier", "__version__", "audit_agent", "crash_point",
            "current_effect", "once", "record_llm_call", "side_effect"]
-__version__ = "0.1.0"
 
 # The supported API. The Dapr-facing names import the Dapr SDK (and gRPC), the verifier
 # the store (SQLAlchemy); each loads only when asked for, so `import histaudit` stays

@@ -28,7 +28,6 @@ import html
 from datetime import datetime
 from typing import Any
 
-from histaudit import __version__
 from histaudit.errors import HistauditError
 from histaudit.ledger import records as rec
 from histaudit.ledger.checkpoint import with_lines
@@ -41,6 +40,7 @@ from histaudit.verify.findings import Severity
 from histaudit.verify.report import Scope
 from histaudit.verify.tree import WorkflowSummary
 from histaudit.verify.verifier import verify_all
+from histaudit.version import __version__
 from histaudit.witness.policy import WitnessPolicy, counted_cosignatures
 
 __all__ = ["MAPPING", "REPORT_VERSION", "build", "render_html"]

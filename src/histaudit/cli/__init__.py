@@ -15,8 +15,8 @@ from typing import NoReturn
 
 import click
 
-from histaudit import __version__
 from histaudit.errors import HistauditError, VerificationError
+from histaudit.version import __version__
 
 from .checkpoint import checkpoint
 from .crashtest import crashtest
