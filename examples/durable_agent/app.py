@@ -18,7 +18,7 @@ from pathlib import Path
 from dapr_agents import DurableAgent, tool
 from dapr_agents.llm import OpenAIChatClient
 
-from histaudit.agents import audit_agent
+from histaudit import audit_agent
 
 NOTES = Path(os.environ.get("DATA_DIR", ".")) / "notes.txt"
 

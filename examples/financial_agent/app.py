@@ -34,8 +34,7 @@ from typing import Any
 
 import dapr.ext.workflow as wf
 
-from histaudit import side_effect
-from histaudit.dapr import AuditedWorkflowRuntime
+from histaudit import AuditedWorkflowRuntime, side_effect
 
 # The plan lives beside this file (the demo reads it without loading a runtime); a
 # crash-matrix worker loads this file by path, so its directory may not be importable yet.

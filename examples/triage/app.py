@@ -27,8 +27,7 @@ from typing import Any
 
 import dapr.ext.workflow as wf
 
-from histaudit import crash_point, side_effect
-from histaudit.dapr import AuditedWorkflowRuntime
+from histaudit import AuditedWorkflowRuntime, crash_point, side_effect
 
 DATA_DIR = Path(os.getenv("DATA_DIR", "."))
 IDEMPOTENT = os.getenv("IDEMPOTENT") == "1"

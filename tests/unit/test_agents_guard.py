@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from histaudit.agents import audit_agent
+from histaudit import audit_agent
 from histaudit.errors import UsageError
 
 

@@ -43,8 +43,8 @@ from diagrid.agent.crewai import (
 )
 from diagrid.agent.crewai.workflow import set_default_workflow_input_factory
 
+from histaudit import AuditedWorkflowRuntime
 from histaudit.contrib.crewai import audit_runner
-from histaudit.dapr import AuditedWorkflowRuntime
 
 DATA = Path(os.environ.get("DATA_DIR", "."))
 

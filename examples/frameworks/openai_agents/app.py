@@ -35,8 +35,8 @@ from diagrid.agent.openai_agents import (
 from diagrid.agent.openai_agents.workflow import set_default_workflow_input_factory
 
 from agents import Agent, function_tool
+from histaudit import AuditedWorkflowRuntime
 from histaudit.contrib.openai_agents import audit_runner
-from histaudit.dapr import AuditedWorkflowRuntime
 
 DATA = Path(os.environ.get("DATA_DIR", "."))
 os.environ.setdefault("OPENAI_BASE_URL", os.environ.get("STUB_LLM_URL", "http://127.0.0.1:9/v1"))

@@ -30,8 +30,8 @@ from diagrid.agent.strands import DaprWorkflowAgentRunner
 from strands import Agent, tool
 from strands.models.openai import OpenAIModel
 
+from histaudit import AuditedWorkflowRuntime
 from histaudit.contrib.strands import audit_runner
-from histaudit.dapr import AuditedWorkflowRuntime
 
 DATA = Path(os.environ.get("DATA_DIR", "."))
 

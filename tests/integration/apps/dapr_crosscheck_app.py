@@ -19,7 +19,7 @@ from typing import Any
 
 import dapr.ext.workflow as wf
 
-from histaudit.dapr import AuditedWorkflowRuntime
+from histaudit import AuditedWorkflowRuntime
 
 APP_READY = "APP READY"
 

@@ -25,8 +25,7 @@ from typing import Any
 
 import dapr.ext.workflow as wf
 
-from histaudit import current_effect, side_effect
-from histaudit.dapr import AuditedWorkflowRuntime
+from histaudit import AuditedWorkflowRuntime, current_effect, side_effect
 
 APP_READY = "APP READY"
 

@@ -15,7 +15,7 @@ import threading
 
 from examples.nondeterminism import workflows
 
-from histaudit.dapr import AuditedWorkflowRuntime
+from histaudit import AuditedWorkflowRuntime
 
 APP_READY = "APP READY"
 

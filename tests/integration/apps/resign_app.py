@@ -22,7 +22,7 @@ from typing import Any
 
 import dapr.ext.workflow as wf
 
-from histaudit.dapr import AuditedWorkflowRuntime
+from histaudit import AuditedWorkflowRuntime
 
 HOLD_TIMEOUT_S = 60.0
 

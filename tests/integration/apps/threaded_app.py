@@ -8,7 +8,7 @@ import time
 
 import dapr.ext.workflow as wf
 
-from histaudit.dapr import AuditedWorkflowRuntime
+from histaudit import AuditedWorkflowRuntime
 
 wfr = AuditedWorkflowRuntime()
 threading.Thread(target=lambda: time.sleep(3600), name="app-poller", daemon=True).start()
