@@ -107,6 +107,27 @@ def test_a_bad_ledger_url_is_reported_by_start_not_by_construction(
     assert not missing_dir.parent.exists()
 
 
+def test_settings_passed_in_are_used_instead_of_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``AuditedWorkflowRuntime(settings=...)`` (issue #51): the environment says auditing
+    is off and names no key or ledger; the settings passed in decide all three. (The
+    ledger they name cannot be created, so start stops there, before any worker.)"""
+    from histaudit import AuditedWorkflowRuntime
+
+    key, _, _ = generate_keypair(tmp_path / "keys", name="app")
+    for name in ("HISTAUDIT_KEY", "HISTAUDIT_DB"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HISTAUDIT_ENABLED", "0")
+    missing = tmp_path / "given" / "ledger.db"
+    settings = Settings.from_env({"HISTAUDIT_KEY": str(key),
+                                  "HISTAUDIT_DB": f"sqlite:///{missing}"})
+    wfr = AuditedWorkflowRuntime(host="127.0.0.1", port="1", settings=settings)
+    assert wfr.audited  # not the environment's HISTAUDIT_ENABLED=0
+    with pytest.raises(StoreError, match=r"^AuditedWorkflowRuntime: ") as info:
+        wfr.start()  # the key loaded from the settings; their ledger opened, and refused
+    assert str(missing.parent) in str(info.value)
+
+
 def test_a_ledger_that_cannot_be_written_is_refused_by_start(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The store's own verdict (``Ledger.read_only``), not a second check of its own that

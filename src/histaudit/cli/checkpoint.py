@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from histaudit.config import Settings
 from histaudit.errors import UsageError, VerificationError
 from histaudit.ledger.checkpoint import parse_note, verifier_key
 from histaudit.ledger.signers import load_signer
@@ -33,6 +32,7 @@ from .options import (
     db_option,
     key_option,
     read_file,
+    run_settings,
     trust_option,
     trust_store,
     write_file,
@@ -70,7 +70,7 @@ def checkpoint(ctx: click.Context, db: str | None, key: str | None,
 
     from .ledger import open_ledger
 
-    signer = load_signer(key, Settings.from_env())
+    signer = load_signer(key, run_settings())
     # --out is checked, and the note written beside it, before the checkpoint is stored:
     # a bad path or a full disk leaves the ledger unchanged (docs/bundle.md §4).
     output = (StagedOutput(out_file, lambda cp: cp.note, what="checkpoint note",
@@ -114,7 +114,7 @@ def cosign_command(db: str | None, key: str | None, policy_file: str, out_file: 
     if not any(w.url for w in policy.witnesses.values()):
         raise UsageError(f"witness policy {policy_file} gives no witness a URL to send "
                          f"checkpoints to (witness NAME VKEY URL)")
-    signer = load_signer(key, Settings.from_env())
+    signer = load_signer(key, run_settings())
     with open_ledger(db) as ledger:
         result = cosign(ledger, signer, policy, timeout=timeout)
     if result.ignored:

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import click
 
-from histaudit.config import Settings
-
 from . import render
 from .dapr_verify import _anchors, dapr_store_options
-from .options import EXIT_CLEAN, EXIT_FINDINGS, db_option, key_option
+from .options import EXIT_CLEAN, EXIT_FINDINGS, db_option, key_option, run_settings
 
 
 @click.command("dapr-capture")
@@ -37,7 +35,7 @@ def dapr_capture(instance_id: str, state_db: str, trust_anchors: str, app_id: st
     from .ledger import open_ledger
 
     anchors = _anchors(trust_anchors)
-    signer = load_signer(key, Settings.from_env())
+    signer = load_signer(key, run_settings())
     rows = read_workflow_rows(state_db, instance_id, app_id=app_id, table=table)
     history = verify_dapr_history(rows, anchors, app_id=app_id)
     if not history.ok:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import click
 
-from histaudit.config import Settings
 from histaudit.ledger.keys import export_public_key, generate_keypair
 from histaudit.ledger.signers import load_signer
 
-from .options import EXIT_CLEAN, TIMESTAMP, key_option
+from .options import EXIT_CLEAN, TIMESTAMP, key_option, run_settings
 
 
 @click.group()
@@ -41,7 +40,7 @@ def export_public(key: str | None, out_dir: str, name: str, not_before: str | No
                   not_after: str | None) -> int:
     """Write NAME.pub.json for the signing key (a pkcs11: URI, or a key file); print the
     key id. The private key stays where it is."""
-    signer = load_signer(key, Settings.from_env())
+    signer = load_signer(key, run_settings())
     pub = export_public_key(signer, out_dir, name=name, not_before=not_before,
                             not_after=not_after)
     click.echo(f"key id {signer.kid}\npublic  {pub}")

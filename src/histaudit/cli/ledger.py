@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from histaudit.config import Settings
 from histaudit.errors import FormatError, HistauditError, InputError, UsageError
 from histaudit.ledger import records as rec
 from histaudit.ledger.keys import TrustStore
@@ -29,6 +28,7 @@ from .options import (
     db_option,
     key_option,
     read_file,
+    run_settings,
     trust_option,
     trust_store,
 )
@@ -42,7 +42,7 @@ def open_ledger(db: str | None, *, reading: bool = False) -> Ledger:
     from histaudit.config import LOCK_WAIT_ENV
     from histaudit.ledger.store import Ledger
 
-    settings = Settings.from_env()
+    settings = run_settings()
     if reading:
         return Ledger.open(db, outage_wait=settings.store_outage_wait)
     wait = settings.lock_wait
@@ -169,7 +169,7 @@ def redact(instance_id: str, seq: int, field_: str, reason: str, db: str | None,
     """Erase one stored payload; the chain keeps its salted commitment and still verifies."""
     from histaudit.ledger.chain import erase_payload
 
-    signer = load_signer(key, Settings.from_env())
+    signer = load_signer(key, run_settings())
     with open_ledger(db) as ledger:
         entry = _signed_entry(ledger, instance_id, seq)
         ref = entry.data.get(field_)
@@ -260,7 +260,7 @@ def export(instance_ids: tuple[str, ...], out_dir: str, since: str | None, until
                           app_id=dapr_app_id, table=dapr_table)
 
     witnesses = read_policy(witness_policy) if witness_policy is not None else None
-    signer = load_signer(key, Settings.from_env())
+    signer = load_signer(key, run_settings())
     keys = trust_store(trust)
     if signer.kid not in keys:
         raise UsageError(f"the signing key {signer.kid} is not in the trust store {trust}")

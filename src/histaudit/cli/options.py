@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from histaudit.config import Settings
 from histaudit.errors import FormatError, InputError, UsageError
 from histaudit.inputs import read_limited
 from histaudit.ledger.keys import TrustStore, parse_time
@@ -25,6 +26,16 @@ key_option = click.option("--key", metavar="PATH", envvar="HISTAUDIT_KEY",
                           help="Path of the private signing key file, or the pkcs11: URI of "
                                "a key in a PKCS#11 token (default $HISTAUDIT_KEY; a path or "
                                "URI, never the key itself).")
+
+
+def run_settings() -> Settings:
+    """This run's one snapshot of the ``HISTAUDIT_*`` environment (histaudit.config),
+    taken the first time a command asks and kept on the root click context, so every
+    part of one command reads the same values."""
+    root = click.get_current_context().find_root()
+    if not isinstance(root.obj, Settings):
+        root.obj = Settings.from_env()
+    return root.obj
 
 
 def trust_store(path: str | None) -> TrustStore:

@@ -6,7 +6,6 @@ import os
 
 import click
 
-from histaudit.config import Settings
 from histaudit.errors import UsageError
 
 from . import render
@@ -17,6 +16,7 @@ from .options import (
     db_option,
     key_option,
     read_file,
+    run_settings,
     trust_option,
     trust_store,
 )
@@ -74,7 +74,7 @@ def prove(trace_id: str | None, span_ids: tuple[str, ...], jaeger: str | None,
         spans = [s for s in spans if s.trace_id == trace_id.lower()]
     chosen = proven_spans(spans, span_ids)
     witnesses = read_policy(witness_policy) if witness_policy is not None else None
-    signer = load_signer(key, Settings.from_env())
+    signer = load_signer(key, run_settings())
     keys = trust_store(trust)
     if signer.kid not in keys:
         raise UsageError(f"the signing key {signer.kid} is not in the trust store {trust}")

@@ -12,12 +12,11 @@ from typing import Any
 
 import click
 
-from histaudit.config import Settings
 from histaudit.errors import UsageError
 
 from . import render
 from .ledger import open_ledger
-from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS, Seconds
+from .options import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_FINDINGS, Seconds, run_settings
 
 
 @click.command("replay")
@@ -73,7 +72,7 @@ def replay(instance_ids: tuple[str, ...], workflow_refs: tuple[str, ...],
         raise UsageError("give instance ids or --all, not both")
     if engine_addr and not (instance_ids or all_):
         raise UsageError("give the instances to fetch: INSTANCE_ID... or --all")
-    db = db or Settings.from_env().db
+    db = db or run_settings().db
     if tree and not (engine_addr and instance_ids and db):
         raise UsageError("--tree replays INSTANCE_ID's children from the engine, as the "
                          "ledger names them: give INSTANCE_ID..., --engine and --db")

@@ -7,10 +7,8 @@ from datetime import UTC, datetime
 
 import click
 
-from histaudit.config import Settings
-
 from . import render
-from .options import EXIT_CLEAN, TIMESTAMP, db_option, key_option
+from .options import EXIT_CLEAN, TIMESTAMP, db_option, key_option, run_settings
 
 
 @click.group()
@@ -41,7 +39,7 @@ def apply_command(policy_file: str, now: str | None, dry_run: bool, as_json: boo
 
     policy = read_policy(policy_file)
     when = check_now(now) or datetime.now(UTC)
-    signer = None if dry_run else load_signer(key, Settings.from_env())
+    signer = None if dry_run else load_signer(key, run_settings())
     with open_ledger(db) as ledger:
         tally = apply(ledger, policy, signer=signer, now=when, dry_run=dry_run)
     if as_json:

@@ -41,23 +41,30 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
 
     Takes the same arguments, plus keyword-only ``ledger`` (URL; default
     ``$HISTAUDIT_DB``, else ``sqlite:///histaudit.db``), ``key`` (private key path;
-    default ``$HISTAUDIT_KEY``) and ``keep_payloads`` (store payload bytes beside their
-    commitments; False keeps only commitments, as if erased at once).
+    default ``$HISTAUDIT_KEY``), ``keep_payloads`` (store payload bytes beside their
+    commitments; False keeps only commitments, as if erased at once) and ``settings``
+    (a :class:`histaudit.config.Settings` to use instead of the ``HISTAUDIT_*``
+    environment, e.g. ``Settings.from_env({"HISTAUDIT_DB": ..., "HISTAUDIT_KEY": ...})``).
 
     Building one touches neither the key nor the ledger, so a module that builds it at
     import time (Dapr's docs' style) imports anywhere: ``histaudit replay``, the crash
     matrix's discovery, a test collecting it. :meth:`start` loads the key and opens the
     ledger, before the worker takes any work item, so an unusable one stops the app
-    there, with the same one-line error. ``HISTAUDIT_ENABLED=0`` (read here) makes it a
-    plain ``WorkflowRuntime``: nothing is wrapped, no key is needed, no ledger opened.
+    there, with the same one-line error. ``HISTAUDIT_ENABLED=0`` (read here, or
+    ``settings.audit_enabled``) makes it a plain ``WorkflowRuntime``: nothing is
+    wrapped, no key is needed, no ledger opened.
     """
 
     def __init__(self, *args: Any, ledger: str | None = None, key: str | None = None,
-                 keep_payloads: bool = True, **kwargs: Any) -> None:
+                 keep_payloads: bool = True, settings: Settings | None = None,
+                 **kwargs: Any) -> None:
         self.stateful_history = _stateful_history(kwargs)
         """Whether the worker asks the engine for history deltas (the SDK's stateful
         history, dapr ≥ 1.19): off unless the app passed ``disable_stateful_history=False``."""
-        self.audited = Settings.from_env().audit_enabled
+        self._settings = settings
+        """What the app passed (histaudit.config); None: the environment, read here for
+        ``$HISTAUDIT_ENABLED`` and again at :meth:`start` for the rest."""
+        self.audited = (settings or Settings.from_env()).audit_enabled
         """False when ``$HISTAUDIT_ENABLED`` switched auditing off for this process."""
         if not self.audited:
             runs_unaudited()
@@ -119,9 +126,9 @@ class AuditedWorkflowRuntime(WorkflowRuntime):
         (``OTEL_SEMCONV_STABILITY_OPT_IN``, :func:`.tracing.follow`).
         """
         if self.audited and not self.recorder.bound:
-            # The environment as it is now: an app may set it between building the
-            # runtime (at import) and starting it.
-            settings = Settings.from_env()
+            # The settings passed in, else the environment as it is now: an app may set
+            # it between building the runtime (at import) and starting it.
+            settings = self._settings or Settings.from_env()
             tracing.follow(settings)  # which GenAI conventions the spans follow
             signer = _load_signer(self._key, settings)
             ledger = _open_ledger(self._ledger_url, settings)
