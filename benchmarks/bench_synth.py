@@ -46,7 +46,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from histaudit.ledger import records as fmt
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner, Signer
 from histaudit.ledger.store import Ledger
 
 ACTIVITIES = ("fetch-order", "charge-card", "reserve-stock", "send-email")
@@ -138,7 +138,7 @@ def _pool_sign(bodies: list[bytes]) -> list[bytes]:
     return [sign(b) for b in bodies]
 
 
-def raw_private(signer: Signer) -> bytes:
+def raw_private(signer: KeyFileSigner) -> bytes:
     """The signer's raw 32-byte private key (the signing pool and raw baselines use it)."""
     key = serialization.load_pem_private_key(signer.private_pem(), password=None)
     assert isinstance(key, Ed25519PrivateKey)

@@ -26,6 +26,52 @@ the runtime's construction, crash points (the harness's channel into an app) and
 process launchers (CONTRIBUTING.md, "What is in the box")."""
 
 
+STORE = "histaudit.ledger.store"
+DRIVER_MODULES = ("histaudit.ledger.store.sqlite", "histaudit.ledger.store.postgres")
+LONG = 60
+LONG_FUNCTIONS: dict[str, str] = {}
+"""Functions of ``LONG`` lines or more that stay long, each with why (issue #51)."""
+
+
+def long_functions(files: list[Path]) -> list[tuple[str, str, int]]:
+    """(qualified name, file:line, lines) of every function of ``LONG`` lines or more,
+    longest first; nested functions count inside their parent and on their own."""
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(), str(path))
+        stack: list[tuple[ast.AST, str]] = [(tree, module_name(path))]
+        while stack:
+            node, prefix = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    name = f"{prefix}.{child.name}"
+                    if not isinstance(child, ast.ClassDef):
+                        lines = (child.end_lineno or child.lineno) - child.lineno + 1
+                        if lines >= LONG:
+                            found.append((name, f"{path.relative_to(SRC)}:{child.lineno}",
+                                          lines))
+                    stack.append((child, name))
+    return sorted(found, key=lambda f: -f[2])
+
+
+def registry(module: str, name: str) -> str:
+    """A registry's entries, each with the class it names, and whether that class
+    subclasses the seam (the signer Protocol or the driver base)."""
+    import importlib
+
+    from histaudit.ledger.keys import Signer
+    from histaudit.ledger.store.driver import Driver
+
+    table = getattr(importlib.import_module(module), name)
+    seam = Signer if name == "SIGNERS" else Driver
+    shown = []
+    for key, where in table.items():
+        mod, _, cls = where.partition(":")
+        ok = seam in getattr(importlib.import_module(mod), cls).__mro__  # declared, not by shape
+        shown.append(f"{key}={cls}{'' if ok else ' (NOT a ' + seam.__name__ + ')'}")
+    return f"{len(table)} behind {seam.__name__} ({', '.join(shown)})"
+
+
 def package_of(name: str) -> str:
     """The package a dotted name of histaudit lies in (a top-level module is its own)."""
     parts = name.split(".")
@@ -66,8 +112,7 @@ def private_imports(files: list[Path]) -> tuple[int, int]:
     return across, within
 
 
-def import_loops() -> list[set[str]]:
-    graph = grimp.build_graph("histaudit", exclude_type_checking_imports=True)
+def import_loops(graph: grimp.ImportGraph) -> list[set[str]]:
     index, low, on_stack, stack, loops = {}, {}, set(), [], []
     counter = 0
 
@@ -112,10 +157,26 @@ def main() -> None:
                if "os.environ" in line
                and not str(f.relative_to(SRC)).startswith(EDGES)]
     across, within = private_imports(files)
-    loops = import_loops()
+    runtime_graph = grimp.build_graph("histaudit", exclude_type_checking_imports=True, cache_dir=None)
+    full_graph = grimp.build_graph("histaudit", cache_dir=None)
+    loops, typed_loops = import_loops(runtime_graph), import_loops(full_graph)
+    drivers = sorted(DRIVER_MODULES)
+    outside = sorted({m for d in drivers for m in full_graph.find_modules_that_directly_import(d)
+                      if not m.startswith(STORE)})
+    long_ones = long_functions(files)
     print("files per package:", ", ".join(f"{p} {n}" for p, n in sorted(per_package.items())))
     print(f"largest file: {largest.relative_to(ROOT)}, {sizes[largest]} lines")
     print(f"import loops: {len(loops)}", *(sorted(loop) for loop in loops))
+    print(f"import loops counting type-checking imports: {len(typed_loops)}",
+          *(sorted(loop) for loop in typed_loops))
+    print(f"modules outside store/ importing a store driver: {len(outside)}", *outside)
+    print(f"signers: {registry('histaudit.ledger.signers', 'SIGNERS')}; "
+          f"store drivers: {registry('histaudit.ledger.store.driver', 'DRIVERS')}")
+    unexplained = [f for f in long_ones if f[0] not in LONG_FUNCTIONS]
+    print(f"functions of {LONG} lines or more: {len(long_ones)}, {len(unexplained)} without "
+          f"a reason")
+    for name, where, lines in long_ones:
+        print(f"  {lines:4d} {name} ({where}): {LONG_FUNCTIONS.get(name, 'NO REASON GIVEN')}")
     print(f"private names imported across packages: {across} (within packages: {within})")
     print(f"os.environ outside the edges: {len(environ)}", *environ)
     print(f"README: {len((ROOT / 'README.md').read_text())} characters")

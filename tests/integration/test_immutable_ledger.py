@@ -19,7 +19,7 @@ APPENDER = """
 import subprocess, sys
 from histaudit.errors import StoreError
 from histaudit.ledger import chain
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 from histaudit.ledger.store import Ledger
 
 db = sys.argv[1]

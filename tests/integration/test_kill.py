@@ -48,7 +48,7 @@ THREADS = 3            # appending threads per writer, sharing one GroupWriter
 _WRITER = """
 import sys, threading
 from histaudit.ledger import records as rec
-from histaudit.ledger.keys import Signer
+from histaudit.ledger.keys import KeyFileSigner
 from histaudit.ledger.store import Ledger
 from histaudit.ledger.writer import GroupWriter
 

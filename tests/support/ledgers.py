@@ -30,7 +30,8 @@ import sqlalchemy as sa
 from histaudit.ledger import chain
 from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import Signer, TrustStore
-from histaudit.ledger.store import _PG_APPEND_LOCK, Ledger
+from histaudit.ledger.store import Ledger
+from histaudit.ledger.store.postgres import APPEND_LOCK_KEY
 from histaudit.verify.report import Report
 from histaudit.verify.verifier import verify_instance
 
@@ -358,8 +359,8 @@ def write_lock_held(url: str) -> Iterator[None]:
             conn.close()
         return
     with LedgerDb(url) as db, db.engine.connect() as conn:
-        conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _PG_APPEND_LOCK})
+        conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": APPEND_LOCK_KEY})
         try:
             yield
         finally:
-            conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_APPEND_LOCK})
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": APPEND_LOCK_KEY})

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from histaudit.errors import InputError
-from histaudit.ledger.store.postgres import catalog_first
+from histaudit.ledger.store.pg_session import catalog_first
 from histaudit.urls import shown_url, without_secrets
 from histaudit.verify.dapr_history import ROW_NAME, DaprWorkflowRows
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from histaudit.ledger.store.postgres import without_catalog
+from histaudit.ledger.store.pg_session import without_catalog
 
 
 @pytest.mark.parametrize(("path", "kept"), [

@@ -24,7 +24,9 @@ handed over in a form the verifier reports, never one that crashes the reader.
 ``sqlite``   the SQLite driver: a file (read-write, read-only, immutable), WAL, one held
              write connection per thread (:class:`~.sqlite.WriterConnections`)
 ``postgres`` the PostgreSQL driver: pool pings, advisory append lock, pipelined writes,
-             the WAL flush of a durable write; sessions that search pg_catalog first
+             the WAL flush of a durable write
+``pg_session`` PostgreSQL sessions that search pg_catalog first (the driver's, and a
+             reader's of Dapr's state store)
 ``snapshot`` :class:`Snapshot`: one consistent read, rows streamed through the driver
 ``writetx``  :class:`WriteTx`: the row operations of one write transaction
 ``sql``      the hot paths' statements in both placeholder styles
@@ -33,15 +35,12 @@ handed over in a form the verifier reports, never one that crashes the reader.
 ``columns``  column values in a form the verifier reports, whatever storage class
 """
 
-from .rows import (
-    _PG_APPEND_LOCK as _PG_APPEND_LOCK,  # the advisory lock key, for tests that hold it
-)
+from .driver import OnLockWait
 from .rows import (
     DEFAULT_URL,
     SCHEMA_VERSION,
     SQLITE_BUSY_SECONDS,
     Ledger,
-    OnLockWait,
     resolve_url,
 )
 from .schema import (

@@ -33,7 +33,7 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -43,10 +43,40 @@ from histaudit.errors import StoreError
 from .sql import Statements
 
 if TYPE_CHECKING:
-    from .rows import Ledger
-    from .writetx import WriteTx
+    from .writetx import TipMemo, WriteTx
 
-__all__ = ["DRIVERS", "Driver", "driver_for"]
+__all__ = ["DRIVERS", "Driver", "DriverContext", "OnLockWait", "driver_for"]
+
+OnLockWait = Callable[[], None]
+
+
+class DriverContext(Protocol):
+    """What a driver sees of the ledger it serves (:class:`~.rows.Ledger` is one): the
+    state of one open ledger that opening it and writing to it need, and its pooled
+    connection; never the ledger's records or its other operations."""
+
+    read_only: str
+    """Why the ledger cannot be written ('' when it can): set by :meth:`Driver.opened`."""
+    sqlite_file: Path | None
+    lock_wait: float | None
+    on_lock_wait: OnLockWait | None
+    tips: TipMemo
+    """The bodies this ledger wrote last (:class:`~.writetx.WriteTx`'s tips)."""
+    writer_connections: Any
+    """What :meth:`Driver.writers` made for this ledger."""
+
+    def busy_ms(self) -> int:
+        """How long a write waits for the database's write lock, in milliseconds."""
+        ...
+
+    def db_errors(self) -> tuple[type[BaseException], ...]:
+        """What a failing database operation raises."""
+        ...
+
+    def connection(self, failed: Callable[[BaseException], str]
+                   ) -> contextlib.AbstractContextManager[Any]:
+        """A pooled connection for one transaction, failures as StoreError."""
+        ...
 
 
 class Driver(ABC):
@@ -71,7 +101,7 @@ class Driver(ABC):
     def engine(self, parsed: sa.URL, mode: str, *, create: bool, busy: float) -> Engine:
         """The SQLAlchemy engine for ``parsed`` opened in ``mode``."""
 
-    def opened(self, ledger: Ledger, parsed: sa.URL, mode: str, read_only: str) -> None:
+    def opened(self, ledger: DriverContext, parsed: sa.URL, mode: str, read_only: str) -> None:
         """Note what the open found on ``ledger`` (its file, why it is read-only)."""
         ledger.read_only = read_only
 
@@ -123,7 +153,7 @@ class Driver(ABC):
 
     @abstractmethod
     @contextlib.contextmanager
-    def write(self, ledger: Ledger, failed: Callable[[BaseException], str], *,
+    def write(self, ledger: DriverContext, failed: Callable[[BaseException], str], *,
               durable: bool) -> Iterator[WriteTx]:
         """One write transaction holding the ledger-wide append lock."""
 

@@ -1,4 +1,4 @@
-"""PostgreSQL: the store driver (:class:`PostgresDriver`), and a session that finds the
+"""PostgreSQL: the store driver (:class:`PostgresDriver`), on sessions that find the
 catalog's functions before anyone else's.
 
 The driver: one SQLAlchemy pool whose connections are pinged only after sitting idle,
@@ -7,16 +7,7 @@ reads in one round trip, the inserts and COMMIT in the next), a COMMIT that does
 wait for the WAL flush and a durable write that waits for it afterwards (ADR 0005), and
 PL/pgSQL triggers for the append-only rule.
 
-The session:
-
-An unqualified function or operator resolves along the search path, and a database's
-owner can set one for every session (``ALTER DATABASE … SET search_path``). pg_catalog
-is searched first unless the path names it; a path that names it after the owner's own
-schema lets the owner's ``to_regclass``, ``strpos`` or ``=`` run in place of the
-catalog's inside the reader's session (the class of CVE-2018-1058): a ledger's owner
-could then hide a view from the check at open, or hand a reader other rows.
-:func:`catalog_first` drops pg_catalog from the session's path, which puts it first
-again; tables are found, and created, in the same schemas as before.
+The session: :func:`~histaudit.ledger.store.pg_session.catalog_first` (why, there).
 """
 
 from __future__ import annotations
@@ -26,18 +17,16 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from itertools import count
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from .driver import Driver
+from .driver import Driver, DriverContext
+from .pg_session import catalog_first
 from .schema import HEAD_MISMATCH, PG_TRIGGERS
 from .sql import FORMAT
 from .writetx import WriteTx
-
-if TYPE_CHECKING:
-    from .rows import Ledger
 
 PING_AFTER_IDLE_SECONDS = 1.0
 """A pooled PostgreSQL connection idle for longer than this is pinged before it is used."""
@@ -52,35 +41,6 @@ _TRY_APPEND_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 # asks for the "histaudit" prefix.
 _FLUSH = "SELECT pg_logical_emit_message(true, 'histaudit', 'flush')"
 _cursor_names = count()
-
-
-def catalog_first(conn: Any) -> None:
-    """Make the psycopg connection ``conn``'s session search pg_catalog first."""
-    with conn.cursor() as cur:  # every name qualified: none resolves along the path
-        cur.execute("SELECT pg_catalog.current_setting('search_path')")
-        path = cur.fetchone()[0]
-        kept = without_catalog(path)
-        if kept != path:
-            cur.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (kept,))
-    conn.commit()  # a SET in a transaction that is rolled back would be undone
-
-
-def without_catalog(path: str) -> str:
-    """A ``search_path`` value without its ``pg_catalog`` entries (unchanged if that would
-    leave it empty): ``public, pg_catalog`` -> ``public``."""
-    parts, part, quoted = [], "", False
-    for ch in path:
-        if ch == '"':
-            quoted = not quoted
-        if ch == "," and not quoted:
-            parts.append(part.strip())
-            part = ""
-        else:
-            part += ch
-    parts.append(part.strip())
-    kept = [p for p in parts if p and (p[1:-1] if p.startswith('"') else p.lower())
-            != "pg_catalog"]
-    return ", ".join(kept) if kept and len(kept) < len(parts) else path
 
 
 # --- the driver --------------------------------------------------------------------------
@@ -198,7 +158,7 @@ class PostgresDriver(Driver):
     # --- writing and errors ---
 
     @contextlib.contextmanager
-    def write(self, ledger: Ledger, failed: Callable[[BaseException], str], *,
+    def write(self, ledger: DriverContext, failed: Callable[[BaseException], str], *,
               durable: bool) -> Iterator[WriteTx]:
         with ledger.connection(failed) as raw:
             cur = raw.cursor()
@@ -228,7 +188,7 @@ class PostgresDriver(Driver):
             finally:
                 cur.close()
 
-    def _append_lock(self, ledger: Ledger, cur: Any) -> None:
+    def _append_lock(self, ledger: DriverContext, cur: Any) -> None:
         """The append lock, waited for at most ``ledger.lock_wait``."""
         assert ledger.lock_wait is not None
         lock = (APPEND_LOCK_KEY,)

@@ -22,9 +22,8 @@ from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 from histaudit.urls import shown_url
 
 from .columns import _text
-from .driver import Driver, driver_for
+from .driver import Driver, OnLockWait, driver_for
 from .outage import Outage
-from .postgres import APPEND_LOCK_KEY
 from .schema import _guards_outdated, _install_guards, meta_table, metadata, not_stored_tables
 from .snapshot import Snapshot
 from .writetx import TipMemo, WriteTx
@@ -40,7 +39,6 @@ SQLITE_BUSY_SECONDS = 300
 # DEFAULT_LOCK_WAIT_SECONDS instead of the interceptor's five minutes; $HISTAUDIT_LOCK_WAIT
 # (histaudit.config) overrides it.
 SCHEMA_VERSION = "1"
-_PG_APPEND_LOCK = APPEND_LOCK_KEY  # the advisory lock key, for tests that hold it
 
 
 def resolve_url(url: str | None) -> str:
@@ -52,7 +50,6 @@ def _redact_url(url: str) -> str:
     return shown_url(url)
 
 
-OnLockWait = Callable[[], None]
 T = TypeVar("T")
 
 

@@ -12,7 +12,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import sqlalchemy as sa
@@ -22,13 +22,10 @@ from sqlalchemy.engine import Connection, Engine
 from histaudit.errors import StoreError
 
 from .columns import _sqlite_text
-from .driver import Driver
+from .driver import Driver, DriverContext
 from .schema import HEAD_MISMATCH, SQLITE_TRIGGERS, cosignatures
 from .sql import QMARK
 from .writetx import WriteTx
-
-if TYPE_CHECKING:
-    from .rows import Ledger
 
 _URI_KEYS = ("uri", "mode", "immutable", "cache", "nolock", "vfs")
 
@@ -297,7 +294,7 @@ class SqliteDriver(Driver):
     def engine(self, parsed: sa.URL, mode: str, *, create: bool, busy: float) -> Engine:
         return _sqlite_engine(parsed, mode, create=create, busy=busy)
 
-    def opened(self, ledger: Ledger, parsed: sa.URL, mode: str, read_only: str) -> None:
+    def opened(self, ledger: DriverContext, parsed: sa.URL, mode: str, read_only: str) -> None:
         ledger.sqlite_file = _sqlite_path(parsed)
         ledger.read_only = read_only if mode == "rw" else (
             read_only or _why_unwritable(_sqlite_path(parsed)))
@@ -371,7 +368,7 @@ class SqliteDriver(Driver):
         return WriterConnections(db)
 
     @contextlib.contextmanager
-    def write(self, ledger: Ledger, failed: Callable[[BaseException], str], *,
+    def write(self, ledger: DriverContext, failed: Callable[[BaseException], str], *,
               durable: bool) -> Iterator[WriteTx]:
         """A write transaction on this thread's held connection: the database write lock
         is taken at BEGIN IMMEDIATE; ``synchronous`` is FULL for a durable write, NORMAL
