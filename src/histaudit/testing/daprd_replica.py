@@ -11,16 +11,43 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from histaudit.errors import EngineError
 
 from .daprd_ports import LOOPBACK, Endpoint, PortBusyError, PortSet
 
-if TYPE_CHECKING:
-    from .daprd import DaprdStack
+__all__ = ["DaprdReplica", "ReplicaHost"]
 
-__all__ = ["DaprdReplica"]
+
+class ReplicaHost(Protocol):
+    """What a replica uses of its stack (:class:`~histaudit.testing.daprd.DaprdStack` is
+    one): its facts, and the process handling the stack shares with its replicas."""
+
+    @property
+    def app_id(self) -> str: ...
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def pids(self) -> dict[str, int]: ...
+
+    def log_file(self, name: str) -> Path: ...
+
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]: ...
+
+    def log_tail(self, max_bytes: int = 4000, name: str = "daprd") -> str: ...
+
+    def _daprd_args(self, grpc: int, http: int, internal_grpc: int, metrics: int,
+                    resources: Path) -> list[str]: ...
+
+    def _alive(self, name: str) -> bool: ...
+
+    def _kill(self, name: str) -> None: ...
+
+    def _spawn(self, name: str, args: list[str], *, health: str,
+               env: Mapping[str, str] | None = None, binary: str | None = None) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +72,7 @@ class DaprdReplica(Endpoint):
 
     _ports: _ReplicaPorts
 
-    def __init__(self, stack: DaprdStack, name: str) -> None:
+    def __init__(self, stack: ReplicaHost, name: str) -> None:
         self._stack = stack
         self._name = name
         self._ports = _ReplicaPorts.pick()
@@ -61,7 +88,7 @@ class DaprdReplica(Endpoint):
         return f"daprd-{self._name}"
 
     @property
-    def stack(self) -> DaprdStack:
+    def stack(self) -> ReplicaHost:
         return self._stack
 
     @property
