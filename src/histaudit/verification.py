@@ -1,37 +1,50 @@
-"""Verifying a ledger, as one call: the library face of ``histaudit verify``.
+"""Verifying, as one call: the library face of ``histaudit verify`` and ``dapr-verify``.
 
     from histaudit.verification import Verifier
 
     with Ledger.open("sqlite:///ledger.db") as ledger:
         verdict = Verifier(ledger, TrustStore.load("keys/"), full=True).all()
     verdict.passes()                      # no error finding: what exit status 0 means
+    Verifier(None, trust).bundle("bundle/").ok()      # an exported bundle, offline
 
 A :class:`Verifier` holds what a verification is asked to do besides reading chains —
 ``full`` (every signature and payload), a checkpoint kept from earlier (``since``: prove
-the ledger only grew), the witness policy that judges that checkpoint, and the engine to
-cross-check instances with — and checks one instance, a tree of them, every instance, or
-only the checkpoint. The pure checks stay in :mod:`histaudit.verify` (rows in, reports
+the ledger only grew), the witness policy that judges a checkpoint, and the engine to
+cross-check instances with — and checks every input ``histaudit`` verifies: one
+instance, a tree of them, every instance, only the checkpoint, an exported bundle, and
+Dapr's own signed history of an instance (with the ledger's chain and the cross-check
+when it has a ledger). The pure checks stay in :mod:`histaudit.verify` (rows in, reports
 out); this module opens nothing but what it is given and adds the reads a check needs
 (the consistency proof's leaves, the engine's history). The CLI parses flags into it and
-renders its :class:`Verdict`.
+renders its :class:`Verdict` (or :class:`DaprVerdict`); what passes is the verdict's
+``ok(fail_on)``, the same rule for every input.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from histaudit.errors import InputError, UsageError
 from histaudit.ledger.checkpoint import Checkpoint, parse_note
 from histaudit.ledger.keys import TrustStore
-from histaudit.ledger.store import Ledger
 from histaudit.verify.consistency import check_consistency
-from histaudit.verify.findings import Severity
+from histaudit.verify.findings import Finding, Severity
 from histaudit.verify.report import Report, Scope
 from histaudit.verify.tree import TreeNode, instance_tree
-from histaudit.verify.verifier import verify_all, verify_instance
-from histaudit.witness.policy import WitnessPolicy, witness_findings
+from histaudit.verify.verifier import verify_all, verify_chain, verify_instance
+from histaudit.witness.policy import WitnessPolicy, witness_findings, witness_report
 
-__all__ = ["KeptCheckpoint", "Verdict", "Verifier"]
+if TYPE_CHECKING:
+    from cryptography.x509 import Certificate
+
+    from histaudit.ledger.spans import ProvenSpan
+    from histaudit.ledger.store import Ledger  # the store (SQLAlchemy): a bundle needs none
+    from histaudit.verify.dapr_history import DaprHistoryResult, DaprWorkflowRows
+
+__all__ = ["DaprVerdict", "KeptCheckpoint", "Verdict", "Verifier"]
 
 Progress = Callable[[int, int | None], None]
 """``progress(done, total)``: entries verified so far, of ``total`` (None: not known)."""
@@ -61,6 +74,10 @@ class Verdict:
     reports: tuple[Report, ...]
     consistency: Report | None = None
     tree: tuple[TreeNode, ...] | None = None
+    checkpoint: Checkpoint | None = None
+    """A bundle's own signed checkpoint (None for a ledger)."""
+    spans: tuple[ProvenSpan, ...] = ()
+    """The spans a bundle proves (``spans.json``)."""
 
     @property
     def every(self) -> tuple[Report, ...]:
@@ -74,18 +91,50 @@ class Verdict:
         threshold = Severity.threshold(fail_on)
         return not any(r.failing(threshold) for r in self.every)
 
+    def ok(self, fail_on: Severity | str = Severity.ERROR) -> bool:
+        """What ``--json``'s ``ok`` says: it passes, and no report has a finding of any
+        severity that makes it not ok."""
+        return self.passes(fail_on) and all(r.ok for r in self.every)
+
+
+@dataclass(frozen=True)
+class DaprVerdict:
+    """What verifying Dapr's signed history of one instance found (``dapr-verify``): its
+    signatures' result (None: the state store holds none), and with a ledger, the
+    ledger's report of the instance and the cross-check's findings."""
+
+    instance: str
+    history: DaprHistoryResult | None
+    ledger: Report | None = None
+    crosscheck: tuple[Finding, ...] | None = None
+
+    def ok(self, fail_on: Severity | str = Severity.ERROR) -> bool:
+        threshold = Severity.threshold(fail_on)
+        return ((self.history is None or self.history.ok)
+                and (self.ledger is None or self.ledger.ok)
+                and not any(f.severity >= threshold for f in self.crosscheck or ()))
+
 
 class Verifier:
     """One verification of ``ledger`` with the keys of ``trust`` (module docstring)."""
 
-    def __init__(self, ledger: Ledger, trust: TrustStore, *, full: bool = False,
+    def __init__(self, ledger: Ledger | None, trust: TrustStore, *, full: bool = False,
                  workers: int | None = None, since: KeptCheckpoint | None = None,
                  witnesses: WitnessPolicy | None = None, engine: str | None = None) -> None:
-        if witnesses is not None and since is None:
+        """``ledger`` None: a verifier of bundles only (they carry their checkpoint, which
+        ``witnesses`` judges); with a ledger, ``witnesses`` judges ``since``."""
+        if witnesses is not None and since is None and ledger is not None:
             raise ValueError("a witness policy judges a kept checkpoint: give since=")
-        self.ledger, self.trust = ledger, trust
+        self._ledger, self.trust = ledger, trust
         self.full, self.workers = full, workers
         self.since, self.witnesses, self.engine = since, witnesses, engine
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            raise UsageError("this Verifier was given no ledger: verify a bundle, or pass "
+                             "the ledger")
+        return self._ledger
 
     # --- what to verify -------------------------------------------------------------
 
@@ -137,6 +186,54 @@ class Verifier:
         if self.since is None:
             raise ValueError("no kept checkpoint to prove against: give since=")
         return Verdict((), self._consistency())
+
+    def bundle(self, path: str | os.PathLike[str], *,
+               anchors: Sequence[Certificate] | None = None,
+               progress: Progress | None = None) -> Verdict:
+        """An exported bundle, offline: its manifest, files, checkpoint and proofs, every
+        chain, its SCITT files and Dapr rows (``anchors`` instead of the ones it carries),
+        the proof against ``since``, and ``witnesses``' verdict on the bundle's own
+        checkpoint note (its cosignature lines are covered by the manifest's digest).
+        The reports: the bundle's own first, one per instance, the witness policy's."""
+        from histaudit.bundle.verify import verify_bundle
+
+        result = verify_bundle(path, self.trust, full=True,
+                               since=None if self.since is None else self.since.checkpoint,
+                               progress=progress, anchors=anchors)
+        reports = result.all_reports()
+        proof = reports.pop() if result.consistency is not None else None
+        if self.witnesses is not None:
+            reports.append(witness_report(self.witnesses, result.checkpoint.note,
+                                          where="bundle checkpoint.note"))
+        return Verdict(tuple(reports), proof, checkpoint=result.checkpoint,
+                       spans=result.spans)
+
+    def dapr(self, instance: str, rows: DaprWorkflowRows | None,
+             anchors: Sequence[Certificate], *, app_id: str | None = None) -> DaprVerdict:
+        """Dapr's signed history of ``instance`` (``rows`` read from its state store; None
+        when the store holds none) against ``anchors``; with a ledger, also the
+        instance's chain and the cross-check of the two, from one snapshot."""
+        from histaudit.verify.dapr_crosscheck import verify_with_ledger
+        from histaudit.verify.dapr_history import verify_dapr_history
+
+        if self._ledger is None:
+            if rows is None:
+                raise InputError(f"no workflow state for instance {instance!r}")
+            return DaprVerdict(instance, verify_dapr_history(rows, anchors, app_id=app_id))
+        with self._ledger.snapshot() as snap:
+            # the rows are streamed twice from the one snapshot, never held: an instance
+            # of a million entries costs what verify does
+            head = snap.head(instance)
+            report = verify_chain(instance, snap.entries(instance), head, trust=self.trust,
+                                  payload_lookup=snap.payload)
+            if report.entries == 0 and head is None:
+                if rows is None:
+                    raise InputError(f"no workflow state for instance {instance!r} in the "
+                                     f"state store, and no entries for it in the ledger")
+                raise InputError(f"the ledger has no entries for instance {instance!r}")
+            both = verify_with_ledger(instance, rows, anchors, snap.entries(instance),
+                                      snap.payload, app_id=app_id)
+        return DaprVerdict(instance, both.history, report, tuple(both.crosscheck))
 
     # --- the parts ------------------------------------------------------------------
 

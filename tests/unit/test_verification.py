@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,35 @@ def test_passes_refuses_a_threshold_that_is_no_severity(tmp_path: Path,
         verdict.passes(fail_on=threshold)  # type: ignore[arg-type]
     for name in ("error", "WARNING", "info"):
         assert not verdict.passes(fail_on=name)  # type: ignore[arg-type]
+
+
+def test_one_verifier_verifies_a_bundle_with_the_same_rules(tmp_path: Path) -> None:
+    """Issue #51: a bundle is one more input of the Verifier (the CLI only renders it):
+    clean, its reports pass and are ok; a changed file fails it; a witness policy judges
+    the bundle's own checkpoint, so it needs no kept one; and a Verifier without a
+    ledger refuses the ledger's inputs in one line."""
+    from histaudit.bundle.export import export
+
+    signer = KeyFileSigner.generate()
+    trust = TrustStore([signer.public])
+    with _ledger(tmp_path, signer) as ledger:
+        export(ledger, [], tmp_path / "bundle", signer=signer, trust=trust, html=False)
+    verifier = Verifier(None, trust)
+    clean = verifier.bundle(tmp_path / "bundle")
+    assert clean.ok() and clean.passes() and clean.checkpoint is not None
+    assert sorted(r.instance_id for r in clean.reports) == ["(bundle)", "wf-a", "wf-b"]
+    witness = KeyFileSigner.generate().public.raw
+    blob = b"\x04" + witness
+    key_hash = hashlib.sha256(b"w1\n" + blob).digest()[:4].hex()
+    vkey = f"w1+{key_hash}+{base64.b64encode(blob).decode()}"  # C2SP cosignature/v1
+    quorum = Verifier(None, trust, witnesses=WitnessPolicy.parse(
+        f"witness w1 {vkey} https://w1.example\nquorum w1\n"))
+    short = quorum.bundle(tmp_path / "bundle")  # nobody cosigned it
+    assert not short.ok() and short.reports[-1].mode == "witness policy"
+    with (tmp_path / "bundle" / "keys.json").open("ab") as fh:
+        fh.write(b" ")
+    changed = verifier.bundle(tmp_path / "bundle")
+    assert not changed.ok() and "bundle-file-changed" in {
+        f.code for r in changed.reports for f in r.findings}
+    with pytest.raises(UsageError, match="given no ledger"):
+        verifier.all()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from histaudit.errors import InputError
+from histaudit.ledger.keys import TrustStore
 from histaudit.verify.findings import Finding, Severity
 
 from . import render
@@ -18,10 +19,8 @@ from .options import EXIT_CLEAN, EXIT_FINDINGS, read_file, trust_option, trust_s
 if TYPE_CHECKING:
     from cryptography.x509 import Certificate
 
-    from histaudit.ledger.keys import TrustStore
-    from histaudit.verify.dapr_crosscheck import DaprLedgerResult
-    from histaudit.verify.dapr_history import DaprHistoryResult, DaprWorkflowRows
-    from histaudit.verify.report import Report
+    from histaudit.verification import DaprVerdict
+    from histaudit.verify.dapr_history import DaprWorkflowRows
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ABSENT = "no workflow state for instance"  # read_workflow_rows' message for an absent one
@@ -74,7 +73,7 @@ def dapr_verify(instance_id: str, state_db: str, trust_anchors: str, app_id: str
                 table: str, db: str | None, trust: str | None, as_json: bool) -> int:
     """Verify INSTANCE_ID's Dapr history signatures (WorkflowHistorySigning) offline."""
     from histaudit.bundle.dapr_state import read_workflow_rows
-    from histaudit.verify.dapr_history import verify_dapr_history
+    from histaudit.verification import Verifier
 
     anchors = _anchors(trust_anchors)
     keys = trust_store(trust) if db else None
@@ -85,48 +84,24 @@ def dapr_verify(instance_id: str, state_db: str, trust_anchors: str, app_id: str
         if not db or _ABSENT not in str(exc):
             raise
         rows = None  # absent: with a ledger that holds it, a finding (below)
-    report, cross = None, None
     if db:
         assert keys is not None
-        report, both = _crosscheck(db, instance_id, keys, rows, anchors, app_id)
-        result, cross = both.history, both.crosscheck
+        with open_ledger(db, reading=True) as ledger:
+            verdict = Verifier(ledger, keys).dapr(instance_id, rows, anchors, app_id=app_id)
     else:
-        assert rows is not None
-        result = verify_dapr_history(rows, anchors, app_id=app_id)
-    ok = ((result is None or result.ok) and (report is None or report.ok)
-          and not _failing(cross or []))
+        verdict = Verifier(None, TrustStore([])).dapr(instance_id, rows, anchors,
+                                                      app_id=app_id)
+    ok = verdict.ok()
     if as_json:
-        render.emit_json(_json(instance_id, result, report, cross, ok))
+        render.emit_json(_json(verdict, ok))
     else:
-        _text(instance_id, result, report, cross)
+        _text(verdict)
     return EXIT_CLEAN if ok else EXIT_FINDINGS
 
 
-def _crosscheck(db: str, instance: str, keys: TrustStore, rows: DaprWorkflowRows | None,
-                anchors: list[Certificate], app_id: str | None
-                ) -> tuple[Report, DaprLedgerResult]:
-    """The ledger's report of ``instance``, and Dapr's checks with the cross-check, from
-    one snapshot of the ledger."""
-    from histaudit.verify.dapr_crosscheck import verify_with_ledger
-    from histaudit.verify.verifier import verify_chain
-
-    with open_ledger(db, reading=True) as ledger, ledger.snapshot() as snap:
-        # the rows are streamed twice from the one snapshot, never held: an instance of a
-        # million entries costs what verify does
-        head = snap.head(instance)
-        report = verify_chain(instance, snap.entries(instance), head, trust=keys,
-                              payload_lookup=snap.payload)
-        if report.entries == 0 and head is None:
-            if rows is None:
-                raise InputError(f"no workflow state for instance {instance!r} in the state "
-                                 f"store, and no entries for it in the ledger")
-            raise InputError(f"the ledger has no entries for instance {instance!r}")
-        return report, verify_with_ledger(instance, rows, anchors, snap.entries(instance),
-                                          snap.payload, app_id=app_id)
-
-
-def _json(instance: str, result: DaprHistoryResult | None, report: Report | None,
-          cross: list[Finding] | None, ok: bool) -> dict[str, Any]:
+def _json(verdict: DaprVerdict, ok: bool) -> dict[str, Any]:
+    instance, result, report = verdict.instance, verdict.history, verdict.ledger
+    cross = None if verdict.crosscheck is None else list(verdict.crosscheck)
     if result is not None:
         doc = result.to_json()
     else:
@@ -141,8 +116,9 @@ def _json(instance: str, result: DaprHistoryResult | None, report: Report | None
     return doc
 
 
-def _text(instance: str, result: DaprHistoryResult | None, report: Report | None,
-          cross: list[Finding] | None) -> None:
+def _text(verdict: DaprVerdict) -> None:
+    instance, result, report = verdict.instance, verdict.history, verdict.ledger
+    cross = None if verdict.crosscheck is None else list(verdict.crosscheck)
     out = render.console()
     shown = render.clip(instance)
     if result is None:

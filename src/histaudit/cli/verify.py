@@ -11,7 +11,7 @@ import click
 from histaudit.errors import UsageError
 from histaudit.verify.findings import Severity
 from histaudit.verify.report import Report
-from histaudit.witness.policy import read_policy, witness_report
+from histaudit.witness.policy import read_policy
 
 from . import render
 from .ledger import open_ledger
@@ -22,11 +22,6 @@ if TYPE_CHECKING:
     from histaudit.ledger.checkpoint import Checkpoint
     from histaudit.verification import KeptCheckpoint, Verdict
     from histaudit.verify.tree import TreeNode
-
-
-def _exit_code(reports: list[Report], fail_on: str) -> int:
-    threshold = Severity.parse(fail_on)
-    return EXIT_FINDINGS if any(r.failing(threshold) for r in reports) else EXIT_CLEAN
 
 
 @click.command()
@@ -173,44 +168,37 @@ def _show(verdict: Verdict, as_json: bool, *, old: KeptCheckpoint | None,
 def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
                    since: str | None, policy_file: str | None = None,
                    trust_anchors: str | None = None) -> int:
-    from histaudit.bundle.verify import verify_bundle
-    from histaudit.ledger.checkpoint import parse_note
+    from histaudit.verification import KeptCheckpoint, Verifier
     from histaudit.verify.dapr_history import load_anchors
 
     keys = trust_store(trust)
     anchors = (load_anchors(read_file(trust_anchors, "trust anchors"), trust_anchors)
                if trust_anchors else None)
     policy = read_policy(policy_file) if policy_file else None
-    old = parse_note(read_file(since, "checkpoint"), keys, source=since) if since else None
+    kept = (KeptCheckpoint.read(read_file(since, "checkpoint"), keys, source=since)
+            if since else None)
     with Meter(f"verifying bundle {render.clip(os.path.basename(path.rstrip('/')), 40)}"
                ) as meter:
-        result = verify_bundle(path, keys, since=old, progress=meter.callback,
-                               anchors=anchors)
-    reports = result.all_reports()
-    if policy is not None:
-        # Judged on the bundle's checkpoint.note as it stands; the manifest's digest of
-        # that file (checked above) covers its cosignature lines too.
-        reports.insert(len(reports) - (result.consistency is not None), witness_report(
-            policy, result.checkpoint.note, where="bundle checkpoint.note"))
+        verdict = Verifier(None, keys, since=kept, witnesses=policy).bundle(
+            path, anchors=anchors, progress=meter.callback)
+    assert verdict.checkpoint is not None
     if as_json:
-        # The proof's report is the last of all_reports(); in JSON it sits in
-        # since_checkpoint, as for a ledger (schemas/verify-bundle.output.schema.json).
-        proof = reports[-1] if result.consistency is not None else None
-        # ok covers every report shown, the witness policy's too (it was left out: a
-        # bundle short of its quorum said "ok": true and exited 1)
-        render.emit_json({"bundle": path, "ok": result.ok and all(r.ok for r in reports)
-                          and _exit_code(reports, fail_on) == EXIT_CLEAN,
-                          "checkpoint": {"size": result.checkpoint.size,
-                                         "origin": result.checkpoint.origin},
-                          "reports": [r.to_json() for r in reports
-                                      if proof is None or r is not proof],
-                          "spans": [dataclasses.asdict(s) for s in result.spans],
-                          "since_checkpoint": _since_json(old, proof)})
+        # the proof sits in since_checkpoint, as for a ledger
+        # (schemas/verify-bundle.output.schema.json)
+        render.emit_json({"bundle": path, "ok": verdict.ok(fail_on),
+                          "checkpoint": {"size": verdict.checkpoint.size,
+                                         "origin": verdict.checkpoint.origin},
+                          "reports": [r.to_json() for r in verdict.reports],
+                          "spans": [dataclasses.asdict(s) for s in verdict.spans],
+                          "since_checkpoint": _since_json(
+                              None if kept is None else kept.checkpoint,
+                              verdict.consistency)})
     else:
-        render.reports(reports)
-        unproven = {(f.instance, f.seq) for f in result.findings if f.code == "span-unproven"}
-        for s in result.spans:
+        render.reports(verdict.every)
+        unproven = {(f.instance, f.seq) for r in verdict.reports for f in r.findings
+                    if f.code == "span-unproven"}
+        for s in verdict.spans:
             click.echo(f"span {s.span_id} {render.clip(s.name, 40)}: entry {s.seq} of "
                        f"{render.clip(s.instance, 60)}, leaf {s.leaf} — "
                        f"{'UNPROVEN' if (s.instance, s.seq) in unproven else 'proven'}")
-    return _exit_code(reports, fail_on)
+    return EXIT_CLEAN if verdict.passes(fail_on) else EXIT_FINDINGS
