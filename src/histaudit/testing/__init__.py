@@ -17,8 +17,9 @@ matrix start them the same way.
   state store in its own directory (``HISTAUDIT_DAPRD_BIN_DIR`` or ``.tools/daprd/bin``),
   and :meth:`DaprdStack.add_replica` for a second replica of the app
   (:mod:`.daprd_replica`; its ports in :mod:`.daprd_ports`);
-* both offer what a test drives: ``address``, ``port``, ``env()``,
-  ``start``/``kill``/``restart``/``stop``, ``running``, ``pid``, ``log_tail``;
+* both are a :class:`Sidecar` (:mod:`.sidecar`), what a test drives: ``address``,
+  ``env()``, ``start``/``kill``/``restart``/``stop``/``teardown``, ``running``, ``pid``,
+  ``log_tail``, and a ``with`` block;
 * :class:`~.witness.Witness` (:mod:`.witness`) — a real C2SP tlog-witness (litewitness)
   with its own key, database and port, and :func:`~.witness.write_policy` for a policy
   file naming the witnesses started (``HISTAUDIT_WITNESS_BIN_DIR`` or ``.tools/bin``);
@@ -29,7 +30,6 @@ matrix start them the same way.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from histaudit.errors import EngineError
@@ -37,6 +37,7 @@ from histaudit.errors import EngineError
 from .daprd import TRUST_DOMAIN, DaprdStack
 from .daprd_binaries import find_daprd_bin_dir
 from .engine import EngineProcess, find_engine_binary
+from .sidecar import Sidecar
 
 __all__ = ["DAPRD", "DURABLETASK", "ENGINES", "TRUST_DOMAIN", "DaprdStack", "EngineError",
            "EngineProcess", "Sidecar", "find_daprd_bin_dir", "find_engine_binary",
@@ -47,8 +48,6 @@ DAPRD = "daprd"
 ENGINES = (DURABLETASK, DAPRD)
 """The engines an app can run on here: durabletask-go alone, or the daprd stack."""
 
-Sidecar = EngineProcess | DaprdStack
-"""What an app connects to: the standalone engine or the daprd stack."""
 
 
 def start_engine(kind: str, state_dir: Path, *, engine_binary: Path | None = None) -> Sidecar:
@@ -70,14 +69,6 @@ def start_engine(kind: str, state_dir: Path, *, engine_binary: Path | None = Non
 
 
 def teardown(sidecar: Sidecar) -> None:
-    """SIGKILL every process of ``sidecar`` and reap them (a stack's replicas too).
-
-    A stack's etcd directory (≈ 120 MB, mostly the scheduler's preallocated WAL) goes too:
-    a test run starts dozens of stacks. The logs and the actor state store stay for a
-    look after a failure.
-    """
-    if isinstance(sidecar, DaprdStack):
-        sidecar.kill_all()
-        shutil.rmtree(sidecar.state_dir / "etcd", ignore_errors=True)
-    else:
-        sidecar.kill()
+    """SIGKILL every process of ``sidecar`` and reap them (a stack's replicas too, and
+    its etcd directory: :meth:`Sidecar.teardown`)."""
+    sidecar.teardown()

@@ -18,9 +18,10 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
 from histaudit.errors import EngineError
+
+from .sidecar import Sidecar
 
 __all__ = ["BINARY_NAME", "ENV_BINARY", "EngineProcess", "find_engine_binary", "free_port"]
 
@@ -121,7 +122,7 @@ def _accepts_tcp(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
-class EngineProcess:
+class EngineProcess(Sidecar):
     """One durabletask-go sidecar process with its SQLite state file.
 
     The port is fixed at construction (picked free when not given) so ``env()`` and
@@ -210,7 +211,7 @@ class EngineProcess:
     @property
     def running(self) -> bool:
         """True while the engine process is alive."""
-        return self._proc is not None and self._proc.poll() is None
+        return self._proc is not None and self._proc.poll() is None  # pid asks this
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for an app process that should talk to this engine.
@@ -291,26 +292,6 @@ class EngineProcess:
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
-
-    def restart(self) -> EngineProcess:
-        """Kill the engine and start it again on the same port with the same database."""
-        self.kill()
-        return self.start()
-
-    def __enter__(self) -> EngineProcess:
-        """Start the engine unless it already runs."""
-        if not self.running:
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the engine, whatever happened inside the block."""
-        self.stop()
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"
