@@ -30,7 +30,8 @@ handed over in a form the verifier reports, never one that crashes the reader.
 ``snapshot`` :class:`Snapshot`: one consistent read, rows streamed through the driver
 ``writetx``  :class:`WriteTx`: the row operations of one write transaction
 ``sql``      the hot paths' statements in both placeholder styles
-``schema``   tables, the append-only triggers' DDL, the writer role's grants
+``schema``   tables, the head triggers' message, the writer role's grants (each
+             driver holds its own triggers' DDL)
 ``outage``   riding out a database server that went away
 ``columns``  column values in a form the verifier reports, whatever storage class
 """

@@ -57,7 +57,8 @@ class DriverContext(Protocol):
 
     read_only: str
     """Why the ledger cannot be written ('' when it can): set by :meth:`Driver.opened`."""
-    sqlite_file: Path | None
+    file: Path | None
+    """The database file (set by :meth:`Driver.opened`; None: a server)."""
     lock_wait: float | None
     on_lock_wait: OnLockWait | None
     tips: TipMemo
@@ -163,6 +164,15 @@ class Driver(ABC):
 
     def connect_lost(self, exc: BaseException, db: Engine) -> bool:
         """Whether a failure to get a connection means the server is away."""
+        return False
+
+    def dropped(self, raw: Any) -> bool:
+        """Whether the connection under ``raw`` is gone (the server went away): a failure
+        then says nothing about the statement."""
+        return False
+
+    def lock_timed_out(self, text: str) -> bool:
+        """Whether a failure's first line says a write gave up waiting for the lock."""
         return False
 
     @abstractmethod

@@ -24,9 +24,63 @@ from sqlalchemy.engine import Connection, Engine
 
 from .driver import Driver, DriverContext
 from .pg_session import catalog_first
-from .schema import HEAD_MISMATCH, PG_TRIGGERS
+from .schema import HEAD_MISMATCH
 from .sql import FORMAT
 from .writetx import WriteTx
+
+# The append-only guards (installed by PostgresDriver.install_guards).
+PG_TRIGGERS = [
+    """CREATE OR REPLACE FUNCTION histaudit_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN RAISE EXCEPTION 'histaudit ledger is append-only (% on %)', TG_OP, TG_TABLE_NAME;
+       END $$""",
+    # See histaudit_heads_forward on SQLite. The function's search_path is pinned, with
+    # pg_temp last: otherwise a writer's own TEMP TABLE histaudit_entries (the TEMP right is
+    # PUBLIC's by default) would shadow the real one inside the trigger and vouch for a
+    # forged head. @SCHEMA@ is the ledger's schema, filled in when the function is created.
+    f"""CREATE OR REPLACE FUNCTION histaudit_head_forward() RETURNS trigger LANGUAGE plpgsql
+       SET search_path = pg_catalog, @SCHEMA@, pg_temp AS $$
+       DECLARE doc jsonb;
+       BEGIN
+         IF TG_OP = 'UPDATE' AND (NEW.seq <= OLD.seq OR NEW.instance <> OLD.instance) THEN
+           RAISE EXCEPTION 'histaudit head may only move forward';
+         END IF;
+         doc := convert_from(NEW.body, 'UTF8')::jsonb;
+         IF jsonb_typeof(doc) IS DISTINCT FROM 'object'
+            OR jsonb_typeof(doc -> 'seq') IS DISTINCT FROM 'number'
+            OR doc ->> 'seq' IS DISTINCT FROM NEW.seq::text
+            OR doc ->> 'instance' IS DISTINCT FROM NEW.instance
+            OR NOT EXISTS (SELECT 1 FROM histaudit_entries e
+                           WHERE e.instance = NEW.instance AND e.seq = NEW.seq
+                             AND e.hash = doc ->> 'hash' AND e.leaf::text = doc ->> 'leaf')
+            OR EXISTS (SELECT 1 FROM histaudit_entries e
+                       WHERE e.instance = NEW.instance AND e.seq > NEW.seq) THEN
+           RAISE EXCEPTION '{HEAD_MISMATCH}';
+         END IF;
+         RETURN NEW;
+       END $$""",
+    """CREATE OR REPLACE TRIGGER histaudit_entries_append_only BEFORE UPDATE OR DELETE
+       ON histaudit_entries FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_entries_no_truncate BEFORE TRUNCATE
+       ON histaudit_entries FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_heads_forward BEFORE UPDATE
+       ON histaudit_heads FOR EACH ROW EXECUTE FUNCTION histaudit_head_forward()""",
+    """CREATE OR REPLACE TRIGGER histaudit_heads_checked_insert BEFORE INSERT
+       ON histaudit_heads FOR EACH ROW EXECUTE FUNCTION histaudit_head_forward()""",
+    """CREATE OR REPLACE TRIGGER histaudit_heads_no_delete BEFORE DELETE
+       ON histaudit_heads FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_heads_no_truncate BEFORE TRUNCATE
+       ON histaudit_heads FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_checkpoints_append_only BEFORE UPDATE OR DELETE
+       ON histaudit_checkpoints FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_checkpoints_no_truncate BEFORE TRUNCATE
+       ON histaudit_checkpoints FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_cosignatures_append_only BEFORE UPDATE OR DELETE
+       ON histaudit_cosignatures FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_cosignatures_no_truncate BEFORE TRUNCATE
+       ON histaudit_cosignatures FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
+    """CREATE OR REPLACE TRIGGER histaudit_payloads_no_update BEFORE UPDATE
+       ON histaudit_payloads FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
+]
 
 PING_AFTER_IDLE_SECONDS = 1.0
 """A pooled PostgreSQL connection idle for longer than this is pinged before it is used."""
@@ -200,6 +254,14 @@ class PostgresDriver(Driver):
         # lock_timeout also bounds advisory locks; 0 would mean "wait forever".
         cur.execute(f"SET LOCAL lock_timeout = {max(1, int(ledger.lock_wait * 1000))}")
         cur.execute(_APPEND_LOCK, lock)
+
+    def dropped(self, raw: Any) -> bool:
+        """psycopg marks a connection broken or closed when the server went away."""
+        conn = getattr(raw, "dbapi_connection", None)
+        return bool(getattr(conn, "broken", False) or getattr(conn, "closed", False))
+
+    def lock_timed_out(self, text: str) -> bool:
+        return "lock timeout" in text
 
     def connect_lost(self, exc: BaseException, db: Engine) -> bool:
         return isinstance(exc, (sa.exc.OperationalError,

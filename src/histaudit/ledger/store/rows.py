@@ -72,8 +72,8 @@ class Ledger:
         file or directory that does not allow writing (it was opened for reading)."""
         self.lock_wait: float | None = None
         self.on_lock_wait: OnLockWait | None = None
-        self.sqlite_file: Path | None = None
-        """The SQLite database file (None: PostgreSQL, or an in-memory database)."""
+        self.file: Path | None = None
+        """The database file (None: a server, or an in-memory database)."""
         self._guards_checked = False
         self.writer_connections = driver.writers(db)
         """Per-thread write connections the driver keeps (None: the pool's)."""
@@ -216,13 +216,13 @@ class Ledger:
         try:
             yield raw
         except errors as exc:
-            raise (StoreUnavailableError if _connection_lost(raw) else StoreError)(
+            raise (StoreUnavailableError if self.driver.dropped(raw) else StoreError)(
                 failed(exc)) from None
         finally:
             # A connection that cannot roll back is broken: it is dropped here, never put
             # back into the pool, whose own reset would fail again and log a traceback
             # (the server can go away after the failure, or after a success).
-            if _connection_lost(raw) or not self._rolled_back(raw):
+            if self.driver.dropped(raw) or not self._rolled_back(raw):
                 raw.invalidate()
             raw.close()
 
@@ -344,7 +344,7 @@ class Ledger:
 
     def _explain(self, exc: BaseException) -> str:
         text = _one_line(exc)
-        if "database is locked" in text or "lock timeout" in text:
+        if self.driver.lock_timed_out(text):
             wait = SQLITE_BUSY_SECONDS if self.lock_wait is None else self.lock_wait
             return (f"gave up after {wait:g} s waiting for the write lock held by "
                     f"another process (set {LOCK_WAIT_ENV} to wait longer)")
@@ -383,13 +383,6 @@ class Ledger:
     def dialect(self) -> str:
         """The database's name (``sqlite``, ``postgresql``): the driver's."""
         return self.driver.name
-
-
-def _connection_lost(raw: Any) -> bool:
-    """Whether the driver connection under ``raw`` is gone (psycopg marks it broken or
-    closed when the server went away): a failure then says nothing about the statement."""
-    conn = getattr(raw, "dbapi_connection", None)
-    return bool(getattr(conn, "broken", False) or getattr(conn, "closed", False))
 
 
 def _one_line(exc: BaseException) -> str:

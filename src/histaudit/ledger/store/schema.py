@@ -1,7 +1,10 @@
-"""The schema: tables, the append-only triggers of both dialects, the writer role's grants.
+"""The schema: tables, the message the head triggers raise, the writer role's grants.
 
 The database enforces append-only too: triggers refuse UPDATE and DELETE of entries,
-and a head may only move forward, onto the newest entry its signed body names.
+and a head may only move forward, onto the newest entry its signed body names. Each
+driver holds its own dialect's triggers (``SQLITE_TRIGGERS`` in :mod:`.sqlite`,
+``PG_TRIGGERS`` in :mod:`.postgres`) and installs them through
+:meth:`~.driver.Driver.install_guards`.
 """
 
 from __future__ import annotations
@@ -74,136 +77,6 @@ cosignatures = sa.Table(
 HEAD_MISMATCH = "histaudit head must match its signed body and the newest entry"
 """What the head triggers say when a head's columns, body and the entries disagree. It is
 also how :meth:`Ledger.write` recognizes triggers older than these (they lack it)."""
-# True when NEW (a head row) is what chain.append stores: a BLOB body that is JSON whose
-# integer seq, instance, leaf and hash are NEW's and those of the instance's newest entry.
-# CASE guards json_extract against a body that is not JSON; coalesce turns NULL into "no".
-_SQLITE_HEAD_BODY = "CAST(NEW.body AS TEXT)"
-_SQLITE_HEAD_MATCHES = f"""coalesce(typeof(NEW.body) = 'blob' AND typeof(NEW.seq) = 'integer'
-         AND CASE WHEN json_valid({_SQLITE_HEAD_BODY}) THEN
-           json_type({_SQLITE_HEAD_BODY}, '$.seq') = 'integer'
-           AND json_extract({_SQLITE_HEAD_BODY}, '$.seq') = NEW.seq
-           AND json_extract({_SQLITE_HEAD_BODY}, '$.instance') = NEW.instance
-           AND EXISTS (SELECT 1 FROM histaudit_entries e
-                       WHERE e.instance = NEW.instance AND e.seq = NEW.seq
-                         AND e.hash = json_extract({_SQLITE_HEAD_BODY}, '$.hash')
-                         AND e.leaf = json_extract({_SQLITE_HEAD_BODY}, '$.leaf'))
-           AND NOT EXISTS (SELECT 1 FROM histaudit_entries e
-                           WHERE e.instance = NEW.instance AND e.seq > NEW.seq)
-         ELSE 0 END, 0)"""
-
-SQLITE_TRIGGERS = [
-    """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_update BEFORE UPDATE
-       ON histaudit_entries BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_delete BEFORE DELETE
-       ON histaudit_entries BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
-    # A head moves forward only, and only onto what its own body says: the seq, instance,
-    # leaf and hash inside the (signed) body must be those of the instance's newest stored
-    # entry. Checking the columns alone let a writer put back an older genuine body with a
-    # bumped seq column, or bump the column a million so that every later append failed.
-    f"""CREATE TRIGGER IF NOT EXISTS histaudit_heads_forward BEFORE UPDATE ON histaudit_heads
-       BEGIN
-         SELECT RAISE(ABORT, 'histaudit head may only move forward')
-           WHERE NEW.seq <= OLD.seq OR NEW.instance <> OLD.instance;
-         SELECT RAISE(ABORT, '{HEAD_MISMATCH}') WHERE NOT {_SQLITE_HEAD_MATCHES};
-       END""",
-    f"""CREATE TRIGGER IF NOT EXISTS histaudit_heads_checked_insert BEFORE INSERT
-       ON histaudit_heads WHEN NOT {_SQLITE_HEAD_MATCHES}
-       BEGIN SELECT RAISE(ABORT, '{HEAD_MISMATCH}'); END""",
-    """CREATE TRIGGER IF NOT EXISTS histaudit_heads_no_delete BEFORE DELETE
-       ON histaudit_heads BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS histaudit_checkpoints_no_update BEFORE UPDATE
-       ON histaudit_checkpoints
-       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS histaudit_checkpoints_no_delete BEFORE DELETE
-       ON histaudit_checkpoints
-       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS histaudit_cosignatures_no_update BEFORE UPDATE
-       ON histaudit_cosignatures
-       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS histaudit_cosignatures_no_delete BEFORE DELETE
-       ON histaudit_cosignatures
-       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS histaudit_cosignatures_no_replace BEFORE INSERT
-       ON histaudit_cosignatures
-       WHEN EXISTS (SELECT 1 FROM histaudit_cosignatures WHERE size = NEW.size
-                    AND witness = NEW.witness AND key_hash = NEW.key_hash
-                    AND line = NEW.line)
-       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS histaudit_payloads_no_update BEFORE UPDATE
-       ON histaudit_payloads
-       BEGIN SELECT RAISE(ABORT, 'payloads can be erased, not changed'); END""",
-    # INSERT OR REPLACE deletes the conflicting row without firing DELETE triggers (unless
-    # recursive_triggers is on), so an insert that would replace a row is refused up front.
-    """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_replace BEFORE INSERT
-       ON histaudit_entries
-       WHEN EXISTS (SELECT 1 FROM histaudit_entries WHERE leaf = NEW.leaf)
-         OR EXISTS (SELECT 1 FROM histaudit_entries
-                    WHERE instance = NEW.instance AND seq = NEW.seq)
-       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS histaudit_heads_no_replace BEFORE INSERT
-       ON histaudit_heads
-       WHEN EXISTS (SELECT 1 FROM histaudit_heads WHERE instance = NEW.instance)
-       BEGIN SELECT RAISE(ABORT, 'histaudit head may only move forward'); END""",
-    """CREATE TRIGGER IF NOT EXISTS histaudit_payloads_no_replace BEFORE INSERT
-       ON histaudit_payloads
-       WHEN EXISTS (SELECT 1 FROM histaudit_payloads WHERE commitment = NEW.commitment)
-       BEGIN SELECT RAISE(ABORT, 'payloads can be erased, not changed'); END""",
-]
-
-PG_TRIGGERS = [
-    """CREATE OR REPLACE FUNCTION histaudit_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-       BEGIN RAISE EXCEPTION 'histaudit ledger is append-only (% on %)', TG_OP, TG_TABLE_NAME;
-       END $$""",
-    # See histaudit_heads_forward on SQLite. The function's search_path is pinned, with
-    # pg_temp last: otherwise a writer's own TEMP TABLE histaudit_entries (the TEMP right is
-    # PUBLIC's by default) would shadow the real one inside the trigger and vouch for a
-    # forged head. @SCHEMA@ is the ledger's schema, filled in when the function is created.
-    f"""CREATE OR REPLACE FUNCTION histaudit_head_forward() RETURNS trigger LANGUAGE plpgsql
-       SET search_path = pg_catalog, @SCHEMA@, pg_temp AS $$
-       DECLARE doc jsonb;
-       BEGIN
-         IF TG_OP = 'UPDATE' AND (NEW.seq <= OLD.seq OR NEW.instance <> OLD.instance) THEN
-           RAISE EXCEPTION 'histaudit head may only move forward';
-         END IF;
-         doc := convert_from(NEW.body, 'UTF8')::jsonb;
-         IF jsonb_typeof(doc) IS DISTINCT FROM 'object'
-            OR jsonb_typeof(doc -> 'seq') IS DISTINCT FROM 'number'
-            OR doc ->> 'seq' IS DISTINCT FROM NEW.seq::text
-            OR doc ->> 'instance' IS DISTINCT FROM NEW.instance
-            OR NOT EXISTS (SELECT 1 FROM histaudit_entries e
-                           WHERE e.instance = NEW.instance AND e.seq = NEW.seq
-                             AND e.hash = doc ->> 'hash' AND e.leaf::text = doc ->> 'leaf')
-            OR EXISTS (SELECT 1 FROM histaudit_entries e
-                       WHERE e.instance = NEW.instance AND e.seq > NEW.seq) THEN
-           RAISE EXCEPTION '{HEAD_MISMATCH}';
-         END IF;
-         RETURN NEW;
-       END $$""",
-    """CREATE OR REPLACE TRIGGER histaudit_entries_append_only BEFORE UPDATE OR DELETE
-       ON histaudit_entries FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
-    """CREATE OR REPLACE TRIGGER histaudit_entries_no_truncate BEFORE TRUNCATE
-       ON histaudit_entries FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
-    """CREATE OR REPLACE TRIGGER histaudit_heads_forward BEFORE UPDATE
-       ON histaudit_heads FOR EACH ROW EXECUTE FUNCTION histaudit_head_forward()""",
-    """CREATE OR REPLACE TRIGGER histaudit_heads_checked_insert BEFORE INSERT
-       ON histaudit_heads FOR EACH ROW EXECUTE FUNCTION histaudit_head_forward()""",
-    """CREATE OR REPLACE TRIGGER histaudit_heads_no_delete BEFORE DELETE
-       ON histaudit_heads FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
-    """CREATE OR REPLACE TRIGGER histaudit_heads_no_truncate BEFORE TRUNCATE
-       ON histaudit_heads FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
-    """CREATE OR REPLACE TRIGGER histaudit_checkpoints_append_only BEFORE UPDATE OR DELETE
-       ON histaudit_checkpoints FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
-    """CREATE OR REPLACE TRIGGER histaudit_checkpoints_no_truncate BEFORE TRUNCATE
-       ON histaudit_checkpoints FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
-    """CREATE OR REPLACE TRIGGER histaudit_cosignatures_append_only BEFORE UPDATE OR DELETE
-       ON histaudit_cosignatures FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
-    """CREATE OR REPLACE TRIGGER histaudit_cosignatures_no_truncate BEFORE TRUNCATE
-       ON histaudit_cosignatures FOR EACH STATEMENT EXECUTE FUNCTION histaudit_refuse()""",
-    """CREATE OR REPLACE TRIGGER histaudit_payloads_no_update BEFORE UPDATE
-       ON histaudit_payloads FOR EACH ROW EXECUTE FUNCTION histaudit_refuse()""",
-]
-
-
 def writer_role_sql(role: str = "histaudit_writer") -> list[str]:
     """SQL (run by the owner) for a PostgreSQL role that can append and read, nothing else.
 

@@ -23,9 +23,88 @@ from histaudit.errors import StoreError
 
 from .columns import _sqlite_text
 from .driver import Driver, DriverContext
-from .schema import HEAD_MISMATCH, SQLITE_TRIGGERS, cosignatures
+from .schema import HEAD_MISMATCH, cosignatures
 from .sql import QMARK
 from .writetx import WriteTx
+
+# --- the append-only guards (installed by SqliteDriver.install_guards) ----------------
+
+# True when NEW (a head row) is what chain.append stores: a BLOB body that is JSON whose
+# integer seq, instance, leaf and hash are NEW's and those of the instance's newest entry.
+# CASE guards json_extract against a body that is not JSON; coalesce turns NULL into "no".
+_SQLITE_HEAD_BODY = "CAST(NEW.body AS TEXT)"
+_SQLITE_HEAD_MATCHES = f"""coalesce(typeof(NEW.body) = 'blob' AND typeof(NEW.seq) = 'integer'
+         AND CASE WHEN json_valid({_SQLITE_HEAD_BODY}) THEN
+           json_type({_SQLITE_HEAD_BODY}, '$.seq') = 'integer'
+           AND json_extract({_SQLITE_HEAD_BODY}, '$.seq') = NEW.seq
+           AND json_extract({_SQLITE_HEAD_BODY}, '$.instance') = NEW.instance
+           AND EXISTS (SELECT 1 FROM histaudit_entries e
+                       WHERE e.instance = NEW.instance AND e.seq = NEW.seq
+                         AND e.hash = json_extract({_SQLITE_HEAD_BODY}, '$.hash')
+                         AND e.leaf = json_extract({_SQLITE_HEAD_BODY}, '$.leaf'))
+           AND NOT EXISTS (SELECT 1 FROM histaudit_entries e
+                           WHERE e.instance = NEW.instance AND e.seq > NEW.seq)
+         ELSE 0 END, 0)"""
+
+SQLITE_TRIGGERS = [
+    """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_update BEFORE UPDATE
+       ON histaudit_entries BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_delete BEFORE DELETE
+       ON histaudit_entries BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    # A head moves forward only, and only onto what its own body says: the seq, instance,
+    # leaf and hash inside the (signed) body must be those of the instance's newest stored
+    # entry. Checking the columns alone let a writer put back an older genuine body with a
+    # bumped seq column, or bump the column a million so that every later append failed.
+    f"""CREATE TRIGGER IF NOT EXISTS histaudit_heads_forward BEFORE UPDATE ON histaudit_heads
+       BEGIN
+         SELECT RAISE(ABORT, 'histaudit head may only move forward')
+           WHERE NEW.seq <= OLD.seq OR NEW.instance <> OLD.instance;
+         SELECT RAISE(ABORT, '{HEAD_MISMATCH}') WHERE NOT {_SQLITE_HEAD_MATCHES};
+       END""",
+    f"""CREATE TRIGGER IF NOT EXISTS histaudit_heads_checked_insert BEFORE INSERT
+       ON histaudit_heads WHEN NOT {_SQLITE_HEAD_MATCHES}
+       BEGIN SELECT RAISE(ABORT, '{HEAD_MISMATCH}'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_heads_no_delete BEFORE DELETE
+       ON histaudit_heads BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_checkpoints_no_update BEFORE UPDATE
+       ON histaudit_checkpoints
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_checkpoints_no_delete BEFORE DELETE
+       ON histaudit_checkpoints
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_cosignatures_no_update BEFORE UPDATE
+       ON histaudit_cosignatures
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_cosignatures_no_delete BEFORE DELETE
+       ON histaudit_cosignatures
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_cosignatures_no_replace BEFORE INSERT
+       ON histaudit_cosignatures
+       WHEN EXISTS (SELECT 1 FROM histaudit_cosignatures WHERE size = NEW.size
+                    AND witness = NEW.witness AND key_hash = NEW.key_hash
+                    AND line = NEW.line)
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_payloads_no_update BEFORE UPDATE
+       ON histaudit_payloads
+       BEGIN SELECT RAISE(ABORT, 'payloads can be erased, not changed'); END""",
+    # INSERT OR REPLACE deletes the conflicting row without firing DELETE triggers (unless
+    # recursive_triggers is on), so an insert that would replace a row is refused up front.
+    """CREATE TRIGGER IF NOT EXISTS histaudit_entries_no_replace BEFORE INSERT
+       ON histaudit_entries
+       WHEN EXISTS (SELECT 1 FROM histaudit_entries WHERE leaf = NEW.leaf)
+         OR EXISTS (SELECT 1 FROM histaudit_entries
+                    WHERE instance = NEW.instance AND seq = NEW.seq)
+       BEGIN SELECT RAISE(ABORT, 'histaudit ledger is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_heads_no_replace BEFORE INSERT
+       ON histaudit_heads
+       WHEN EXISTS (SELECT 1 FROM histaudit_heads WHERE instance = NEW.instance)
+       BEGIN SELECT RAISE(ABORT, 'histaudit head may only move forward'); END""",
+    """CREATE TRIGGER IF NOT EXISTS histaudit_payloads_no_replace BEFORE INSERT
+       ON histaudit_payloads
+       WHEN EXISTS (SELECT 1 FROM histaudit_payloads WHERE commitment = NEW.commitment)
+       BEGIN SELECT RAISE(ABORT, 'payloads can be erased, not changed'); END""",
+]
+
 
 _URI_KEYS = ("uri", "mode", "immutable", "cache", "nolock", "vfs")
 
@@ -295,7 +374,7 @@ class SqliteDriver(Driver):
         return _sqlite_engine(parsed, mode, create=create, busy=busy)
 
     def opened(self, ledger: DriverContext, parsed: sa.URL, mode: str, read_only: str) -> None:
-        ledger.sqlite_file = _sqlite_path(parsed)
+        ledger.file = _sqlite_path(parsed)
         ledger.read_only = read_only if mode == "rw" else (
             read_only or _why_unwritable(_sqlite_path(parsed)))
 
@@ -376,7 +455,7 @@ class SqliteDriver(Driver):
         last write used the other)."""
         writers = ledger.writer_connections
         assert writers is not None
-        if ledger.sqlite_file is not None and (why := unwritable_files(ledger.sqlite_file)):
+        if ledger.file is not None and (why := unwritable_files(ledger.file)):
             raise StoreError(failed(StoreError(why)))
         errors = ledger.db_errors()
         try:
@@ -406,6 +485,9 @@ class SqliteDriver(Driver):
 
     def lock_held(self, raw: Any, busy_ms: int) -> bool:
         return _sqlite_lock_held(raw, busy_ms)
+
+    def lock_timed_out(self, text: str) -> bool:
+        return "database is locked" in text
 
     def rollback(self, raw: Any) -> None:
         if raw.in_transaction:
