@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -224,94 +224,20 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
     root = Path(path)
     manifest, _ = load_manifest(root, trust)
     findings: list[Finding] = []
-    declared = manifest.get("files")
-    if not isinstance(declared, dict):
-        raise InputError("bundle manifest has no file list")
-    contents: dict[str, bytes] = {}
-    changed: set[str] = set()
-    for name in sorted(set(declared) | set(FILES)):
-        if name not in declared:
-            raise InputError(f"bundle manifest does not list {name}")
-        if not _safe_name(name):
-            raise InputError(f"bundle manifest names an unsafe path {name!r}")
-        meta = declared[name]
-        data = read_listed(root, name, meta)
-        if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
-            changed.add(name)
-            findings.append(Finding.make(
-                "bundle-file-changed", "(bundle)", None,
-                f"{name} does not match the signed manifest ({len(data)} bytes, manifest says "
-                f"{meta.get('bytes') if isinstance(meta, dict) else '?'})"))
-        contents[name] = data
+    contents, changed = _listed_files(root, manifest, findings)
     # The signed records below prove themselves; a changed file is reported above and
     # then verified anyway, so the finding says what was changed inside it.
     cp = parse_note(contents["checkpoint.note"], trust, source="bundle checkpoint.note")
-    named = manifest.get("checkpoint")
-    named = named if isinstance(named, dict) else {}
-    if (cp.origin != manifest.get("origin") or cp.size != named.get("size")
-            or b64(cp.root) != named.get("root")):
-        findings.append(Finding.make("bundle-file-changed", "(bundle)", None,
-                                     "checkpoint.note is not the checkpoint the manifest names"))
-    bundle_keys = _bundle_keys(contents["keys.json"])
-    for kid, key in bundle_keys.items():
-        trusted = trust.get(kid)
-        if trusted is None or trusted.raw != key.raw:
-            findings.append(Finding.make("key-untrusted", "(bundle)", None,
-                                         f"bundle key {kid} is not in the trust store"))
-    payloads = {}
-    if "payloads.jsonl" in contents:
-        for p in read_jsonl(contents["payloads.jsonl"], "payloads.jsonl"):
-            try:
-                payloads[str(p["commitment"])] = (unb64(p.get("salt"), "payload salt"),
-                                                  unb64(p.get("data"), "payload data"))
-            except (KeyError, FormatError) as exc:
-                raise InputError(f"bundle payloads.jsonl: {exc}") from None
-    rows: dict[str, list[rec.StoredEntry]] = defaultdict(list)
-    leaves: dict[int, bytes] = {}  # leaf hash by index; a proven line wins over one that is not
+    findings += _checkpoint_and_keys_findings(manifest, cp, contents["keys.json"], trust)
+    payloads = _payloads(contents)
     lines = read_jsonl(contents["entries.jsonl"], "entries.jsonl")
     tally = Tally(progress, 2 * len(lines))
-    for n, e in enumerate(tally.count(lines), 1):
-        row = entry_row(e, n)
-        inclusion = e.get("inclusion", [])
-        if not isinstance(inclusion, list):
-            raise InputError(f"bundle entries.jsonl line {n}: inclusion is not a list")
-        proof = [unb64(p, f"entries.jsonl line {n} proof") for p in inclusion]
-        leaf_hash = merkle.leaf_hash(row.body)
-        if not merkle.verify_inclusion(row.leaf, cp.size, leaf_hash, proof, cp.root):
-            findings.append(Finding.make(
-                "inclusion-invalid", row.instance, row.seq,
-                f"entry {row.seq} (leaf {row.leaf}) is not in the signed checkpoint's tree"))
-            leaves.setdefault(row.leaf, leaf_hash)
-        elif (claimed := _body_int(row.body, "leaf")) is not None and claimed != row.leaf:
-            findings.append(Finding.make(
-                "inclusion-invalid", row.instance, row.seq,
-                f"entry {row.seq} says it is leaf {claimed}, but its proof puts it at leaf "
-                f"{row.leaf}"))
-            leaves.setdefault(row.leaf, leaf_hash)
-        else:
-            leaves[row.leaf] = leaf_hash
-        rows[row.instance].append(row)
+    rows, leaves = _proven_rows(tally.count(lines), cp, findings)
     consistency = None
     if since is not None:
         consistency = _extends(since, cp, leaves, altered="entries.jsonl" in changed)
-    heads = {}
-    for n, h in enumerate(read_jsonl(contents["heads.jsonl"], "heads.jsonl"), 1):
-        try:
-            body = unb64(h.get("body"), "head body")
-            # A bundle has no seq column: the head's own (signed) seq stands in for it.
-            heads[str(h["instance"])] = rec.StoredHead(str(h["instance"]),
-                                                       _body_int(body, "seq") or 0, body,
-                                                       unb64(h.get("sig"), "head signature"))
-        except (KeyError, FormatError) as exc:
-            raise InputError(f"bundle heads.jsonl line {n}: {exc}") from None
-    listed = manifest.get("instances")
-    if not isinstance(listed, list):
-        raise InputError("bundle manifest has no instance list")
-    names = [str(i.get("instance")) for i in listed if isinstance(i, dict)]
-    for extra in sorted(set(rows) - set(names)):
-        findings.append(Finding.make("bundle-file-changed", extra, None,
-                                     f"entries for instance {extra!r}, which the manifest "
-                                     f"does not list"))
+    heads = _heads(contents["heads.jsonl"])
+    names = _listed_instances(manifest, rows, findings)
     reports = []
     # Payloads are checked (also that a kept one is present or signed erased) only when the
     # signed manifest lists payloads.jsonl: a bundle exported without them claims none.
@@ -338,6 +264,127 @@ def verify_bundle(path: str | os.PathLike[str], trust: TrustStore, *,
         findings.extend(check_scitt(contents, cp, rows, trust))
     return BundleResult(checkpoint=cp, findings=tuple(findings), reports=tuple(reports),
                         consistency=consistency, spans=tuple(spans))
+
+
+def _listed_files(root: Path, manifest: Mapping[str, Any], findings: list[Finding]
+                  ) -> tuple[dict[str, bytes], set[str]]:
+    """Every file the signed manifest lists (and every one a bundle must have), read as
+    docs/bundle.md §9 says; a file whose digest differs is ``bundle-file-changed``.
+    Returns the contents by name and the names that changed."""
+    declared = manifest.get("files")
+    if not isinstance(declared, dict):
+        raise InputError("bundle manifest has no file list")
+    contents: dict[str, bytes] = {}
+    changed: set[str] = set()
+    for name in sorted(set(declared) | set(FILES)):
+        if name not in declared:
+            raise InputError(f"bundle manifest does not list {name}")
+        if not _safe_name(name):
+            raise InputError(f"bundle manifest names an unsafe path {name!r}")
+        meta = declared[name]
+        data = read_listed(root, name, meta)
+        if not isinstance(meta, dict) or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+            changed.add(name)
+            findings.append(Finding.make(
+                "bundle-file-changed", "(bundle)", None,
+                f"{name} does not match the signed manifest ({len(data)} bytes, manifest says "
+                f"{meta.get('bytes') if isinstance(meta, dict) else '?'})"))
+        contents[name] = data
+    return contents, changed
+
+
+def _checkpoint_and_keys_findings(manifest: Mapping[str, Any], cp: Checkpoint,
+                                  keys_json: bytes, trust: TrustStore) -> list[Finding]:
+    """The checkpoint note must be the one the manifest names; every key the bundle
+    carries must be the trust store's."""
+    found = []
+    named = manifest.get("checkpoint")
+    named = named if isinstance(named, dict) else {}
+    if (cp.origin != manifest.get("origin") or cp.size != named.get("size")
+            or b64(cp.root) != named.get("root")):
+        found.append(Finding.make("bundle-file-changed", "(bundle)", None,
+                                  "checkpoint.note is not the checkpoint the manifest names"))
+    for kid, key in _bundle_keys(keys_json).items():
+        trusted = trust.get(kid)
+        if trusted is None or trusted.raw != key.raw:
+            found.append(Finding.make("key-untrusted", "(bundle)", None,
+                                      f"bundle key {kid} is not in the trust store"))
+    return found
+
+
+def _payloads(contents: Mapping[str, bytes]) -> dict[str, tuple[bytes, bytes]]:
+    """``payloads.jsonl`` (when listed): salt and bytes by commitment."""
+    payloads = {}
+    if "payloads.jsonl" in contents:
+        for p in read_jsonl(contents["payloads.jsonl"], "payloads.jsonl"):
+            try:
+                payloads[str(p["commitment"])] = (unb64(p.get("salt"), "payload salt"),
+                                                  unb64(p.get("data"), "payload data"))
+            except (KeyError, FormatError) as exc:
+                raise InputError(f"bundle payloads.jsonl: {exc}") from None
+    return payloads
+
+
+def _proven_rows(lines: Iterable[Any], cp: Checkpoint, findings: list[Finding]
+                 ) -> tuple[dict[str, list[rec.StoredEntry]], dict[int, bytes]]:
+    """``entries.jsonl``'s rows by instance, each line's inclusion proof checked against
+    the checkpoint (``inclusion-invalid`` where it fails or names another leaf), and the
+    leaf hashes by index for the consistency proof (a proven line wins over one that is
+    not)."""
+    rows: dict[str, list[rec.StoredEntry]] = defaultdict(list)
+    leaves: dict[int, bytes] = {}
+    for n, e in enumerate(lines, 1):
+        row = entry_row(e, n)
+        inclusion = e.get("inclusion", [])
+        if not isinstance(inclusion, list):
+            raise InputError(f"bundle entries.jsonl line {n}: inclusion is not a list")
+        proof = [unb64(p, f"entries.jsonl line {n} proof") for p in inclusion]
+        leaf_hash = merkle.leaf_hash(row.body)
+        if not merkle.verify_inclusion(row.leaf, cp.size, leaf_hash, proof, cp.root):
+            findings.append(Finding.make(
+                "inclusion-invalid", row.instance, row.seq,
+                f"entry {row.seq} (leaf {row.leaf}) is not in the signed checkpoint's tree"))
+            leaves.setdefault(row.leaf, leaf_hash)
+        elif (claimed := _body_int(row.body, "leaf")) is not None and claimed != row.leaf:
+            findings.append(Finding.make(
+                "inclusion-invalid", row.instance, row.seq,
+                f"entry {row.seq} says it is leaf {claimed}, but its proof puts it at leaf "
+                f"{row.leaf}"))
+            leaves.setdefault(row.leaf, leaf_hash)
+        else:
+            leaves[row.leaf] = leaf_hash
+        rows[row.instance].append(row)
+    return rows, leaves
+
+
+def _heads(heads_jsonl: bytes) -> dict[str, rec.StoredHead]:
+    """``heads.jsonl``: each instance's signed head."""
+    heads = {}
+    for n, h in enumerate(read_jsonl(heads_jsonl, "heads.jsonl"), 1):
+        try:
+            body = unb64(h.get("body"), "head body")
+            # A bundle has no seq column: the head's own (signed) seq stands in for it.
+            heads[str(h["instance"])] = rec.StoredHead(str(h["instance"]),
+                                                       _body_int(body, "seq") or 0, body,
+                                                       unb64(h.get("sig"), "head signature"))
+        except (KeyError, FormatError) as exc:
+            raise InputError(f"bundle heads.jsonl line {n}: {exc}") from None
+    return heads
+
+
+def _listed_instances(manifest: Mapping[str, Any], rows: Mapping[str, Any],
+                      findings: list[Finding]) -> list[str]:
+    """The instances the signed manifest lists; entries of one it does not list are
+    ``bundle-file-changed``."""
+    listed = manifest.get("instances")
+    if not isinstance(listed, list):
+        raise InputError("bundle manifest has no instance list")
+    names = [str(i.get("instance")) for i in listed if isinstance(i, dict)]
+    for extra in sorted(set(rows) - set(names)):
+        findings.append(Finding.make("bundle-file-changed", extra, None,
+                                     f"entries for instance {extra!r}, which the manifest "
+                                     f"does not list"))
+    return names
 
 
 def _safe_name(name: str) -> bool:
