@@ -22,10 +22,11 @@ renders its :class:`Verdict` (or :class:`DaprVerdict`); what passes is the verdi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from histaudit.errors import InputError, UsageError
 from histaudit.ledger.checkpoint import Checkpoint, parse_note
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from histaudit.ledger.store import Ledger  # the store (SQLAlchemy): a bundle needs none
     from histaudit.verify.dapr_history import DaprHistoryResult, DaprWorkflowRows
 
-__all__ = ["DaprVerdict", "KeptCheckpoint", "Verdict", "Verifier"]
+__all__ = ["DaprVerdict", "KeptCheckpoint", "Policy", "Verdict", "Verifier"]
 
 Progress = Callable[[int, int | None], None]
 """``progress(done, total)``: entries verified so far, of ``total`` (None: not known)."""
@@ -64,6 +65,38 @@ class KeptCheckpoint:
         """Parse and check ``note``'s signature (SignatureError if no trusted key made
         it; InputError if it is not a note)."""
         return cls(note, parse_note(note, trust, source=source), source)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a verification must meet, in one value (sigstore's ``VerificationPolicy`` is
+    the model): whose signatures count (``trust``), the witness quorum a checkpoint
+    needs (``witnesses``), and the lowest severity of finding that fails (``fail_on``).
+    Immutable; :meth:`but` makes a stricter or looser one from it, so a CI step and an
+    auditor can share a base policy:
+
+        base = Policy(TrustStore.load("keys/"))
+        strict = base.but(fail_on=Severity.WARNING, witnesses=read_policy("witnesses"))
+    """
+
+    trust: TrustStore
+    witnesses: WitnessPolicy | None = None
+    fail_on: Severity = Severity.ERROR
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fail_on", Severity.threshold(self.fail_on))
+
+    def but(self, **changes: Any) -> Policy:
+        """This policy with ``changes`` (``trust=``, ``witnesses=``, ``fail_on=``)."""
+        return dataclasses.replace(self, **changes)
+
+    def passes(self, verdict: Verdict) -> bool:
+        """What the exit status says: no finding at or above ``fail_on``."""
+        return verdict.passes(self.fail_on)
+
+    def accepts(self, verdict: Verdict) -> bool:
+        """What ``--json``'s ``ok`` says: it passes, and every report is ok."""
+        return verdict.ok(self.fail_on)
 
 
 @dataclass(frozen=True)
@@ -118,11 +151,21 @@ class DaprVerdict:
 class Verifier:
     """One verification of ``ledger`` with the keys of ``trust`` (module docstring)."""
 
-    def __init__(self, ledger: Ledger | None, trust: TrustStore, *, full: bool = False,
-                 workers: int | None = None, since: KeptCheckpoint | None = None,
-                 witnesses: WitnessPolicy | None = None, engine: str | None = None) -> None:
-        """``ledger`` None: a verifier of bundles only (they carry their checkpoint, which
-        ``witnesses`` judges); with a ledger, ``witnesses`` judges ``since``."""
+    def __init__(self, ledger: Ledger | None, trust: TrustStore | Policy, *,
+                 full: bool = False, workers: int | None = None,
+                 since: KeptCheckpoint | None = None, witnesses: WitnessPolicy | None = None,
+                 engine: str | None = None) -> None:
+        """``trust``: a trust store, or a :class:`Policy` (its trust and witnesses; then
+        :attr:`policy` judges the verdicts). ``ledger`` None: a verifier of bundles only
+        (they carry their checkpoint, which ``witnesses`` judges); with a ledger,
+        ``witnesses`` judges ``since``."""
+        if isinstance(trust, Policy):
+            if witnesses is not None:
+                raise ValueError("give the witness policy in the Policy, not beside it")
+            self.policy = trust
+        else:
+            self.policy = Policy(trust, witnesses)
+        trust, witnesses = self.policy.trust, self.policy.witnesses
         if witnesses is not None and since is None and ledger is not None:
             raise ValueError("a witness policy judges a kept checkpoint: give since=")
         self._ledger, self.trust = ledger, trust

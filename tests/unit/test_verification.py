@@ -121,3 +121,25 @@ def test_one_verifier_verifies_a_bundle_with_the_same_rules(tmp_path: Path) -> N
         f.code for r in changed.reports for f in r.findings}
     with pytest.raises(UsageError, match="given no ledger"):
         verifier.all()
+
+
+def test_a_policy_holds_trust_witnesses_and_the_failing_severity(tmp_path: Path) -> None:
+    """Issue #51: one Policy value decides; ``but`` composes a stricter one from a base,
+    and a Verifier built from it takes its trust (an untrusted key fails the chain)."""
+    from histaudit.verification import Policy
+
+    signer = KeyFileSigner.generate()
+    base = Policy(TrustStore([signer.public]))
+    strict = base.but(fail_on="warning")
+    assert base.fail_on is Severity.ERROR and strict.fail_on is Severity.WARNING
+    assert strict.trust is base.trust
+    with pytest.raises(UsageError, match="fail_on"):
+        base.but(fail_on=99)
+    with _ledger(tmp_path, signer) as ledger:
+        verdict = Verifier(ledger, base).all()
+        stranger = Verifier(ledger, base.but(trust=TrustStore([KeyFileSigner.generate().public])))
+        untrusted = stranger.all()
+        with pytest.raises(ValueError, match="in the Policy"):
+            Verifier(ledger, base, witnesses=WitnessPolicy.parse("quorum none\n"))
+    assert base.passes(verdict) and base.accepts(verdict) and strict.accepts(verdict)
+    assert not base.passes(untrusted) and not base.accepts(untrusted)

@@ -20,7 +20,7 @@ from .progress import Meter
 
 if TYPE_CHECKING:
     from histaudit.ledger.checkpoint import Checkpoint
-    from histaudit.verification import KeptCheckpoint, Verdict
+    from histaudit.verification import KeptCheckpoint, Policy, Verdict
     from histaudit.verify.tree import TreeNode
 
 
@@ -82,17 +82,15 @@ def verify(instance_id: str | None, all_: bool, tree: bool, db: str | None, trus
     if policy_file and not since:
         raise UsageError("--witness-policy judges a checkpoint: give --since-checkpoint FILE "
                          "(or --bundle DIR)")
-    threshold = Severity.parse(fail_on)
     # The ledger side loads the store (SQLAlchemy) only here: a bundle needs neither.
     from histaudit.verification import KeptCheckpoint, Verifier
 
-    keys = trust_store(trust)
-    kept = (KeptCheckpoint.read(read_file(since, "checkpoint"), keys, source=since)
+    policy = _policy(trust, policy_file, fail_on)
+    kept = (KeptCheckpoint.read(read_file(since, "checkpoint"), policy.trust, source=since)
             if since else None)
-    policy = read_policy(policy_file) if policy_file else None
     with open_ledger(db, reading=True) as ledger:
-        verifier = Verifier(ledger, keys, full=full, workers=workers, since=kept,
-                            witnesses=policy, engine=engine_addr)
+        verifier = Verifier(ledger, policy, full=full, workers=workers, since=kept,
+                            engine=engine_addr)
         suffix = " (full)" if full else ""
         if not (instance_id or all_):
             verdict = verifier.checkpoint()
@@ -115,7 +113,7 @@ def verify(instance_id: str | None, all_: bool, tree: bool, db: str | None, trus
                     size = next((s.entries for s in ledger.instances()
                                  if s.instance == instance_id), None)
                 verdict = verifier.instance(instance_id, progress=meter.callback, total=size)
-    return _show(verdict, as_json, old=kept, threshold=threshold)
+    return _show(verdict, as_json, old=kept, policy=policy)
 
 
 def _since_json(old: Checkpoint | None, consistency: Report | None) -> dict[str, Any] | None:
@@ -141,17 +139,24 @@ def _tree_lines(nodes: list[TreeNode], reports: list[Report]) -> list[str]:
     return lines
 
 
+def _policy(trust: str | None, policy_file: str | None, fail_on: str) -> Policy:
+    """The flags' one Policy: the trust store, the witness policy, the failing severity."""
+    from histaudit.verification import Policy
+
+    return Policy(trust_store(trust), read_policy(policy_file) if policy_file else None,
+                  Severity.parse(fail_on))
+
+
 def _show(verdict: Verdict, as_json: bool, *, old: KeptCheckpoint | None,
-          threshold: Severity) -> int:
+          policy: Policy) -> int:
     """One shape for every variant (schemas/verify.output.schema.json): the reports of
     INSTANCE_ID, --tree or --all (none for --since-checkpoint alone), the proof apart,
     and with --tree the tree."""
-    passes = verdict.passes(threshold)
-    code = EXIT_CLEAN if passes else EXIT_FINDINGS
+    code = EXIT_CLEAN if policy.passes(verdict) else EXIT_FINDINGS
     if as_json:
         # "ok" is the exit status's verdict (issue #40): with --fail-on warning, a warning
         # makes it false, as it makes the exit status 1
-        render.emit_json({"ok": passes and all(r.ok for r in verdict.every),
+        render.emit_json({"ok": policy.accepts(verdict),
                           "reports": [r.to_json() for r in verdict.reports],
                           "since_checkpoint": _since_json(
                               None if old is None else old.checkpoint, verdict.consistency),
@@ -171,21 +176,20 @@ def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
     from histaudit.verification import KeptCheckpoint, Verifier
     from histaudit.verify.dapr_history import load_anchors
 
-    keys = trust_store(trust)
+    policy = _policy(trust, policy_file, fail_on)
     anchors = (load_anchors(read_file(trust_anchors, "trust anchors"), trust_anchors)
                if trust_anchors else None)
-    policy = read_policy(policy_file) if policy_file else None
-    kept = (KeptCheckpoint.read(read_file(since, "checkpoint"), keys, source=since)
+    kept = (KeptCheckpoint.read(read_file(since, "checkpoint"), policy.trust, source=since)
             if since else None)
     with Meter(f"verifying bundle {render.clip(os.path.basename(path.rstrip('/')), 40)}"
                ) as meter:
-        verdict = Verifier(None, keys, since=kept, witnesses=policy).bundle(
-            path, anchors=anchors, progress=meter.callback)
+        verdict = Verifier(None, policy, since=kept).bundle(path, anchors=anchors,
+                                                             progress=meter.callback)
     assert verdict.checkpoint is not None
     if as_json:
         # the proof sits in since_checkpoint, as for a ledger
         # (schemas/verify-bundle.output.schema.json)
-        render.emit_json({"bundle": path, "ok": verdict.ok(fail_on),
+        render.emit_json({"bundle": path, "ok": policy.accepts(verdict),
                           "checkpoint": {"size": verdict.checkpoint.size,
                                          "origin": verdict.checkpoint.origin},
                           "reports": [r.to_json() for r in verdict.reports],
@@ -201,4 +205,4 @@ def _verify_bundle(path: str, trust: str | None, as_json: bool, fail_on: str,
             click.echo(f"span {s.span_id} {render.clip(s.name, 40)}: entry {s.seq} of "
                        f"{render.clip(s.instance, 60)}, leaf {s.leaf} — "
                        f"{'UNPROVEN' if (s.instance, s.seq) in unproven else 'proven'}")
-    return EXIT_CLEAN if verdict.passes(fail_on) else EXIT_FINDINGS
+    return EXIT_CLEAN if policy.passes(verdict) else EXIT_FINDINGS
