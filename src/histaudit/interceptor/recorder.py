@@ -60,7 +60,10 @@ MUST_BE_DURABLE: frozenset[str] = frozenset({
     Kind.ACTIVITY_COMPLETED,  # its result goes back to the engine right after
     Kind.ACTIVITY_FAILED,     # so does its failure
     Kind.EFFECT_INTENT,       # the side effect (the outside world) comes right after
-    Kind.LLM_CALL,            # the call was made and paid for: a crash must not lose it
+    # The call was made and paid for, and its answer may leave the process before the
+    # activity ends (dapr-agents' call_llm saves it to its state store, and a re-delivered
+    # call_llm returns that saved answer without calling again): a crash must not lose it.
+    Kind.LLM_CALL,
     # A generation's last record: the engine gets the outcome with the same turn and
     # never replays that generation again, so nothing could append it a second time.
     Kind.WORKFLOW_COMPLETED,
