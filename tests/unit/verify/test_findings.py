@@ -22,15 +22,16 @@ def test_every_code_has_a_severity_a_group_and_a_description() -> None:
 
 def test_a_codes_group_is_its_own_not_its_place_in_the_table() -> None:
     """Issue #51: the group was decided by a code's position, so a new code in the wrong
-    place changed group silently. These are what a crash may cause (crashtest's judge
-    tells them from integrity findings): the list is fixed here on purpose."""
-    assert {
-        "activity-reexecuted", "activity-nondeterministic", "effect-duplicate",
-        "effect-uncertain", "effect-deduplicated", "llm-call-repeated",
-        "conversation-restarted", "replay-mismatch", "workflow-nondeterministic",
-        "engine-unsigned-completion", "engine-missing-completion",
-        "engine-completion-unverifiable", "decision-resigned", "workflow-failed",
-        "workflow-terminated"} == BEHAVIOUR_CODES
+    place changed group silently. Now each row names it: tampering is integrity wherever
+    it sits in the table, what a crash does is behaviour, and a finding carries its own
+    code's group."""
+    for code in ("body-changed", "signature-invalid", "capsule-invalid",
+                 "dapr-history-purged"):
+        assert CODES[code].group is Group.INTEGRITY and code not in BEHAVIOUR_CODES
+    for code in ("activity-reexecuted", "effect-duplicate", "llm-call-repeated",
+                 "workflow-terminated"):
+        assert CODES[code].group is Group.BEHAVIOUR and code in BEHAVIOUR_CODES
+    assert {c.group for c in CODES.values()} == set(Group)
 
 
 def test_a_finding_lists_its_entries_with_seq_among_them_ascending() -> None:
