@@ -36,7 +36,8 @@ LONG_FUNCTIONS: dict[str, str] = {
     "histaudit.bundle.verify.verify_bundle":
         "docs/bundle.md §9's steps in order, each a named helper; 17 lines of docstring",
     "histaudit.verify.dapr_history.verify_dapr_history":
-        "NOT YET: one pass over Dapr's signature rows; its checks to be named steps",
+        "the walk over signatures with its state (link, contiguity, sound prefix); rows, "
+        "chains and each signer are named steps",
     "histaudit.bundle.export._bundle_files":
         "the bundle's files in the order docs/bundle.md lists them, a few lines each",
     "histaudit.crashtest.sweep.sweep_points":
@@ -61,8 +62,6 @@ LONG_FUNCTIONS: dict[str, str] = {
         "statements, receipts and Capsules of each instance in docs/scitt.md's order",
     "histaudit.testing.engine.EngineProcess._spawn_and_wait":
         "start and readiness wait with each way a start fails (port taken, exit, hang)",
-    "histaudit.cli.verify.verify":
-        "a click command: the checks of its flag combinations, then one Verifier call",
     "histaudit.crashtest.matrix.run_matrix":
         "the matrix's plan: clean run, then app and engine crashes, sweeps or isolated",
 }

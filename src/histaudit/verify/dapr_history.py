@@ -400,6 +400,10 @@ def _metadata_lengths(raw: bytes) -> dict[str, int]:
     return {"history": f.get(2, 0), "signature": f.get(4, 0), "sigcert": f.get(5, 0)}
 
 
+_Add = Callable[[str, "int | None", str], None]
+"""``add(code, seq, message)``: one finding of the instance being verified."""
+
+
 def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certificate], *,
                         app_id: str | None = None) -> DaprHistoryResult:
     """Every check of the module docstring over ``rows``; one finding per problem
@@ -410,40 +414,8 @@ def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certifica
     def add(code: str, seq: int | None, message: str) -> None:
         out.append(Finding.make(code, inst, seq, message))
 
-    kinds = {"history": _kind_of(rows.history), "signature": _kind_of(rows.signatures),
-             "sigcert": _kind_of(rows.certificates)}
-    for name, kind in kinds.items():
-        if kind.missing:
-            add("dapr-state-inconsistent", kind.missing[0] if name == "signature" else None,
-                f"{name} rows missing at {kind.missing} ({kind.missing_count} in all)")
-        if kind.far:
-            add("dapr-state-inconsistent", None,
-                f"{len(kind.far)} {name} rows lie far beyond the {len(kind.rows)} within reach "
-                f"(first at index {str(kind.far[0])[:24]}): set aside")
-    history = kinds["history"].rows
-    if kinds["history"].missing:  # missing events stand in as empty, so indices hold
-        history = [rows.history.get(i, b"") for i in range(kinds["history"].top + 1)]
-    raw_sigs, raw_certs = kinds["signature"].rows, kinds["sigcert"].rows
-    try:  # no metadata row (a store read without it): nothing to compare
-        lengths = None if rows.metadata is None else _metadata_lengths(rows.metadata)
-    except WireError as exc:  # a row that is there but does not read is damage, not absence
-        lengths = None
-        add("dapr-record-malformed", None, f"the metadata row is not a workflow state "
-                                           f"metadata message: {exc}")
-    if lengths is not None:
-        for name, have in (("history", len(rows.history)), ("signature", len(rows.signatures)),
-                           ("sigcert", len(rows.certificates))):
-            if lengths[name] != have:
-                add("dapr-state-inconsistent", None,
-                    f"metadata names {lengths[name]} {name} rows, {have} are stored")
-
-    chains: list[list[x509.Certificate] | None] = []
-    for i, raw in enumerate(raw_certs):
-        try:
-            chains.append(_split_der(parse_signing_certificate(raw)))
-        except ValueError as exc:
-            chains.append(None)
-            add("dapr-record-malformed", None, f"sigcert {i} is not a certificate chain: {exc}")
+    history, raw_sigs, raw_certs = _stored_rows(rows, add)
+    chains = _chains(raw_certs, add)
 
     signers: list[str] = []
     expected_start = 0
@@ -485,38 +457,9 @@ def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certifica
         if events_digest(covered) != sig.events_digest:
             add("dapr-events-digest-mismatch", i,
                 f"events [{start}, {end}) do not match signature {i}'s digest")
-        # the signer
-        if sig.certificate_index >= len(chains) or chains[sig.certificate_index] is None:
-            add("dapr-cert-untrusted", i,
-                f"signature {i} names certificate {sig.certificate_index}, which is not stored")
-            continue
-        chain = chains[sig.certificate_index]
-        assert chain is not None
-        leaf = chain[0]
-        problem = signature_problem(leaf, signature_input(sig.previous_signature_digest,
-                                                          sig.events_digest), sig.signature)
-        if problem:
-            add("dapr-signature-invalid", i, f"signature {i}: {problem}")
-        try:
-            at = event_timestamp(covered[-1])
-        except (WireError, OverflowError):  # not a message, or a time datetime cannot hold
-            at = None
-        if at is None:
-            add("dapr-record-malformed", i,
-                f"event {end - 1} (last signed by signature {i}) has no readable timestamp")
-        else:
-            problem = chain_problem(chain, anchors, at)
-            if problem:
-                add("dapr-cert-untrusted", i, f"signature {i}: {problem}")
-        spiffe = SpiffeId.of(leaf)
-        if spiffe is None:
-            add("dapr-signer-identity", i, f"signature {i}'s certificate has no SPIFFE ID")
-        else:
-            if spiffe.uri not in signers:
-                signers.append(spiffe.uri)
-            if app_id is not None and spiffe.app_id != app_id:
-                add("dapr-signer-identity", i,
-                    f"signature {i} was made by {spiffe.uri}, not app {app_id!r}")
+        signer = _signer(i, sig, covered, chains, anchors, app_id, add)
+        if signer is not None and signer not in signers:
+            signers.append(signer)
     if raw_sigs and sound and len(out) == mark:
         verified = pending
     gaps = _runs(covered_flags)
@@ -527,6 +470,90 @@ def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certifica
     return DaprHistoryResult(instance=inst, events=len(history), signatures=len(raw_sigs),
                              covered=sum(covered_flags), signers=signers, findings=out,
                              verified=min(verified, len(history)))
+
+
+def _stored_rows(rows: DaprWorkflowRows, add: _Add
+                 ) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """The history events, signatures and certificates as stored, in index order; rows
+    missing from the middle, set far apart, or not the count the metadata row names are
+    ``dapr-state-inconsistent`` (a missing event stands in as empty, so indices hold)."""
+    kinds = {"history": _kind_of(rows.history), "signature": _kind_of(rows.signatures),
+             "sigcert": _kind_of(rows.certificates)}
+    for name, kind in kinds.items():
+        if kind.missing:
+            add("dapr-state-inconsistent", kind.missing[0] if name == "signature" else None,
+                f"{name} rows missing at {kind.missing} ({kind.missing_count} in all)")
+        if kind.far:
+            add("dapr-state-inconsistent", None,
+                f"{len(kind.far)} {name} rows lie far beyond the {len(kind.rows)} within reach "
+                f"(first at index {str(kind.far[0])[:24]}): set aside")
+    history = kinds["history"].rows
+    if kinds["history"].missing:
+        history = [rows.history.get(i, b"") for i in range(kinds["history"].top + 1)]
+    try:  # no metadata row (a store read without it): nothing to compare
+        lengths = None if rows.metadata is None else _metadata_lengths(rows.metadata)
+    except WireError as exc:  # a row that is there but does not read is damage, not absence
+        lengths = None
+        add("dapr-record-malformed", None, f"the metadata row is not a workflow state "
+                                           f"metadata message: {exc}")
+    if lengths is not None:
+        for name, have in (("history", len(rows.history)), ("signature", len(rows.signatures)),
+                           ("sigcert", len(rows.certificates))):
+            if lengths[name] != have:
+                add("dapr-state-inconsistent", None,
+                    f"metadata names {lengths[name]} {name} rows, {have} are stored")
+    return history, kinds["signature"].rows, kinds["sigcert"].rows
+
+
+def _chains(raw_certs: Sequence[bytes], add: _Add) -> list[list[x509.Certificate] | None]:
+    """Each stored certificate row as its chain (None, and a finding, where it is not one)."""
+    chains: list[list[x509.Certificate] | None] = []
+    for i, raw in enumerate(raw_certs):
+        try:
+            chains.append(_split_der(parse_signing_certificate(raw)))
+        except ValueError as exc:
+            chains.append(None)
+            add("dapr-record-malformed", None, f"sigcert {i} is not a certificate chain: {exc}")
+    return chains
+
+
+def _signer(i: int, sig: HistorySignature, covered: Sequence[bytes],
+            chains: Sequence[list[x509.Certificate] | None],
+            anchors: Sequence[x509.Certificate], app_id: str | None, add: _Add) -> str | None:
+    """Signature ``i``'s signer judged: its certificate stored, its signature over the
+    chain link and events digest, its chain to ``anchors`` at the last covered event's
+    time, its SPIFFE ID (and ``app_id``'s). Returns the SPIFFE ID, None without one."""
+    end = sig.start_event_index + sig.event_count
+    if sig.certificate_index >= len(chains) or chains[sig.certificate_index] is None:
+        add("dapr-cert-untrusted", i,
+            f"signature {i} names certificate {sig.certificate_index}, which is not stored")
+        return None
+    chain = chains[sig.certificate_index]
+    assert chain is not None
+    leaf = chain[0]
+    problem = signature_problem(leaf, signature_input(sig.previous_signature_digest,
+                                                      sig.events_digest), sig.signature)
+    if problem:
+        add("dapr-signature-invalid", i, f"signature {i}: {problem}")
+    try:
+        at = event_timestamp(covered[-1])
+    except (WireError, OverflowError):  # not a message, or a time datetime cannot hold
+        at = None
+    if at is None:
+        add("dapr-record-malformed", i,
+            f"event {end - 1} (last signed by signature {i}) has no readable timestamp")
+    else:
+        problem = chain_problem(chain, anchors, at)
+        if problem:
+            add("dapr-cert-untrusted", i, f"signature {i}: {problem}")
+    spiffe = SpiffeId.of(leaf)
+    if spiffe is None:
+        add("dapr-signer-identity", i, f"signature {i}'s certificate has no SPIFFE ID")
+        return None
+    if app_id is not None and spiffe.app_id != app_id:
+        add("dapr-signer-identity", i,
+            f"signature {i} was made by {spiffe.uri}, not app {app_id!r}")
+    return spiffe.uri
 
 
 def _runs(flags: Sequence[bool]) -> list[tuple[int, int]]:
