@@ -93,7 +93,8 @@ def test_the_last_file_run():
 
 def test_a_session_servers_cpu_is_charged_to_no_file(pytester: pytest.Pytester) -> None:
     """The worker's session fixtures end in its last test's teardown: their reaped CPU is
-    printed on its own line, not added to the file that happened to run last."""
+    printed on its own line, not added to the file that happened to run last, and the
+    teardown's wall is no file's either."""
     pytester.makepyfile(test_a_uses=USES_IT, test_z_last=LAST)
     tests = Path(__file__).resolve().parents[1]
     pytester.makeconftest(f"import sys\nsys.path.insert(0, {str(tests)!r})\n"
@@ -104,5 +105,8 @@ def test_a_session_servers_cpu_is_charged_to_no_file(pytester: pytest.Pytester) 
     doc = json.loads((pytester.path / "t.json").read_text())
     assert doc["files"]["test_z_last.py"]["cpu_s"] < 0.5
     assert doc["session_teardown_cpu_s"] >= 0.9
+    # its wall too (a loaded CI took 4 s to reap the server and failed the last file's
+    # wall limit): the trivial last test is charged less than the server's teardown took
+    assert doc["files"]["test_z_last.py"]["wall_s"] < doc["session_teardown_wall_s"]
     result.stdout.fnmatch_lines(["*the workers' session teardown (their PostgreSQL servers,"
                                  " reaped at the end) * s CPU"])

@@ -65,6 +65,7 @@ def calibrate() -> float:
     return time.process_time() - began
 _CPU_KEY = pytest.StashKey[float]()
 _LAST_KEY = pytest.StashKey[float]()
+_LAST_WALL_KEY = pytest.StashKey[float]()
 
 
 def _cpu_now() -> float:
@@ -100,6 +101,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     if nextitem is None:  # the worker's last test: its teardown ends the session's fixtures
         item.stash[_LAST_KEY] = _cpu_now()
+        item.stash[_LAST_WALL_KEY] = time.monotonic()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -112,6 +114,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.user_properties.append(("cpu_s", before - item.stash[_CPU_KEY]))
         if now > before:
             report.user_properties.append(("session_cpu_s", now - before))
+        if _LAST_WALL_KEY in item.stash:  # the session's teardown: its wall is no file's
+            session_wall = min(report.duration, time.monotonic() - item.stash[_LAST_WALL_KEY])
+            report.duration -= session_wall
+            report.user_properties.append(("session_wall_s", session_wall))
 
 
 class _Totals:
@@ -123,6 +129,7 @@ class _Totals:
         self.started = time.monotonic()
         self.calibrations: list[float] = []
         self.session_cpu = 0.0
+        self.session_wall = 0.0
 
     def factor(self) -> float:
         """How much slower this machine ran the workload than the reference (>= 1)."""
@@ -137,6 +144,8 @@ class _Totals:
                 self.cpu[report.nodeid] += float(value)
             elif key == "session_cpu_s":
                 self.session_cpu += float(value)
+            elif key == "session_wall_s":
+                self.session_wall += float(value)
 
     def per_file(self) -> dict[str, tuple[float, float, int]]:
         files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
@@ -220,6 +229,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         Path(path).write_text(json.dumps({
             "elapsed_s": elapsed,
             "session_teardown_cpu_s": _CURRENT.session_cpu,
+            "session_teardown_wall_s": _CURRENT.session_wall,
             "tests": {n: {"wall_s": w, "cpu_s": _CURRENT.cpu.get(n, 0.0)}
                       for n, w in sorted(_CURRENT.wall.items())},
             "files": {f: {"wall_s": w, "cpu_s": c, "tests": n}
