@@ -165,12 +165,19 @@ class Verifier:
             self.policy = trust
         else:
             self.policy = Policy(trust, witnesses)
-        trust, witnesses = self.policy.trust, self.policy.witnesses
-        if witnesses is not None and since is None and ledger is not None:
+        if self.policy.witnesses is not None and since is None and ledger is not None:
             raise ValueError("a witness policy judges a kept checkpoint: give since=")
-        self._ledger, self.trust = ledger, trust
+        self._ledger = ledger
         self.full, self.workers = full, workers
-        self.since, self.witnesses, self.engine = since, witnesses, engine
+        self.since, self.engine = since, engine
+
+    @property
+    def trust(self) -> TrustStore:
+        return self.policy.trust
+
+    @property
+    def witnesses(self) -> WitnessPolicy | None:
+        return self.policy.witnesses
 
     @property
     def ledger(self) -> Ledger:

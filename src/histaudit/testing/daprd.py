@@ -194,11 +194,6 @@ class DaprdStack(Endpoint, Sidecar):
         ``daprd-<name>``)."""
         return {n: p.pid for n, p in self._procs.items() if p.poll() is None}
 
-    @property
-    def running(self) -> bool:
-        """True while daprd is alive (the control plane may run without it)."""
-        return self.pid is not None
-
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for an app that should talk to this daprd (as ``dapr run`` sets it).
 

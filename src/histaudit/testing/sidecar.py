@@ -32,6 +32,8 @@ class Sidecar(ABC):
 
     @property
     def running(self) -> bool:
+        """True while the engine process is alive (a stack's control plane may run
+        without its daprd)."""
         return self.pid is not None
 
     @abstractmethod
