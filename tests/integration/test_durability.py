@@ -277,6 +277,36 @@ def test_only_outcomes_and_intents_wait_for_the_disk(tmp_path: Path) -> None:
         "workflow.terminated"}
 
 
+def test_a_decision_rides_with_the_next_append_and_counts_as_held(tmp_path: Path) -> None:
+    """A workflow decision (re-appended by a replay when missing) has no commit of its
+    own: it joins the next append, here the start of the activity it schedules."""
+    signer = KeyFileSigner.generate()
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    token = ("activity", "exec-1")
+    with _counting(url) as ledger:
+        recorder = AuditRecorder(ledger, signer)
+        recorder.writer.linger = 60  # only the next append takes it
+        recorder.append_decision("inst", Kind.WORKFLOW_SCHEDULED_ACTIVITY,
+                                 {"task_id": 1, "execution_id": "exec-1"}, token)
+        assert ledger.commits == [] and recorder.knows_decision("inst", token)
+        recorder.append("inst", Kind.ACTIVITY_STARTED, {"task_id": 1, "execution_id": "exec-1"})
+        assert ledger.commits == [False]
+        assert recorder.has_decision("inst", token)
+    assert kinds(read_entries(url, "inst")) == ["workflow.scheduled_activity",
+                                                "activity.started"]
+
+
+def test_a_decision_whose_commit_fails_is_forgotten_for_the_next_replay(
+        tmp_path: Path) -> None:
+    signer = KeyFileSigner.generate()
+    bad, token = "evil\u202eid", ("started", "2026-12-07T00:00:00Z")
+    with Ledger.open(f"sqlite:///{tmp_path / 'l.db'}", create=True) as ledger:
+        recorder = AuditRecorder(ledger, signer)
+        recorder.append_decision(bad, Kind.WORKFLOW_STARTED, {"started_at": token[1]}, token)
+        recorder.writer.flush()
+        assert not recorder.knows_decision(bad, token)
+
+
 def test_concurrent_appends_share_commits_and_keep_every_entry(tmp_path: Path) -> None:
     signer = KeyFileSigner.generate()
     url = f"sqlite:///{tmp_path / 'l.db'}"

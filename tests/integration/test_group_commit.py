@@ -161,6 +161,64 @@ def test_a_bad_request_fails_alone_in_its_batch(db_url: str) -> None:
     assert writer.batches == 2  # [first], then [good] after [bad, good] failed
 
 
+def test_a_deferred_entry_rides_with_the_next_append_in_queue_order(db_url: str) -> None:
+    signer = KeyFileSigner.generate()
+    settled: list[Any] = []
+    with Ledger.open(db_url, create=True) as ledger:
+        writer = GroupWriter(ledger, signer, linger=60)  # only the next append takes it
+        writer.append("wf", "workflow.started", {})
+        writer.defer("wf", "workflow.scheduled_activity", _data(1),
+                     settled=lambda e, err: settled.append((e, err)))
+        assert ledger.leaf_count() == 1 and settled == []  # nothing committed yet
+        started = writer.append("wf", "activity.started", _data(1))
+        assert writer.batches == 2  # the decision and the start: one commit
+    (decision, error), = settled
+    assert error is None and (decision.seq, decision.leaf) == (2, 1)
+    assert (started.seq, started.prev) == (3, decision.hash)
+    assert [e.kind for e in read_entries(db_url, "wf")] == [
+        "workflow.started", "workflow.scheduled_activity", "activity.started"]
+    assert verify_url(db_url, "wf", signer, full=True).ok
+
+
+def test_a_deferred_entry_nobody_follows_is_committed_within_the_linger(db_url: str) -> None:
+    signer = KeyFileSigner.generate()
+    done = threading.Event()
+    with Ledger.open(db_url, create=True) as ledger:
+        writer = GroupWriter(ledger, signer, linger=0.05)
+        writer.defer("wf", "workflow.started", {}, settled=lambda e, err: done.set())
+        assert done.wait(30)
+        assert ledger.leaf_count() == 1
+        writer.defer("wf", "workflow.scheduled_timer", {"task_id": 0},
+                     settled=lambda e, err: None)
+        writer.flush()  # a clean shutdown does not wait for the linger
+        assert ledger.leaf_count() == 2
+
+
+def test_a_deferred_entry_that_fails_is_settled_with_its_error_alone(db_url: str) -> None:
+    signer = KeyFileSigner.generate()
+    settled: list[Any] = []
+    with Ledger.open(db_url, create=True) as ledger:
+        writer = GroupWriter(ledger, signer, linger=60)
+        writer.defer(BAD_ID, "workflow.started", {},
+                     settled=lambda e, err: settled.append((e, err)))
+        good = writer.append("b", "workflow.started", {})
+        assert ledger.leaf_count() == 1
+    (entry, error), = settled
+    assert entry is None and isinstance(error, HistauditError)
+    assert good.instance == "b" and good.leaf == 0
+
+
+def test_more_deferred_entries_than_a_batch_still_commit_the_caller(db_url: str) -> None:
+    signer = KeyFileSigner.generate()
+    with Ledger.open(db_url, create=True) as ledger:
+        writer = GroupWriter(ledger, signer, max_batch=4, linger=60)
+        for i in range(10):
+            writer.defer("wf", "workflow.scheduled_timer", {"task_id": i},
+                         settled=lambda e, err: None)
+        last = writer.append("wf", "activity.started", _data(0))
+        assert (last.seq, ledger.leaf_count()) == (11, 11)
+
+
 def _wait_until(condition: Any, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

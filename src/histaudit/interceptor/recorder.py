@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import logging
 import os
 import socket
 import threading
@@ -54,6 +55,8 @@ __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "ENGINE_GRPC_LIMIT", "MUST_BE_DURABLE", 
            "Payload", "payload_digest", "sdk_decode",
            "sdk_json", "worker_id"]
 
+log = logging.getLogger("histaudit.interceptor")
+
 _DIGEST_DOMAIN = b"histaudit.digest-key.v1\x00"
 
 MUST_BE_DURABLE: frozenset[str] = frozenset({
@@ -73,10 +76,11 @@ MUST_BE_DURABLE: frozenset[str] = frozenset({
 })
 """The kinds whose commit must be on stable storage before the append returns: the one
 place the durability policy lives. A record is durable before anything that depends on
-it leaves the process. Every other record (the start and scheduling decisions,
-``activity.started``, effect outcomes, ``replay.mismatch``) is committed without waiting
-for the disk: it survives a SIGKILL (the OS holds it) and becomes durable with the next
-durable commit. A power loss can lose only such a suffix; a lost decision is appended
+it leaves the process. Every other record (``activity.started``, effect outcomes,
+``replay.mismatch``) is committed without waiting for the disk: it survives a SIGKILL
+(the OS holds it) and becomes durable with the next durable commit. The start and
+scheduling decisions do not even wait for that commit: they ride with the next append
+(:meth:`AuditRecorder.append_decision`). A power loss can lose only such a suffix; a lost decision is appended
 again when the workflow replays (:mod:`.workflow`), a lost start or effect outcome shows
 as an uncertain re-execution."""
 
@@ -283,9 +287,13 @@ class AuditRecorder:
         self._bound = _Bound(ledger, signer, GroupWriter(ledger, signer), limit)
 
     def unbind(self) -> Ledger | None:
-        """Stop appending; return the ledger it was bound to (None if unbound), unclosed."""
+        """Stop appending (deferred decisions committed first); return the ledger it was
+        bound to (None if unbound), unclosed."""
         bound, self._bound = self._bound, None
-        return None if bound is None else bound.ledger
+        if bound is None:
+            return None
+        bound.writer.flush()
+        return bound.ledger
 
     @property
     def bound(self) -> bool:
@@ -355,6 +363,35 @@ class AuditRecorder:
                                    durable=kind in MUST_BE_DURABLE)
         self._fold_own(entry)
         return entry
+
+    def append_decision(self, instance: str, kind: str, data: Mapping[str, Any],
+                        token: tuple[Any, ...], *payloads: Payload) -> None:
+        """Sign a workflow decision that a replay appends again when the chain lacks it
+        (``token``: :func:`decision_token`), without a commit of its own.
+
+        The entry rides with this process's next append, or is committed within the
+        writer's ``linger`` (:meth:`GroupWriter.defer`): a scheduling decision is
+        followed at once by the activity it schedules, whose start is an append. Losing
+        it to a crash first costs what losing any riding entry to a power cut costs
+        (docs/adr/0004-durability.md): the next replay finds it missing and appends it
+        again. It counts as held from now on, so a replay in this process does not
+        append it twice; a commit that fails forgets it again (logged), so the next
+        replay does.
+        """
+        rows: dict[bytes, tuple[str, bytes]] = {}
+        for p in payloads:
+            rows.update(p.rows)
+        self.noted_decision(instance, token)
+
+        def settled(entry: rec.Entry | None, error: BaseException | None) -> None:
+            if entry is not None:
+                self._fold_own(entry)
+                return
+            self._forget_decision(instance, token)
+            log.warning("histaudit: could not record %s for workflow %s (the next replay "
+                        "records it): %s", kind, instance, error)
+
+        self.writer.defer(instance, kind, data, rows or None, settled=settled)
 
     def _fold_own(self, entry: rec.Entry) -> None:
         """Fold an entry this process just appended into the instance's fold states that
@@ -473,6 +510,13 @@ class AuditRecorder:
             if slot.state is None:
                 slot.state = _Decisions()
             slot.state.tokens.add(token)
+
+    def _forget_decision(self, instance: str, token: tuple[Any, ...]) -> None:
+        """Undo :meth:`noted_decision` for a decision whose deferred commit failed."""
+        slot = self._slot(instance, "decisions")
+        with slot.lock:
+            if slot.state is not None:
+                slot.state.tokens.discard(token)
 
     def prior_starts(self, instance: str, execution_id: str, task_id: int) -> int:
         """How many times this activity call already started, according to the ledger.

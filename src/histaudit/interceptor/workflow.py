@@ -31,7 +31,7 @@ from histaudit import history_file, sdk
 from histaudit.ledger.kinds import Kind
 
 from .late import LateRecord
-from .recorder import AuditRecorder, Payload, decision_token, sdk_json, worker_id
+from .recorder import MUST_BE_DURABLE, AuditRecorder, Payload, decision_token, sdk_json, worker_id
 
 __all__ = ["AuditedWorkflowContext", "audit_workflow"]
 
@@ -118,6 +118,10 @@ class AuditedWorkflowContext:
         if self.is_replaying:
             record["replayed"] = True
         token = decision_token(kind, data, self._generation)
+        if token is not None and kind not in MUST_BE_DURABLE:
+            # re-appended by a replay when missing: it need not hold up the turn
+            self._recorder.append_decision(self.instance_id, kind, record, token, *payloads)
+            return
         try:
             self._recorder.append(self.instance_id, kind, record, *payloads)
         except Exception as exc:  # noqa: BLE001 - see the class docstring

@@ -3,8 +3,8 @@ test_sweep_engine.py: a short workflow with one point that makes the output diff
 with ``FRAGILE=1``, one whose re-execution kills the worker.
 
 ``steps``: ``add`` three times, then ``stamp`` (returns how many times its body has run,
-counted in ``$DATA_DIR/stamp.runs``: re-run after a crash, it returns 2 and the output
-differs, with no warning finding — the ledger has one completion only), then ``fragile``
+counted in ``$DATA_DIR/stamp.runs``: re-run after an app crash inside it, it returns 2 and
+the output differs, with no warning finding — the ledger has one completion only), then ``fragile``
 (with ``FRAGILE=1``, a second execution ends the process with status 3: a worker that
 dies on its own, not at a crash point; with ``FRAGILE=raise`` it raises, and the workflow
 ends FAILED), then ``add`` once more.

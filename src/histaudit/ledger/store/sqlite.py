@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import re
 import sqlite3
@@ -184,10 +185,18 @@ def unwritable_files(path: Path) -> str:
     with ``chattr +i`` on the database and its ``-shm``). Refused first, the write fails
     with a StoreError instead, and nothing is written.
     """
-    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        if not os.access(file, os.W_OK) and (file == path or file.exists()):
+    files = _with_companions(path)
+    for file in files:  # plain strings: this runs before every write (figure 7)
+        if not os.access(file, os.W_OK) and (file is files[0] or os.path.exists(file)):
             return f"the file {file} cannot be written (read-only or immutable)"
     return ""
+
+
+@functools.lru_cache(maxsize=64)
+def _with_companions(path: Path) -> tuple[str, str, str]:
+    """The database file's path and its ``-wal`` and ``-shm`` files', as strings."""
+    file = os.fspath(path)
+    return file, file + "-wal", file + "-shm"
 
 
 def _sqlite_lock_held(raw: Any, busy_ms: int) -> bool:
