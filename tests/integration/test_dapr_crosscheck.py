@@ -114,6 +114,9 @@ def test_untouched_store_and_ledger_agree(run: AuditedDaprRun) -> None:
     assert doc["ok"] is True and doc["present"] is True
     assert doc["signed_events"] == doc["events"] == doc["covered_events"] > 0
     assert doc["ledger"]["ok"] is True and doc["ledger"]["entries"] >= 7
+    # both activities' results attested by daprd, and each attested ioDigest is the one
+    # recomputed from the input and result the ledger committed to
+    assert doc["attestations"] == 2
     assert doc["crosscheck"] == {"ok": True, "findings": []}
     text = run.dapr_verify(GATED, run.db)
     exits(text, 0)

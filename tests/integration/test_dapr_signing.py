@@ -137,6 +137,46 @@ def test_daprd_signed_history_verifies(signed: Signed) -> None:
     assert doc["ok"] is True and doc["events"] == doc["covered_events"]
     assert isinstance(doc["signatures"], int) and doc["signatures"] >= 2
     assert doc["signers"] == [f"spiffe://public/ns/default/{APP_ID}"]
+    # daprd attested both activities' results (step_one, step_two) and kept the signer's
+    # certificate once, in an ext-sigcert row
+    assert doc["attestations"] == 2 and len(_rows(signed.db, "ext-sigcert-%")) == 1
+
+
+def _attested_io_digest(raw_event: bytes) -> bytes:
+    """The ioDigest inside a stored TaskCompleted event's attestation payload."""
+    from histaudit.verify.dapr_attestations import attestations_of
+    from histaudit.verify.dapr_history import read_message
+
+    (att,), _ = attestations_of([raw_event])
+    digest: bytes = read_message(att.payload, {4: bytes})[4]
+    return digest
+
+
+def test_an_altered_io_digest_is_caught(signed: Signed) -> None:
+    """One byte of one attestation's ioDigest changed in the store: its signature over the
+    payload no longer verifies (and Dapr's history signature over the event breaks too)."""
+    db = signed.copy("io-digest")
+    key, raw = next((k, r) for k, r in ((k, base64.b64decode(v))
+                                        for k, v in _rows(db, "history-%"))
+                    if _has_attestation(r))
+    digest = _attested_io_digest(raw)
+    altered = raw.replace(digest, bytes([digest[0] ^ 0x01]) + digest[1:])
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE state SET value = ? WHERE key = ?",
+                     (base64.b64encode(altered).decode(), key))
+    code, doc = signed.verify(db)
+    index = int(key.rsplit("-", 1)[1])
+    assert code == 1 and doc["attestations"] == 2, doc
+    invalid = [f for f in doc["findings"] if f["code"] == "dapr-attestation-invalid"]
+    assert len(invalid) == 1 and f"event {index}" in invalid[0]["message"], invalid
+    assert "signature does not verify" in invalid[0]["message"]
+    assert "dapr-events-digest-mismatch" in _codes(doc)
+
+
+def _has_attestation(raw_event: bytes) -> bool:
+    from histaudit.verify.dapr_attestations import attestations_of
+
+    return bool(attestations_of([raw_event])[0])
 
 
 def test_a_flipped_history_byte_is_an_events_digest_mismatch(signed: Signed) -> None:
@@ -174,7 +214,8 @@ def test_wrong_trust_anchors_are_untrusted(signed: Signed) -> None:
     r = cli("dapr-verify", INSTANCE, "--state-db", signed.db, "--trust-anchors", other,
             "--json", cwd=signed.work)
     exits(r, 1)
-    assert _codes(json.loads(r.stdout)) == {"dapr-cert-untrusted"}
+    # the history signatures and the attestations both chain to sentry's root alone
+    assert _codes(json.loads(r.stdout)) == {"dapr-cert-untrusted", "dapr-attestation-invalid"}
 
 
 def test_unknown_instance_and_unreadable_store_are_bad_input(signed: Signed) -> None:

@@ -6,8 +6,9 @@ manifest like every other file:
 ``dapr-rows.jsonl``
     one line per exported instance, ``{"instance", "app_id", "rows"}``: ``rows`` maps
     daprd's row names (``metadata``, ``history-NNNNNN``, ``signature-NNNNNN``,
-    ``sigcert-NNNNNN``) to the exact stored bytes, base64 (the bytes daprd signed, as
-    the state store holds them once its own base64 is undone); ``null`` when the store
+    ``sigcert-NNNNNN``, ``ext-sigcert-NNNNNN``) to the exact stored bytes, base64 (the
+    bytes daprd signed, as the state store holds them once its own base64 is undone);
+    ``null`` when the store
     held no state for the instance (purged, deleted). ``app_id`` is the ``--dapr-app-id``
     given at export (``null`` without one): the signer's SPIFFE ID must name it.
 ``dapr-anchors.pem``
@@ -27,7 +28,7 @@ import orjson
 
 from histaudit.errors import FormatError, InputError
 from histaudit.ledger.records import shown_id
-from histaudit.verify.dapr_history import ROW_NAME, DaprWorkflowRows
+from histaudit.verify.dapr_history import ROW_KINDS, ROW_NAME, DaprWorkflowRows
 
 from .envelope import b64, unb64
 
@@ -51,8 +52,7 @@ def _names(rows: DaprWorkflowRows) -> dict[str, bytes]:
     named: dict[str, bytes] = {}
     if rows.metadata is not None:
         named["metadata"] = rows.metadata
-    for kind, by_index in (("history", rows.history), ("signature", rows.signatures),
-                           ("sigcert", rows.certificates)):
+    for kind, by_index in rows.kinds().items():
         for index, raw in by_index.items():
             named[f"{kind}-{index:06d}"] = raw
     return named
@@ -98,7 +98,7 @@ def decode_rows(data: bytes) -> dict[str, BundledDapr]:
 
 
 def _rows(instance: str, named: Mapping[str, object], where: str) -> DaprWorkflowRows:
-    found: dict[str, dict[int, bytes]] = {"history": {}, "signature": {}, "sigcert": {}}
+    found: dict[str, dict[int, bytes]] = {kind: {} for kind in ROW_KINDS}
     metadata = None
     for name, text in named.items():
         try:
@@ -116,6 +116,4 @@ def _rows(instance: str, named: Mapping[str, object], where: str) -> DaprWorkflo
             raise InputError(f"{where}: {shown_id(name)} names row {kind} {index}, "
                              f"which another name gave already")
         found[kind][index] = raw
-    return DaprWorkflowRows(instance=instance, history=found["history"],
-                            signatures=found["signature"], certificates=found["sigcert"],
-                            metadata=metadata)
+    return DaprWorkflowRows.of_kinds(instance, found, metadata)

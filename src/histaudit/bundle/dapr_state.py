@@ -8,7 +8,7 @@ name: ``key text, value jsonb, isbinary boolean, insertdate, updatedate, expired
 a binary value stored as a JSON string holding its base64. A workflow actor's keys are
 ``<app-id>||dapr.internal.<namespace>.<app-id>.workflow||<instance>||<name>`` with
 ``<name>`` one of ``metadata``, ``history-NNNNNN``, ``signature-NNNNNN``,
-``sigcert-NNNNNN`` (and others this reader ignores).
+``sigcert-NNNNNN``, ``ext-sigcert-NNNNNN`` (and others this reader ignores).
 
 A SQLite file is opened read-only; a PostgreSQL store (a ``postgresql://`` or
 ``postgres://`` URL, libpq's syntax) is read in one read-only transaction. Either way the
@@ -28,7 +28,7 @@ from typing import Any
 from histaudit.errors import InputError
 from histaudit.ledger.store.pg_session import catalog_first
 from histaudit.urls import shown_url, without_secrets
-from histaudit.verify.dapr_history import ROW_NAME, DaprWorkflowRows
+from histaudit.verify.dapr_history import ROW_KINDS, ROW_NAME, DaprWorkflowRows
 
 __all__ = ["is_postgres_url", "read_workflow_rows"]
 
@@ -195,11 +195,9 @@ def read_workflow_rows(db_path: str | Path, instance: str, *, app_id: str | None
         raise InputError(f"instance {instance!r} is held by apps {sorted(apps)}; "
                          "pass --app-id")
     (named,) = apps.values()
-    found: dict[str, dict[int, bytes]] = {"history": {}, "signature": {}, "sigcert": {}}
+    found: dict[str, dict[int, bytes]] = {kind: {} for kind in ROW_KINDS}
     for name, raw in named.items():
         m = ROW_NAME.match(name)
         if m:
             found[m.group(1)][int(m.group(2))] = raw
-    return DaprWorkflowRows(instance=instance, history=found["history"],
-                            signatures=found["signature"], certificates=found["sigcert"],
-                            metadata=named.get("metadata"))
+    return DaprWorkflowRows.of_kinds(instance, found, named.get("metadata"))

@@ -68,7 +68,8 @@ def dapr_store_options(fn: F) -> F:
 @trust_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: {ok, instance, present, events, signatures, "
-                   "covered_events, signed_events, signers, findings, ledger, crosscheck}.")
+                   "covered_events, attestations, signed_events, signers, findings, "
+                   "ledger, crosscheck}.")
 def dapr_verify(instance_id: str, state_db: str, trust_anchors: str, app_id: str | None,
                 table: str, db: str | None, trust: str | None, as_json: bool) -> int:
     """Verify INSTANCE_ID's Dapr history signatures (WorkflowHistorySigning) offline."""
@@ -106,7 +107,7 @@ def _json(verdict: DaprVerdict, ok: bool) -> dict[str, Any]:
         doc = result.to_json()
     else:
         doc = {"ok": True, "instance": instance, "events": 0, "signatures": 0,
-               "covered_events": 0, "signers": [], "findings": []}
+               "covered_events": 0, "attestations": 0, "signers": [], "findings": []}
     doc["ok"] = ok
     doc["present"] = result is not None
     doc["signed_events"] = result.verified if result is not None else 0
@@ -127,7 +128,8 @@ def _text(verdict: DaprVerdict) -> None:
         status = "ok" if result.ok else f"{len(result.findings)} finding(s)"
         out.print(f"{shown}: {status} — {result.signatures} signature(s) cover "
                   f"{result.covered} of {result.events} event(s); signed by "
-                  f"{', '.join(render.clip(s) for s in result.signers) or 'nobody'}")
+                  f"{', '.join(render.clip(s) for s in result.signers) or 'nobody'}; "
+                  f"{result.attestations} completion attestation(s) checked")
         for f in result.findings:
             where = "" if f.seq is None else f" (signature {f.seq})"
             out.print(f"  {f.severity}: {f.code}{where}: {render.escape(f.message)}")

@@ -80,9 +80,9 @@ it leaves the process. Every other record (``activity.started``, effect outcomes
 ``replay.mismatch``) is committed without waiting for the disk: it survives a SIGKILL
 (the OS holds it) and becomes durable with the next durable commit. The start and
 scheduling decisions do not even wait for that commit: they ride with the next append
-(:meth:`AuditRecorder.append_decision`). A power loss can lose only such a suffix; a lost decision is appended
-again when the workflow replays (:mod:`.workflow`), a lost start or effect outcome shows
-as an uncertain re-execution."""
+(:meth:`AuditRecorder.append_decision`). A power loss can lose only such a suffix; a
+lost decision is appended again when the workflow replays (:mod:`.workflow`), a lost
+start or effect outcome shows as an uncertain re-execution."""
 
 
 def sdk_json(value: Any) -> str | None:

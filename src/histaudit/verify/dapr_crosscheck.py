@@ -50,6 +50,7 @@ from histaudit.ledger.kinds import Kind
 from histaudit.ledger.records import StoredEntry, commitment_matches
 
 from .crosscheck import EngineCrossCheck
+from .dapr_attestations import attestations_of, canonical_output, io_digest
 from .dapr_history import (
     DaprHistoryResult,
     DaprWorkflowRows,
@@ -270,7 +271,77 @@ def crosscheck_dapr(instance: str, signed_events: Sequence[bytes],
         if e.kind == Kind.ACTIVITY_COMPLETED:
             engine.observe_valid(_NO_ROW, e.instance, e.seq, e.kind, e.kid, e.ts, e.data)
     out.extend(engine.finish())
+    out.extend(_attested_against_ledger(instance, signed_events, generation, lookup))
     return out
+
+
+def _attested_against_ledger(instance: str, signed_events: Sequence[bytes],
+                             generation: Sequence[rec.Entry], lookup: PayloadLookup
+                             ) -> list[Finding]:
+    """Each activity result Dapr attested (in its signed history) against what the
+    ledger committed to: the ``ioDigest`` recomputed from the scheduled input and the
+    signed completion's output, both read back from the ledger's stored payloads. A
+    task the ledger completed more than once (a re-execution) agrees when any of its
+    completions does: the engine kept one of them. A task whose input or outputs are
+    erased (or were never kept), a failure (the ledger signs no stack trace) and a child
+    workflow (its output is in the child's chain) cannot be recomputed and are passed
+    over; the verifier reports what is missing from the ledger elsewhere."""
+    try:
+        attested, _ = attestations_of(signed_events)
+    except (WireError, UnicodeDecodeError):
+        return []  # a malformed event is reported above
+    inputs: dict[int, Any] = {}
+    outputs: dict[int, list[tuple[int, Any]]] = {}
+    for e in generation:
+        task = e.data.get("task_id")
+        if task.__class__ is not int:
+            continue
+        if e.kind == Kind.WORKFLOW_SCHEDULED_ACTIVITY:
+            inputs.setdefault(task, e.data.get("input"))
+        elif e.kind == Kind.ACTIVITY_COMPLETED:
+            outputs.setdefault(task, []).append((e.seq, e.data.get("output")))
+    out: list[Finding] = []
+    for att in attested:
+        if att.kind != "activity" or att.status != "COMPLETED" or att.task_id not in outputs:
+            continue
+        given = _kept_text(inputs.get(att.task_id), lookup)
+        results = [(seq, _kept_text(ref, lookup)) for seq, ref in outputs[att.task_id]]
+        if given is None or any(text is None for _, text in results):
+            continue  # not stored: nothing to recompute from
+        claimed = read_message(att.payload, {4: bytes}).get(4)
+        if any(io_digest(given.text, canonical_output(text.text)) == claimed
+               for _, text in results if text is not None):
+            continue
+        seqs = [seq for seq, _ in results]
+        out.append(Finding.make(
+            "dapr-attestation-ledger-mismatch", instance, min(seqs),
+            f"Dapr's attestation of activity {att.name} (task {att.task_id}, event "
+            f"{att.index}) is not over the input and result the ledger committed to at "
+            f"entr{'y' if len(seqs) == 1 else 'ies'} {', '.join(map(str, _seqs(seqs)))}",
+            entries=_seqs(seqs), task_id=att.task_id, activity=att.name))
+    return out
+
+
+@dataclass(frozen=True)
+class _Kept:
+    text: str | None
+    """The text a payload reference commits to (None: the reference is to no payload)."""
+
+
+def _kept_text(ref: Any, lookup: PayloadLookup) -> _Kept | None:
+    """What a payload reference commits to, read back from the ledger; None when the
+    ledger does not hold it (erased, never kept, or not matching its commitment)."""
+    if ref is None:
+        return _Kept(None)
+    if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
+        return None
+    stored = lookup(ref["c"])
+    if stored is None or not commitment_matches(ref["c"], stored[1], stored[0]):
+        return None
+    try:
+        return _Kept(stored[1].decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
 
 
 _NO_ROW = StoredEntry(-1, "", 0, "", b"", b"")  # EngineCrossCheck reads the parsed fields only

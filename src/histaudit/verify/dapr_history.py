@@ -191,7 +191,7 @@ class SpiffeId:
         return cls(uri, trust_domain, None, None)
 
 
-def _split_der(chain: bytes) -> list[x509.Certificate]:
+def split_der(chain: bytes) -> list[x509.Certificate]:
     """The certificates of a DER concatenation (each a self-delimiting SEQUENCE)."""
     certs, pos = [], 0
     while pos < len(chain):
@@ -322,7 +322,10 @@ def signature_problem(cert: x509.Certificate, message: bytes, sig: bytes) -> str
 
 # -- the check -----------------------------------------------------------------------------
 
-ROW_NAME = re.compile(r"(history|signature|sigcert)-(\d{6,20})\Z")
+ROW_KINDS = ("history", "signature", "sigcert", "ext-sigcert")
+"""The numbered rows of a workflow's state that matter here, by name prefix."""
+
+ROW_NAME = re.compile(rf"({'|'.join(ROW_KINDS)})-(\d{{6,20}})\Z")
 """The rows of a workflow that :class:`DaprWorkflowRows` holds, by name: daprd writes the
 index as ``%06d`` of a 64-bit counter, so 6 to 20 digits (a longer one is no daprd row)."""
 
@@ -337,6 +340,23 @@ class DaprWorkflowRows:
     signatures: Mapping[int, bytes]
     certificates: Mapping[int, bytes]
     metadata: bytes | None = None
+    external_certificates: Mapping[int, bytes] = field(default_factory=dict)
+    """``ext-sigcert-NNNNNN``: the certificates of those who attested completions
+    (:mod:`.dapr_attestations`)."""
+
+    @classmethod
+    def of_kinds(cls, instance: str, kinds: Mapping[str, Mapping[int, bytes]],
+                 metadata: bytes | None) -> DaprWorkflowRows:
+        """From rows by kind (a :data:`ROW_KINDS` name -> index -> bytes)."""
+        return cls(instance=instance, history=kinds.get("history", {}),
+                   signatures=kinds.get("signature", {}),
+                   certificates=kinds.get("sigcert", {}), metadata=metadata,
+                   external_certificates=kinds.get("ext-sigcert", {}))
+
+    def kinds(self) -> dict[str, Mapping[int, bytes]]:
+        """The numbered rows by kind (:data:`ROW_KINDS`)."""
+        return {"history": self.history, "signature": self.signatures,
+                "sigcert": self.certificates, "ext-sigcert": self.external_certificates}
 
 
 @dataclass
@@ -351,6 +371,8 @@ class DaprHistoryResult:
     """How many leading events are covered by signatures 0..k that all passed every check
     (no finding about any of them): Dapr's *signed history*, what a cross-check may
     trust. Events after it are not Dapr's word, whatever else is stored."""
+    attestations: int = 0
+    """Completion attestations checked (:mod:`.dapr_attestations`)."""
 
     @property
     def ok(self) -> bool:
@@ -359,6 +381,7 @@ class DaprHistoryResult:
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "instance": self.instance, "events": self.events,
                 "signatures": self.signatures, "covered_events": self.covered,
+                "attestations": self.attestations,
                 "signers": self.signers, "findings": [f.to_json() for f in self.findings]}
 
 
@@ -396,8 +419,9 @@ def _kind_of(rows: Mapping[int, bytes]) -> _Kind:
 
 def _metadata_lengths(raw: bytes) -> dict[str, int]:
     """The row counts a ``BackendWorkflowStateMetadata`` names (WireError: not one)."""
-    f = read_message(raw, {2: int, 4: int, 5: int})
-    return {"history": f.get(2, 0), "signature": f.get(4, 0), "sigcert": f.get(5, 0)}
+    f = read_message(raw, {2: int, 4: int, 5: int, 6: int})
+    return {"history": f.get(2, 0), "signature": f.get(4, 0), "sigcert": f.get(5, 0),
+            "ext-sigcert": f.get(6, 0)}
 
 
 _Add = Callable[[str, "int | None", str], None]
@@ -462,6 +486,11 @@ def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certifica
             signers.append(signer)
     if raw_sigs and sound and len(out) == mark:
         verified = pending
+    from .dapr_attestations import check_attestations  # it reads events with this module
+
+    attested = check_attestations(inst, history, [
+        rows.external_certificates[i] for i in sorted(rows.external_certificates)],
+        anchors, add, signed=bool(raw_sigs))
     gaps = _runs(covered_flags)
     if gaps:
         where = ", ".join(f"[{a}, {b})" for a, b in gaps[:6])
@@ -469,7 +498,7 @@ def verify_dapr_history(rows: DaprWorkflowRows, anchors: Sequence[x509.Certifica
                                             + ("" if len(gaps) <= 6 else f" ({len(gaps)} runs)"))
     return DaprHistoryResult(instance=inst, events=len(history), signatures=len(raw_sigs),
                              covered=sum(covered_flags), signers=signers, findings=out,
-                             verified=min(verified, len(history)))
+                             verified=min(verified, len(history)), attestations=attested)
 
 
 def _stored_rows(rows: DaprWorkflowRows, add: _Add
@@ -498,7 +527,8 @@ def _stored_rows(rows: DaprWorkflowRows, add: _Add
                                            f"metadata message: {exc}")
     if lengths is not None:
         for name, have in (("history", len(rows.history)), ("signature", len(rows.signatures)),
-                           ("sigcert", len(rows.certificates))):
+                           ("sigcert", len(rows.certificates)),
+                           ("ext-sigcert", len(rows.external_certificates))):
             if lengths[name] != have:
                 add("dapr-state-inconsistent", None,
                     f"metadata names {lengths[name]} {name} rows, {have} are stored")
@@ -510,7 +540,7 @@ def _chains(raw_certs: Sequence[bytes], add: _Add) -> list[list[x509.Certificate
     chains: list[list[x509.Certificate] | None] = []
     for i, raw in enumerate(raw_certs):
         try:
-            chains.append(_split_der(parse_signing_certificate(raw)))
+            chains.append(split_der(parse_signing_certificate(raw)))
         except ValueError as exc:
             chains.append(None)
             add("dapr-record-malformed", None, f"sigcert {i} is not a certificate chain: {exc}")

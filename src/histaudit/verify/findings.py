@@ -126,6 +126,13 @@ CODES: dict[str, Code] = {code: Code(*row) for code, row in {
     "dapr-state-inconsistent": (E, INT, "Dapr workflow state rows are missing or disagree with "
                                         "its metadata"),
     # Dapr's signed history against the ledger (docs/dapr-signatures.md, cross-check)
+    "dapr-attestation-invalid": (E, INT, "a Dapr completion attestation does not verify or does "
+                                         "not attest the completion it is stored in"),
+    "dapr-attestation-missing": (E, INT, "a completion in Dapr's signed history carries no "
+                                         "attestation"),
+    "dapr-attestation-ledger-mismatch": (E, INT, "a Dapr completion attestation's ioDigest is not "
+                                                 "that of the input and result the ledger "
+                                                 "committed to"),
     "dapr-history-behind-ledger": (E, INT, "Dapr's signed history lacks what the ledger signed: "
                                            "cut at a signature boundary or rolled back"),
     "dapr-instance-missing": (E, INT, "the ledger holds an instance the Dapr state store has no "
