@@ -25,7 +25,7 @@ from typing import Any
 
 import dapr.ext.workflow as wf
 
-from .workflows import authorize, charge, reserve, ship
+from .workflows import authorize, charge, refund_rule_v1, reserve, ship
 
 Ctx = wf.DaprWorkflowContext
 
@@ -99,3 +99,12 @@ VARIANTS = {
     "order_timer_first": "nondeterminism-error",
 }
 """Function name -> the divergence kind its replay of order.json reports (None: clean)."""
+
+
+@wf.alternate_name("refund")
+def refund_unpatched(ctx: Ctx, req: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]:
+    """``refund`` with the ``refund-v2`` patch taken out (as if reverted): every run takes
+    the old rule, so a history recorded with the patch taken replays to another activity,
+    and ``histaudit replay`` names the patch."""
+    amount = yield ctx.call_activity(refund_rule_v1, input=req)
+    return {"refund": amount, "rule": refund_rule_v1.__name__}

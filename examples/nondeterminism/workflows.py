@@ -8,6 +8,9 @@
   deadline it took the fast path; replayed after it, the code takes the slow path.
 * ``dice`` — NOT deterministic: draws a random number in the workflow body, branches on
   it and passes it to its activities.
+* ``refund`` — deterministic, and patched: ``ctx.is_patched("refund-v2")`` chooses the new
+  refund rule for runs started after the patch shipped (the ledger signs which one,
+  ``workflow.patch``); ``v2.refund_unpatched`` is that code with the patch taken out.
 
 Activities are plain functions; the app registers them (``register(runtime)``). Only their
 names matter to a replay, so replaying needs none of them to run.
@@ -64,11 +67,20 @@ def roll(ctx: Act, n: int) -> int:
     return n % 6 + 1
 
 
+def refund_rule_v1(ctx: Act, req: dict[str, Any]) -> int:
+    return int(req["amount"]) // 2
+
+
+def refund_rule_v2(ctx: Act, req: dict[str, Any]) -> int:
+    return int(req["amount"])
+
+
 def bonus(ctx: Act, req: dict[str, Any]) -> str:
     return f"{req['parity']} bonus"
 
 
-ACTIVITIES = (reserve, charge, authorize, ship, quote, book, fast_path, slow_path, roll, bonus)
+ACTIVITIES = (reserve, charge, authorize, ship, quote, book, fast_path, slow_path, roll, bonus,
+              refund_rule_v1, refund_rule_v2)
 
 
 # --- workflows -------------------------------------------------------------------------
@@ -116,12 +128,37 @@ def dice(ctx: Ctx, _: Any = None) -> Generator[Any, Any, list[Any]]:
     return [face, extra]
 
 
-WORKFLOWS = (order, approval, wall_clock, dice)
+def refund(ctx: Ctx, req: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]:
+    """Deterministic and patched: a run that asked after the patch shipped takes the new
+    rule, and every replay of it does too (the SDK answers from the history)."""
+    rule = refund_rule_v2 if ctx.is_patched("refund-v2") else refund_rule_v1
+    amount = yield ctx.call_activity(rule, input=req)
+    return {"refund": amount, "rule": rule.__name__}
+
+
+def billing_v1(ctx: Ctx, req: dict[str, Any]) -> Generator[Any, Any, int]:
+    """Version ``billing_v1`` of the versioned workflow ``billing``."""
+    return (yield ctx.call_activity(refund_rule_v1, input=req))
+
+
+def billing_v2(ctx: Ctx, req: dict[str, Any]) -> Generator[Any, Any, int]:
+    """Version ``billing_v2`` (the latest) of ``billing``, itself patched."""
+    rule = refund_rule_v2 if ctx.is_patched("fee-waiver") else refund_rule_v1
+    return (yield ctx.call_activity(rule, input=req))
+
+
+WORKFLOWS = (order, approval, wall_clock, dice, refund)
+VERSIONED = {"billing": ((billing_v1, False), (billing_v2, True))}
+"""Versioned workflows: name -> (version function, is latest), oldest first."""
 
 
 def register(runtime: Any) -> None:
     """Register every workflow and activity here with a (possibly audited) runtime."""
     for fn in WORKFLOWS:
         runtime.register_workflow(fn)
+    for name, versions in VERSIONED.items():
+        for fn, latest in versions:
+            runtime.register_versioned_workflow(fn, name=name, version_name=fn.__name__,
+                                                is_latest=latest)
     for fn in ACTIVITIES:
         runtime.register_activity(fn)

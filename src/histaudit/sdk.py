@@ -22,7 +22,7 @@ import contextlib
 import functools
 import importlib.metadata
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from histaudit.errors import SdkError
@@ -336,6 +336,33 @@ def runtime_context(ctx: Any) -> Any:
     ``__getattr__``, which an SDK without this name would send round in circles."""
     inner = getattr(ctx, "__dict__", {}).get(_CONTEXT_ATTR)
     return ctx if inner is None else inner
+
+
+def workflow_version(ctx: Any) -> str | None:
+    """The version name this run of a versioned workflow is (``register_versioned_workflow``;
+    the SDK reads it from the history on replay), None for an unversioned one. Both SDK
+    layouts keep it on the runtime context as ``_version_name`` and have no public
+    accessor."""
+    name = getattr(runtime_context(ctx), "_version_name", None)
+    return name if isinstance(name, str) else None
+
+
+def patches_taken(ctx: Any) -> frozenset[str]:
+    """The patches the running workflow's code asked ``is_patched`` about and took
+    (the SDK keeps only those it answered True)."""
+    patches = getattr(runtime_context(ctx), "_encountered_patches", None)
+    return frozenset(p for p in patches or () if isinstance(p, str))
+
+
+def history_patches(events: Iterable[Any]) -> list[str]:
+    """The patches a history says its workflow took, in the order first recorded: each
+    turn's ``WorkflowStarted`` carries the code's ``version.patches`` (daprd keeps only
+    those new in the turn)."""
+    seen: dict[str, None] = {}
+    for event in events:
+        if event.HasField("workflowStarted") and event.workflowStarted.HasField("version"):
+            seen.update(dict.fromkeys(event.workflowStarted.version.patches))
+    return list(seen)
 
 
 def pending_actions(ctx: Any) -> dict[int, Any]:

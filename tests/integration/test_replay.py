@@ -438,3 +438,54 @@ def _live_check(rig: Rig, *, alter: bool) -> None:
     out = rig.cli("verify", instance)
     assert out.returncode == 1 and "replay-mismatch" in out.stdout, out
 
+
+
+# --- a patched workflow -----------------------------------------------------------------
+
+@pytest.mark.engine
+def test_a_patch_decision_is_signed_and_a_replay_without_it_names_it(rig: Rig) -> None:
+    """``refund`` asks ``is_patched("refund-v2")`` on its first run: the ledger signs the
+    branch taken (``workflow.patch``, once, not again on the replays of later turns), the
+    history carries the patch, ``show --json`` lists it, and the code with the patch
+    taken out replays to the old rule's activity, the divergence naming the patch."""
+    rig.start_app()
+    instance = rig.run(workflows.refund, {"amount": 40})
+    state = rig.client.get_workflow_state(instance)
+    assert json.loads(state.serialized_output) == {"refund": 40, "rule": "refund_rule_v2"}
+    (patch,) = only(rig.entries(instance), "workflow.patch")
+    assert {k: patch.data[k] for k in ("patch", "taken", "version")} == {
+        "patch": "refund-v2", "taken": True, "version": None}
+    assert rig.verify(instance).ok
+
+    shown = rig.cli("show", instance, "--json")
+    assert shown.returncode == 0, shown.stderr
+    kinds = [e["kind"] for e in json.loads(shown.stdout)["entries"]]
+    assert kinds.count("workflow.patch") == 1
+
+    events = rig.history(instance)
+    assert replay(events, workflows.refund, instance).ok
+    changed = replay(events, v2.refund_unpatched, instance)
+    d = changed.divergence
+    assert d is not None and d.kind == DIFFERENT_ACTIVITY, changed.explain()
+    assert "refund_rule_v2" in d.expected and "refund_rule_v1" in d.actual
+    assert "took patch 'refund-v2'" in d.message, d.message
+    out = rig.cli("replay", instance, "--workflow", "examples.nondeterminism.v2:refund_unpatched",
+                  "--engine", rig.engine.address)
+    assert out.returncode == 1 and "refund-v2" in out.stdout, out
+
+
+@pytest.mark.engine
+def test_a_versioned_workflow_signs_its_version(rig: Rig) -> None:
+    """``billing`` has two versions; a new run is the latest, ``billing_v2``: its start
+    and its patch decision name it."""
+    rig.start_app()
+    instance = rig.schedule("billing", {"amount": 40})
+    state = rig.wait(instance)
+    assert json.loads(state.serialized_output) == 40  # fee-waiver taken: the full amount
+    entries = rig.entries(instance)
+    (started,) = only(entries, "workflow.started")
+    (patch,) = only(entries, "workflow.patch")
+    assert started.data["version"] == "billing_v2"
+    assert (patch.data["patch"], patch.data["taken"], patch.data["version"]) == (
+        "fee-waiver", True, "billing_v2")
+    assert rig.verify(instance).ok

@@ -183,6 +183,8 @@ def decision_token(kind: str, data: Mapping[str, Any], generation: str | None
         return ("child", generation, data.get("task_id"), data.get("child_instance"))
     if kind == Kind.WORKFLOW_SCHEDULED_TIMER:
         return ("timer", generation, data.get("task_id"))
+    if kind == Kind.WORKFLOW_PATCH:
+        return ("patch", generation, data.get("patch"))
     return None
 
 

@@ -165,9 +165,10 @@ class AuditedWorkflowContext:
             log.warning("histaudit: could not read the parent of workflow %s: %s",
                         self._instance, exc)
             parent = None
+        version = sdk.workflow_version(self._ctx)
         self._decide(Kind.WORKFLOW_STARTED,
                      {**fields, "input": inp.ref, "input_digest": inp.digest,
-                      "parent": parent}, inp)
+                      "parent": parent, **({"version": version} if version else {})}, inp)
 
     def _parent(self) -> dict[str, Any] | None:
         """The parent workflow the engine started this one for (None: a top-level one,
@@ -266,6 +267,21 @@ class AuditedWorkflowContext:
         if self._needed(Kind.WORKFLOW_SCHEDULED_TIMER, fields):
             self._decide(Kind.WORKFLOW_SCHEDULED_TIMER, fields)
         return task
+
+    def is_patched(self, patch_name: str) -> bool:
+        """Whether this run takes the patched branch (``DaprWorkflowContext.is_patched``),
+        signed as ``workflow.patch`` — the patch's name, the answer and the workflow's
+        version name — the first time the run asks it: which rule decided is a decision
+        an auditor asks about. The SDK answers from the history on replay, so the answer
+        signed once holds for every replay; ``histaudit replay`` names the patch when code
+        changed since takes another branch."""
+        taken = bool(self._ctx.is_patched(patch_name))
+        if self._recording:
+            fields = {"patch": patch_name, "taken": taken,
+                      "version": sdk.workflow_version(self._ctx)}
+            if self._needed(Kind.WORKFLOW_PATCH, fields):
+                self._decide(Kind.WORKFLOW_PATCH, fields)
+        return taken
 
     def set_custom_status(self, status: Any) -> None:
         """Set the workflow's custom status (``DaprWorkflowContext.set_custom_status``),

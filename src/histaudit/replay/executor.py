@@ -63,6 +63,8 @@ class CheckingExecutor:
             ((i, e) for i, e in enumerate(events) if e.HasField("executionCompleted")),
             None)
         self.refused = False  # the SDK refused the replay part-way
+        self.context: Any = None
+        """The SDK's orchestration context of the replay (set at its first event)."""
         self._scheduled = _Scheduled(events)
         self._diverged_at: set[int] = set()
         self._pending: Any = None
@@ -83,6 +85,7 @@ class CheckingExecutor:
                                            message))
 
     def before_event(self, executor: Any, ctx: Any, event: Any) -> bool:
+        self.context = ctx
         kind = event.WhichOneof("eventType")
         if kind == "executionCompleted":
             # The SDK has no handler for it (it never receives one from the engine);

@@ -29,6 +29,7 @@ commitments, not the engine's events.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -139,8 +140,9 @@ def replay(history: History | Sequence[Any] | str | os.PathLike[str], workflow: 
     executor = CheckingExecutor(registry, events)
     results = executor.execute(instance, events[:split], events[split:])
     outcome, upcoming = _compare_end(executor, results.actions)
-    divergences = sorted(executor.divergences,
-                         key=lambda d: (d.index if d.index is not None else len(events)))
+    divergences = _with_patches(sorted(
+        executor.divergences, key=lambda d: (d.index if d.index is not None else len(events))),
+        events, executor.context)
     done = next((a for a in results.actions if a.HasField("completeWorkflow")), None)
     ended = executor.completed is not None
     return ReplayResult(
@@ -149,6 +151,22 @@ def replay(history: History | Sequence[Any] | str | os.PathLike[str], workflow: 
         completed=ended, last_event=describe.describe_event(events[-1]),
         waiting=() if ended else tuple(describe.unanswered(events)), next=upcoming,
         output=None if done is None else describe.value(done.completeWorkflow.result))
+
+
+def _with_patches(divergences: list[Divergence], events: Sequence[Any],
+                  ctx: Any) -> list[Divergence]:
+    """``divergences`` naming the patches behind them: those the recorded run took
+    (``ctx.is_patched`` answered True, the history says so) that this code never took —
+    the check removed or renamed, so the code follows another branch than the one the
+    ledger signed as ``workflow.patch``."""
+    dropped = [p for p in sdk.history_patches(events)
+               if ctx is None or p not in sdk.patches_taken(ctx)]
+    if not dropped or not divergences:
+        return divergences
+    names = ", ".join(repr(p) for p in dropped)
+    note = (f"; the recorded run took patch{'es' if len(dropped) > 1 else ''} {names} "
+            f"(is_patched answered True), which this code never takes")
+    return [dataclasses.replace(d, message=d.message + note) for d in divergences]
 
 
 def _compare_end(executor: Any, actions: Sequence[Any]) -> tuple[str, tuple[str, ...]]:
