@@ -37,7 +37,7 @@ from histaudit.ledger import records as fmt
 from histaudit.ledger.keys import generate_keypair
 from histaudit.ledger.store import Ledger
 from histaudit.replay import DIFFERENT_ACTIVITY, DIFFERENT_INPUT, History, replay
-from histaudit.testing import DURABLETASK, Sidecar, start_engine, teardown
+from histaudit.testing import DAPRD, DURABLETASK, Sidecar, start_engine, teardown
 from histaudit.testing.engine import EngineProcess, free_port
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli, one_error_line
@@ -489,3 +489,85 @@ def test_a_versioned_workflow_signs_its_version(rig: Rig) -> None:
     assert (patch.data["patch"], patch.data["taken"], patch.data["version"]) == (
         "fee-waiver", True, "billing_v2")
     assert rig.verify(instance).ok
+
+
+# --- a rerun from an event (daprd only: the standalone engine answers UNIMPLEMENTED) ----
+
+@pytest.fixture
+def daprd_rig(tmp_path: Path) -> Iterator[Rig]:
+    try:
+        sidecar = start_engine(DAPRD, tmp_path / "engine")
+    except EngineError as exc:
+        pytest.fail(f"cannot start daprd: {exc}", pytrace=False)
+    try:
+        with Rig(sidecar, tmp_path) as r:
+            yield r
+    finally:
+        teardown(sidecar)
+
+
+def _alter_copied_result(stack: Any, instance: str, task_id: int, result: str) -> None:
+    """Rewrite one TaskCompleted of ``instance`` in daprd's (stopped) SQLite actor store."""
+    import base64
+
+    from dapr.ext.workflow._durabletask.internal import history_events_pb2 as hpb
+
+    with sqlite3.connect(stack.db_path) as db:
+        rows = db.execute("SELECT key, value FROM state WHERE key LIKE ?",
+                          (f"%||{instance}||history-%",)).fetchall()
+        for key, value in rows:
+            event = hpb.HistoryEvent()
+            event.ParseFromString(base64.b64decode(value))
+            if event.HasField("taskCompleted") and event.taskCompleted.taskScheduledId == task_id:
+                event.taskCompleted.result.value = result
+                db.execute("UPDATE state SET value = ? WHERE key = ?",
+                           (base64.b64encode(event.SerializeToString()).decode(), key))
+                return
+    raise AssertionError(f"no TaskCompleted of task {task_id} in {instance}")
+
+
+@pytest.mark.engine
+@pytest.mark.daprd
+def test_a_rerun_links_to_its_source_and_its_copied_prefix_is_checked_there(
+        daprd_rig: Rig) -> None:
+    """``order`` rerun from its second activity (event 2, ``charge``): daprd copies the
+    first result and runs charge and ship again. The new chain signs where it came from
+    (``workflow.rerun``: source, event, the source's scheduling entry and head);
+    ``verify --engine`` checks the copied result against the source's signed one —
+    clean — and, once that copy is altered in daprd's store, reports the mismatch."""
+    from histaudit.replay.history import rerun_from_event
+
+    rig = daprd_rig
+    rig.start_app()
+    source = rig.run(workflows.order, ORDER)
+    new = rerun_from_event(rig.engine.address, source, 2, new_instance_id=f"{source}-rerun")
+    rig.wait(new)
+    entries = rig.entries(new)
+    (link,) = only(entries, "workflow.rerun")
+    scheduled = only(rig.entries(source), "workflow.scheduled_activity", activity="charge")
+    head = rig.entries(source)[-1]
+    assert (link.data["source"], link.data["event_id"], link.data["source_entry"]) == (
+        source, 2, scheduled[0].seq)
+    assert link.data["source_head"] == {"seq": head.seq, "hash": head.hash}
+    assert [e.data["activity"] for e in entries if e.kind == "activity.started"] == [
+        "charge", "ship"]  # reserve's result was copied, not run again
+
+    verified = rig.cli("verify", new, "--engine", rig.engine.address, "--json")
+    assert verified.returncode == 0, verified.stdout[-3000:]
+    assert json.loads(verified.stdout)["reports"][0]["findings"] == []
+    tree = rig.cli("verify", new, "--tree", "--json")
+    assert tree.returncode == 0, tree.stdout[-3000:]
+    (node,) = json.loads(tree.stdout)["tree"]
+    assert node["rerun_of"] == {"instance": source, "event_id": 2}
+    text = rig.cli("verify", new, "--tree")
+    assert f"rerun of {source} from event 2" in text.stdout, text.stdout
+
+    rig.kill_app()
+    rig.engine.stop()
+    _alter_copied_result(rig.engine, new, 1, '{"items": ["table"]}')
+    rig.engine.restart()
+    altered = rig.cli("verify", new, "--engine", rig.engine.address, "--json")
+    assert altered.returncode == 1, altered.stdout[-3000:]
+    (finding,) = json.loads(altered.stdout)["reports"][0]["findings"]
+    assert finding["code"] == "rerun-prefix-mismatch" and finding["task_id"] == 1
+    assert f"copied from the source {source!r}" in finding["message"]

@@ -22,7 +22,7 @@ RECEIVED_KINDS = (Kind.WORKFLOW_EVENT_RECEIVED, Kind.WORKFLOW_TIMER_FIRED,
                   Kind.WORKFLOW_SUSPENDED, Kind.WORKFLOW_RESUMED, Kind.WORKFLOW_TERMINATED,
                   Kind.WORKFLOW_CUSTOM_STATUS, Kind.WORKFLOW_CONTINUED_AS_NEW,
                   Kind.WORKFLOW_SCHEDULED_CHILD, Kind.WORKFLOW_SCHEDULED_TIMER,
-                  Kind.WORKFLOW_PATCH)
+                  Kind.WORKFLOW_PATCH, Kind.WORKFLOW_RERUN)
 """The entries the report's "Workflow events" table lists."""
 
 
@@ -79,6 +79,10 @@ def event_words(e: TimelineEntry) -> str:
         return f"{str(e.kind).split('.')[1]} by a client at {d.get('received_at')}"
     if e.kind == Kind.WORKFLOW_CUSTOM_STATUS:
         return "custom status set (value committed)"
+    if e.kind == Kind.WORKFLOW_RERUN:
+        return (f"rerun of {d.get('source')!r} from its event {d.get('event_id')} (the "
+                f"results before it copied from the source, signed there up to entry "
+                f"{(d.get('source_head') or {}).get('seq')})")
     if e.kind == Kind.WORKFLOW_PATCH:
         version = f" (version {d.get('version')!r})" if d.get("version") else ""
         return (f"patch {d.get('patch')!r} {'taken' if d.get('taken') else 'not taken'}"

@@ -133,8 +133,10 @@ def _tree_lines(nodes: list[TreeNode], reports: list[Report]) -> list[str]:
         name = node.workflow or "?"
         stray = ("" if node.parent is None or node.signed_parent in (None, node.parent)
                  else f", but it signed parent {render.clip(node.signed_parent)}")
+        rerun = ("" if node.rerun_of is None else f", rerun of "
+                 f"{render.clip(node.rerun_of[0])} from event {node.rerun_of[1]}")
         lines.append(f"{'  ' * (node.depth + 1)}{render.clip(node.instance)}  "
-                     f"{render.clip(name)} ({node.state}{gens}{stray}) — "
+                     f"{render.clip(name)} ({node.state}{gens}{stray}{rerun}) — "
                      f"{'OK' if report.ok else 'FAILED'}")
     return lines
 

@@ -185,6 +185,8 @@ def decision_token(kind: str, data: Mapping[str, Any], generation: str | None
         return ("timer", generation, data.get("task_id"))
     if kind == Kind.WORKFLOW_PATCH:
         return ("patch", generation, data.get("patch"))
+    if kind == Kind.WORKFLOW_RERUN:
+        return ("rerun", data.get("source"), data.get("event_id"))
     return None
 
 

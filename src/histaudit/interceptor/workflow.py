@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -165,10 +165,33 @@ class AuditedWorkflowContext:
             log.warning("histaudit: could not read the parent of workflow %s: %s",
                         self._instance, exc)
             parent = None
+        self._record_rerun()
         version = sdk.workflow_version(self._ctx)
         self._decide(Kind.WORKFLOW_STARTED,
                      {**fields, "input": inp.ref, "input_digest": inp.digest,
                       "parent": parent, **({"version": version} if version else {})}, inp)
+
+    def _record_rerun(self) -> None:
+        """Sign ``workflow.rerun`` when this instance is a rerun of another from one of
+        its events (``rerun_workflow_from_event``): the engine copied the source's
+        history up to that event, so the results before it were signed in the source's
+        chain, not here. The link names the source, the event, the source's entry that
+        scheduled it and the source chain's head (seq and hash) as this process read it:
+        what the copied prefix must agree with (``verify --engine``)."""
+        try:
+            found = _rerun_of(self._instance, self._recorder.turn_events(self._instance))
+            if found is None:
+                return
+            source, event_id = found
+            fields = {"source": source, "event_id": event_id}
+            if not self._needed(Kind.WORKFLOW_RERUN, fields):
+                return
+            fields.update(_source_link(self._recorder, source, event_id))
+        except Exception as exc:  # noqa: BLE001 - see the class docstring
+            log.warning("histaudit: could not read the rerun source of workflow %s: %s",
+                        self._instance, exc)
+            return
+        self._decide(Kind.WORKFLOW_RERUN, fields)
 
     def _parent(self) -> dict[str, Any] | None:
         """The parent workflow the engine started this one for (None: a top-level one,
@@ -323,6 +346,50 @@ class AuditedWorkflowContext:
         if not self._continued:
             self.record_end(result)
         return result
+
+
+_RERUN_TARGETS = ("taskScheduled", "childWorkflowInstanceCreated", "timerCreated")
+"""The events a rerun may start from; the engine marks the one it did with the source."""
+
+
+def _rerun_of(instance: str, events: Sequence[Any] | None) -> tuple[str, int] | None:
+    """(source instance, event id) when ``events`` are a rerun's history: the engine
+    copies the source's ``ExecutionStarted`` as it was (naming the source, not this
+    instance) and marks the event the rerun starts from with
+    ``rerunParentInstanceInfo``."""
+    if not events:
+        return None
+    started = next((e for e in events if e.HasField("executionStarted")), None)
+    copied = started.executionStarted.workflowInstance.instanceId if started else ""
+    if not copied or copied == instance:
+        return None
+    for event in events:
+        kind = event.WhichOneof("eventType")
+        if kind in _RERUN_TARGETS:
+            body = getattr(event, kind)
+            if body.HasField("rerunParentInstanceInfo"):
+                return str(body.rerunParentInstanceInfo.instanceID), int(event.eventId)
+    return None
+
+
+def _source_link(recorder: AuditRecorder, source: str, event_id: int) -> dict[str, Any]:
+    """Where the rerun's source stands in the ledger: the seq of its entry that
+    scheduled ``event_id`` (its last generation's; None if the ledger has none), and its
+    head (``{seq, hash}``; None when the ledger holds no such instance)."""
+    scheduled = None
+    for entry in recorder.entries(source):
+        if entry.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
+            scheduled = None
+        elif entry.kind in _SCHEDULING and entry.data.get("task_id") == event_id:
+            scheduled = entry.seq
+    head = recorder.ledger.head(source)
+    row = recorder.ledger.entry_at(source, head.seq) if head is not None else None
+    return {"source_entry": scheduled,
+            "source_head": None if row is None else {"seq": row.seq, "hash": row.hash}}
+
+
+_SCHEDULING = frozenset({Kind.WORKFLOW_SCHEDULED_ACTIVITY, Kind.WORKFLOW_SCHEDULED_CHILD,
+                         Kind.WORKFLOW_SCHEDULED_TIMER})
 
 
 def _policy(policy: Any) -> dict[str, Any] | None:

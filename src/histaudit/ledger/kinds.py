@@ -25,6 +25,7 @@ class Kind(enum.StrEnum):
     WORKFLOW_CONTINUED_AS_NEW = "workflow.continued_as_new"
     WORKFLOW_CUSTOM_STATUS = "workflow.custom_status"
     WORKFLOW_PATCH = "workflow.patch"
+    WORKFLOW_RERUN = "workflow.rerun"
     WORKFLOW_COMPLETED = "workflow.completed"
     WORKFLOW_FAILED = "workflow.failed"
     # what reached a workflow from outside its code (histaudit.interceptor.received)

@@ -31,12 +31,21 @@ committed size ``n`` is left, which can prove a difference but never equality.
 
 A task is matched by its task id, and by the SDK's task execution id when both sides
 carry one (it tells apart tasks of different generations of a ``continue_as_new`` loop).
+
+**A rerun** (``rerun_workflow_from_event``) starts with the history of its source copied
+up to the event it reruns from, results included: those results were signed in the
+source's chain. When the instance's chain holds ``workflow.rerun`` and the verifier can
+read the source's chain (``lineage``), an engine completion of a task before that event
+with no completion signed here is compared with the source's signed completions of that
+task instead: equal is clean, different is ``rerun-prefix-mismatch`` (the copy is not
+what the source signed), and absent from both is ``engine-unsigned-completion`` as
+before.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +56,11 @@ from .check import Parsed
 from .findings import Finding
 from .payloads import PayloadLookup
 
-__all__ = ["EngineCrossCheck"]
+__all__ = ["EngineCrossCheck", "Lineage"]
+
+Lineage = Callable[[str], Iterable[Entry]]
+"""The parsed entries of another instance's chain (a rerun's source), from the snapshot
+the verifier reads."""
 
 _SAME, _DIFFERENT, _UNKNOWN = "same", "different", "unknown"
 _ENDED = {1: "COMPLETED", 3: "FAILED", 4: "CANCELED"}
@@ -93,13 +106,16 @@ class EngineCrossCheck:
     signed ``activity.completed`` entries; ``lookup`` finds stored payloads."""
 
     def __init__(self, instance: str, history: Iterable[Any], lookup: PayloadLookup, *,
-                 ends: bool = True) -> None:
+                 ends: bool = True, lineage: Lineage | None = None) -> None:
         """``ends``: also compare how the workflow ended (not for Dapr's signed history,
-        whose ends :mod:`.dapr_crosscheck` compares itself)."""
+        whose ends :mod:`.dapr_crosscheck` compares itself); ``lineage``: reads a rerun's
+        source chain (see the module docstring)."""
         self.instance, self.history, self.lookup = instance, list(history), lookup
         self.signed: list[_Signed] = []
         self.ends = ends
         self.end: str | None = None  # the last end signed since the last workflow.started
+        self.lineage = lineage
+        self.rerun: tuple[str, int, int] | None = None  # source, event id, entry seq
 
     def observe(self, row: StoredEntry, parsed: Parsed) -> None:
         if isinstance(parsed, Entry):  # the integrity check reports malformed entries
@@ -114,18 +130,50 @@ class EngineCrossCheck:
                                        data.get("output")))
         elif kind == Kind.WORKFLOW_STARTED:
             self.end = None
+        elif kind == Kind.WORKFLOW_RERUN and self.rerun is None \
+                and isinstance(data.get("source"), str) and isinstance(data.get("event_id"), int):
+            self.rerun = (data["source"], data["event_id"], seq)
         elif kind in _SIGNED_ENDS or kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
             self.end = kind
 
     def finish(self) -> Iterable[Finding]:
-        found = _crosscheck(self.instance, self.signed, self.history, self.lookup)
+        found = _crosscheck(self.instance, self.signed, self.history, self.lookup,
+                            self._inherited())
         if self.ends:
             found += _ended(self.instance, self.end, self.history)
         return found
 
 
+    def _inherited(self) -> _Inherited | None:
+        """The source's signed completions of the tasks a rerun copied (None: no rerun,
+        or no way to read its source)."""
+        if self.rerun is None or self.lineage is None:
+            return None
+        source, event_id, seq = self.rerun
+        signed: list[_Signed] = []
+        for e in self.lineage(source):
+            if e.kind == Kind.WORKFLOW_CONTINUED_AS_NEW:
+                signed = []  # a rerun copies the source's last generation
+            elif e.kind == Kind.ACTIVITY_COMPLETED and isinstance(e.data.get("task_id"), int) \
+                    and e.data["task_id"] < event_id:
+                signed.append(_Signed(e.seq, str(e.data.get("activity", "?")),
+                                      e.data["task_id"],
+                                      str(e.data.get("execution_id") or ""), e.data.get("output")))
+        return _Inherited(source, event_id, seq, signed)
+
+
+@dataclass(frozen=True, slots=True)
+class _Inherited:
+    """What a rerun's copied prefix must agree with: its source's signed completions."""
+
+    source: str
+    event_id: int
+    seq: int  # of the workflow.rerun entry
+    signed: list[_Signed]
+
+
 def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
-                lookup: PayloadLookup) -> list[Finding]:
+                lookup: PayloadLookup, inherited: _Inherited | None = None) -> list[Finding]:
     by_task: dict[Any, list[_Signed]] = defaultdict(list)
     for s in signed:
         by_task[s.task_id].append(s)
@@ -153,6 +201,9 @@ def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
                 entries=[s.seq for s in theirs], task_id=task_id))
             continue
         mine = [s for s in by_task.get(task_id, ()) if _same_task(s, task_id, execution_id)]
+        if not mine and inherited is not None and task_id < inherited.event_id:
+            findings += _copied(instance, inherited, task_id, execution_id, raw, lookup)
+            continue
         if not mine:
             findings.append(Finding.make(
                 "engine-unsigned-completion", instance, None,
@@ -191,6 +242,34 @@ def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
             f"engine's history has no completion of that task",
             task_id=s.task_id, activity=s.activity))
     return findings
+
+
+def _copied(instance: str, inherited: _Inherited, task_id: int, execution_id: str,
+            raw: bytes | None, lookup: PayloadLookup) -> list[Finding]:
+    """A completion a rerun copied, against its source's signed completions."""
+    theirs = [s for s in inherited.signed if _same_task(s, task_id, execution_id)]
+    source = f"the source {inherited.source!r}"
+    if not theirs:
+        return [Finding.make(
+            "engine-unsigned-completion", instance, inherited.seq,
+            f"the engine holds a completion of task {task_id} ({_size(raw)}), copied from "
+            f"{source} by a rerun, that no signed activity.completed records, here or there",
+            task_id=task_id)]
+    verdicts = [_compare(lookup, s, raw) for s in theirs]
+    last = theirs[-1]
+    if _SAME in verdicts:
+        return []
+    if _UNKNOWN in verdicts:
+        return [Finding.make(
+            "engine-completion-unverifiable", instance, inherited.seq,
+            f"activity {last.activity} (task {task_id}), copied from {source}: "
+            f"unverifiable (payload erased); the engine's result has the signed size "
+            f"({_size(raw)})", task_id=task_id, activity=last.activity)]
+    return [Finding.make(
+        "rerun-prefix-mismatch", instance, inherited.seq,
+        f"activity {last.activity} (task {task_id}): the result this rerun copied from "
+        f"{source} ({_size(raw)}) is not the output the source signed at its entry "
+        f"{last.seq}", task_id=task_id, activity=last.activity)]
 
 
 def _ended(instance: str, signed_end: str | None, history: Iterable[Any]) -> list[Finding]:

@@ -43,12 +43,17 @@ class TreeNode:
     signed_parent: str | None = None
     """The parent its own ``workflow.started`` signed (the link from the child's side;
     None for a top-level workflow, or a ledger written before histaudit signed it)."""
+    rerun_of: tuple[str, int] | None = None
+    """(source instance, event id) when it is a rerun of another instance from one of
+    its events (its ``workflow.rerun``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"instance": self.instance, "depth": self.depth, "parent": self.parent,
                 "scheduled_seq": self.scheduled_seq, "workflow": self.workflow,
                 "state": self.state, "generations": self.generations,
-                "entries": self.entries, "signed_parent": self.signed_parent}
+                "entries": self.entries, "signed_parent": self.signed_parent,
+                "rerun_of": None if self.rerun_of is None else {
+                    "instance": self.rerun_of[0], "event_id": self.rerun_of[1]}}
 
 
 def instance_tree(root: str, entries_of: Callable[[str], Iterable[StoredEntry]]
@@ -82,10 +87,17 @@ class WorkflowSummary:
     children: dict[str, int] = field(default_factory=dict)
     """Child instance -> the seq of the ``workflow.scheduled_child`` that first named it."""
     last_kind: str | None = None
+    rerun_of: tuple[str, int] | None = None
+    """(source, event id) of its ``workflow.rerun``: a rerun of another instance."""
 
     def add(self, seq: int, kind: str, data: Mapping[str, Any]) -> None:
         if kind not in AFTERWORD_KINDS:  # an erasure after the end leaves it ended
             self.last_kind = kind
+        if kind == Kind.WORKFLOW_RERUN and self.rerun_of is None:
+            source, event = data.get("source"), data.get("event_id")
+            if isinstance(source, str) and isinstance(event, int):
+                self.rerun_of = (source, event)
+            return
         if kind == Kind.WORKFLOW_STARTED and self.workflow is None:
             name, link = data.get("workflow"), data.get("parent")
             self.workflow = name if isinstance(name, str) else None
@@ -118,5 +130,5 @@ def _node(instance: str, depth: int, parent: str | None, seq: int | None,
         summary.add(entry.seq, entry.kind, entry.data)
     state = "not-recorded" if count == 0 else summary.state
     return (TreeNode(instance, depth, parent, seq, summary.workflow, state,
-                     summary.generations, count, summary.signed_parent),
+                     summary.generations, count, summary.signed_parent, summary.rerun_of),
             list(summary.children.items()))

@@ -19,13 +19,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from histaudit.errors import FormatError
 from histaudit.ledger.keys import TrustStore
-from histaudit.ledger.records import StoredEntry, StoredHead
+from histaudit.ledger.records import Entry, StoredEntry, StoredHead, parse_entry
 
 from .behaviour import BehaviourCheck
 from .check import ChainCheck
 from .consistency import leaf_index_report
-from .crosscheck import EngineCrossCheck
+from .crosscheck import EngineCrossCheck, Lineage
 from .findings import Finding
 from .integrity import HeadCheck, IntegrityCheck
 from .parallel import EntryPool
@@ -74,7 +75,7 @@ class _Chain:
                  full: bool, workers: int | None, payload_lookup: PayloadLookup | None,
                  payloads_lookup: PayloadBatchLookup | None,
                  engine_history: Iterable[Any] | None, engine_lookup: PayloadLookup | None,
-                 pool: EntryPool | None = None) -> None:
+                 pool: EntryPool | None = None, lineage: Lineage | None = None) -> None:
         self.instance, self.count = instance, 0
         self.integrity = IntegrityCheck(instance, canonical=full)
         keys = KeyCheck(instance, trust)
@@ -94,7 +95,8 @@ class _Chain:
         self.mode = "full" if full else "default"
         if engine_history is not None:
             self.checks.append(EngineCrossCheck(instance, engine_history,
-                                                engine_lookup or (lambda _c: None)))
+                                                engine_lookup or (lambda _c: None),
+                                                lineage=lineage))
             self.mode += "+engine"
         self._scan = ChainScan(instance, trust, integrity=self.integrity, keys=keys,
                                head=head_check, behaviour=self.behaviour, checks=self.checks)
@@ -171,7 +173,17 @@ def _chain_in(snap: Snapshot, instance: str, *, trust: TrustStore, full: bool,
     return _Chain(instance, snap.head(instance), trust=trust, full=full, workers=workers,
                   payload_lookup=snap.payload if full else None,
                   payloads_lookup=snap.payloads if full else None,
-                  engine_history=engine_history, engine_lookup=snap.payload, pool=pool)
+                  engine_history=engine_history, engine_lookup=snap.payload, pool=pool,
+                  lineage=lambda source: _parsed(snap.entries(source)))
+
+
+def _parsed(rows: Iterable[StoredEntry]) -> Iterator[Entry]:
+    """The rows' entries that parse (the source's own verification reports the others)."""
+    for row in rows:
+        try:
+            yield parse_entry(row.body)
+        except FormatError:
+            continue
 
 
 def _processes(workers: int | None) -> int:
