@@ -365,6 +365,19 @@ def history_patches(events: Iterable[Any]) -> list[str]:
     return list(seen)
 
 
+def propagated_chunks(history: Any) -> list[tuple[str, str, str, list[Any]]]:
+    """A ``PropagatedHistory``'s chunks, oldest ancestor first: (instance id, app id,
+    workflow name, its events). Both layouts keep the chunk index private
+    (``_chunks``, each a start index and count into the public ``events``)."""
+    events = list(getattr(history, "events", None) or ())
+    out = []
+    for chunk in getattr(history, "_chunks", None) or ():
+        start, count = int(chunk.start_event_index), int(chunk.event_count)
+        out.append((str(chunk.instance_id), str(chunk.app_id), str(chunk.workflow_name),
+                    events[start:start + count]))
+    return out
+
+
 def pending_actions(ctx: Any) -> dict[int, Any]:
     """The actions the workflow code produced so far this turn, by sequence id."""
     actions = getattr(ctx, "_pending_actions", None)

@@ -571,3 +571,74 @@ def test_a_rerun_links_to_its_source_and_its_copied_prefix_is_checked_there(
     (finding,) = json.loads(altered.stdout)["reports"][0]["findings"]
     assert finding["code"] == "rerun-prefix-mismatch" and finding["task_id"] == 1
     assert f"copied from the source {source!r}" in finding["message"]
+
+
+# --- a propagated history (daprd only: the standalone engine never delivers one) -------
+
+PROPAGATION_APP = Path(__file__).resolve().parent / "apps" / "propagation_app.py"
+
+
+def _alter_propagated(stack: Any, child: str, old: str, new: str) -> None:
+    """Rewrite one result inside the history daprd keeps for ``child`` (its stopped store's
+    ``propagated-history`` row: a PropagatedHistory of chunks of serialized events)."""
+    import base64
+
+    from dapr.ext.workflow._durabletask.internal import history_events_pb2 as hpb
+
+    from histaudit import sdk
+
+    with sqlite3.connect(stack.db_path) as db:
+        [(key, value)] = db.execute("SELECT key, value FROM state WHERE key LIKE ?",
+                                    (f"%||{child}||propagated-history",)).fetchall()
+        kept = sdk.protos.PropagatedHistory()
+        kept.ParseFromString(base64.b64decode(value))
+        for chunk in kept.chunks:
+            for i, raw in enumerate(chunk.rawEvents):
+                event = hpb.HistoryEvent()
+                event.ParseFromString(raw)
+                if event.HasField("taskCompleted") and event.taskCompleted.result.value == old:
+                    event.taskCompleted.result.value = new
+                    chunk.rawEvents[i] = event.SerializeToString()
+                    db.execute("UPDATE state SET value = ? WHERE key = ?",
+                               (base64.b64encode(kept.SerializeToString()).decode(), key))
+                    return
+    raise AssertionError(f"no result {old} in {child}'s propagated history")
+
+
+@pytest.mark.engine
+@pytest.mark.daprd
+def test_a_propagated_history_is_checked_against_the_parents_signed_chain(
+        daprd_rig: Rig) -> None:
+    """The child checks what it was given against its parent's chain and signs the check
+    (``workflow.propagated_history``): clean as daprd delivered it; once a result in the
+    copy daprd keeps for the child is changed (daprd stopped while the child waits), the
+    child's next turn is given the changed copy, signs what it found, and ``verify``
+    reports ``propagated-history-mismatch``."""
+    rig = daprd_rig
+    rig.app = rig.add_app(AppProcess(rig.engine, [PROPAGATION_APP], log=rig.tmp / "family.log",
+                                     ready=APP_READY, ready_timeout=TIMEOUT_S,
+                                     env=dict(rig.app.env)))
+    rig.start_app()
+    parent = rig.schedule("family_parent")
+    child = f"{parent}-child"
+    rig.until(lambda: bool(only(rig.entries(child), "workflow.propagated_history")),
+              "the child's check of its propagated history")
+    (clean,) = only(rig.entries(child), "workflow.propagated_history")
+    assert clean.data["checked"] == [parent] and clean.data["problems"] == []
+    assert [c["instance"] for c in clean.data["chunks"]] == [parent]
+    assert rig.verify(child).ok
+
+    rig.kill_app()
+    rig.engine.stop()
+    _alter_propagated(rig.engine, child, '"step-2"', '"step-X"')
+    rig.engine.restart()
+    rig.start_app()
+    rig.client.raise_workflow_event(child, "go", data=True)
+    state = rig.wait(parent)
+    assert json.loads(state.serialized_output)["again"] == ['"step-1"', '"step-X"']
+    checks = only(rig.entries(child), "workflow.propagated_history")
+    assert len(checks) == 2 and checks[1].data["problems"] == [
+        f"{parent!r}: task 2's result (8 bytes) is not the output signed at entry "
+        f"{only(rig.entries(parent), 'activity.completed')[1].seq}"], checks[1].data
+    report = rig.verify(child)
+    assert [f.code for f in report.findings] == ["propagated-history-mismatch"]

@@ -187,6 +187,8 @@ def decision_token(kind: str, data: Mapping[str, Any], generation: str | None
         return ("patch", generation, data.get("patch"))
     if kind == Kind.WORKFLOW_RERUN:
         return ("rerun", data.get("source"), data.get("event_id"))
+    if kind == Kind.WORKFLOW_PROPAGATED_HISTORY:
+        return ("propagated", generation, data.get("digest"))
     return None
 
 

@@ -19,6 +19,7 @@ and a replay is not an execution.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import logging
 from collections.abc import Callable, Generator, Sequence
@@ -28,7 +29,9 @@ from typing import Any
 from dapr.ext.workflow import DaprWorkflowContext
 
 from histaudit import history_file, sdk
+from histaudit.errors import HistauditError
 from histaudit.ledger.kinds import Kind
+from histaudit.verify.propagated import Chunk, check_propagated
 
 from .late import LateRecord
 from .recorder import MUST_BE_DURABLE, AuditRecorder, Payload, decision_token, sdk_json, worker_id
@@ -305,6 +308,60 @@ class AuditedWorkflowContext:
             if self._needed(Kind.WORKFLOW_PATCH, fields):
                 self._decide(Kind.WORKFLOW_PATCH, fields)
         return taken
+
+    def get_propagated_history(self) -> Any:
+        """The history the engine propagated to this workflow
+        (``DaprWorkflowContext.get_propagated_history``), unchanged — checked against the
+        ledger first: each chunk whose instance the ledger holds must hold only results
+        that instance signed, and everything it signed as scheduled before this workflow
+        (:mod:`histaudit.verify.propagated`). Signed as ``workflow.propagated_history``
+        — the chunks, what was checked, the problems found and the events received
+        (committed) — once per distinct history a generation is given; the verifier
+        reports its problems as ``propagated-history-mismatch``."""
+        history = self._ctx.get_propagated_history()
+        if history is not None and self._recording:
+            try:
+                self._check_propagated(history)
+            except Exception as exc:  # noqa: BLE001 - see the class docstring
+                log.warning("histaudit: could not check the propagated history of workflow "
+                            "%s: %s", self._instance, exc)
+        return history
+
+    def _check_propagated(self, history: Any) -> None:
+        chunks = [Chunk(*c) for c in sdk.propagated_chunks(history)]
+        digest = hashlib.sha256(b"".join(
+            hashlib.sha256(e.SerializeToString(deterministic=True)).digest()
+            for chunk in chunks for e in chunk.events)).hexdigest()
+        # not only on replay: a later turn (replaying or not) is given the history again
+        token = decision_token(Kind.WORKFLOW_PROPAGATED_HISTORY, {"digest": digest},
+                               self._generation)
+        if token is None or self._recorder.has_decision(self._instance, token):
+            return
+        recorder = self._recorder
+        result = check_propagated(chunks, self._scheduled_as(),
+                                  lambda instance: list(recorder.entries(instance)),
+                                  recorder.ledger.payload)
+        events = [e for chunk in chunks for e in chunk.events]
+        try:
+            text: str | None = history_file.dumps(events)
+        except HistauditError:  # no ExecutionStarted in it: nothing to keep as a history
+            text = None
+        received = self._commit(text)
+        scope = getattr(getattr(history, "scope", None), "name", None)
+        self._decide(Kind.WORKFLOW_PROPAGATED_HISTORY, {
+            "digest": digest, "scope": scope,
+            "chunks": [{"instance": c.instance, "app_id": c.app_id, "workflow": c.workflow,
+                        "events": len(c.events)} for c in chunks],
+            "checked": list(result.checked), "unchecked": list(result.unchecked),
+            "problems": list(result.problems), "history": received.ref}, received)
+
+    def _scheduled_as(self) -> int | None:
+        """The task id this workflow's parent scheduled it under (its ExecutionStarted)."""
+        for event in self._recorder.turn_events(self._instance) or ():
+            if event.HasField("executionStarted") \
+                    and event.executionStarted.HasField("parentInstance"):
+                return int(event.executionStarted.parentInstance.taskScheduledId)
+        return None
 
     def set_custom_status(self, status: Any) -> None:
         """Set the workflow's custom status (``DaprWorkflowContext.set_custom_status``),

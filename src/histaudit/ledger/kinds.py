@@ -26,6 +26,7 @@ class Kind(enum.StrEnum):
     WORKFLOW_CUSTOM_STATUS = "workflow.custom_status"
     WORKFLOW_PATCH = "workflow.patch"
     WORKFLOW_RERUN = "workflow.rerun"
+    WORKFLOW_PROPAGATED_HISTORY = "workflow.propagated_history"
     WORKFLOW_COMPLETED = "workflow.completed"
     WORKFLOW_FAILED = "workflow.failed"
     # what reached a workflow from outside its code (histaudit.interceptor.received)

@@ -107,6 +107,15 @@ class BehaviourCheck:
             self.end.started()
 
     def mismatch(self, seq: int, kind: str, kid: str, data: Any) -> None:
+        if kind == Kind.WORKFLOW_PROPAGATED_HISTORY:
+            problems = data.get("problems")
+            if isinstance(problems, list) and problems:
+                self._mismatches.append(Finding.make(
+                    "propagated-history-mismatch", self.instance, seq,
+                    f"the history propagated to this workflow is not what its ancestors "
+                    f"signed: {'; '.join(map(str, problems[:6]))}"
+                    + (f" (and {len(problems) - 6} more)" if len(problems) > 6 else "")))
+            return
         what = f"activity {data.get('activity', '?')} (task {data.get('task_id')})"
         if data.get("scheduled_execution_id"):  # another execution's result (replaycheck)
             where = data.get("completed_seq")

@@ -114,7 +114,7 @@ def route_of(kind: str) -> int:
         return COMPLETED
     if kind == Kind.ACTIVITY_FAILED:
         return FAILED
-    if kind == Kind.REPLAY_MISMATCH:
+    if kind == Kind.REPLAY_MISMATCH or kind == Kind.WORKFLOW_PROPAGATED_HISTORY:
         return MISMATCH
     if kind in _DECISIONS:
         return DECISION

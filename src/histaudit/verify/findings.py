@@ -126,6 +126,8 @@ CODES: dict[str, Code] = {code: Code(*row) for code, row in {
     "dapr-state-inconsistent": (E, INT, "Dapr workflow state rows are missing or disagree with "
                                         "its metadata"),
     # Dapr's signed history against the ledger (docs/dapr-signatures.md, cross-check)
+    "propagated-history-mismatch": (E, INT, "a workflow was given a propagated history its "
+                                            "ancestors did not sign (changed or cut short)"),
     "rerun-prefix-mismatch": (E, INT, "a rerun's copied history holds a result its source did "
                                       "not sign"),
     "dapr-attestation-invalid": (E, INT, "a Dapr completion attestation does not verify or does "
