@@ -94,13 +94,14 @@ PYTEST_ENV = HISTAUDIT_ENGINE_BIN=$(abspath $(ENGINE)) \
 PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 # What the SDK layout changes: the unit tests (tests/unit/test_sdk.py above all), and the
 # interceptor, live replay check, replay, cross-check, crash cases and the demo's triage
-# app on both engines; and dapr-agents' DurableAgent on daprd (~2 min on two cores).
+# app on both engines; Dapr's signatures and completion attestations on daprd (~10 s);
+# and dapr-agents' DurableAgent on daprd (~2 min on two cores).
 SDK_TESTS = tests/agents tests/unit tests/integration/test_interceptor.py tests/integration/test_replay.py \
     tests/integration/test_engine_smoke.py tests/integration/test_runtime_start.py \
     tests/integration/test_decision_resigned.py tests/integration/test_triage.py \
     tests/integration/test_dapr_crosscheck.py tests/integration/test_durability.py \
     tests/integration/test_stateful_history.py tests/integration/test_received_events.py \
-    tests/integration/test_all_features.py
+    tests/integration/test_all_features.py tests/integration/test_dapr_signing.py
 test: venv $(VENV118)/.installed $(VENVFW2)/.installed engine daprd witness jaeger vault postgres chromium softhsm
 	$(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST) --ignore=tests/agents \
 	    --ignore=tests/frameworks2 $(PYTEST_ARGS)

@@ -8,6 +8,10 @@ same and against changed code, cross-check them against the signed ledger
 ``TaskCompleted`` event in durabletask-go's ``History`` table — to prove both the
 cross-check and the interceptor's live check notice.
 
+Cost: ≈ 60 s of CPU in all (about a third of it the daprd-only tests at the end: a rerun
+from an event, which the standalone engine does not implement, and a propagated history,
+which it never delivers; each starts its own daprd stack).
+
 Every test runs on both engines — the standalone durabletask-go and real daprd (the
 module's ``engine`` is ``any_engine``) — except the two that alter the engine's stored
 history (``durabletask_rig``): they rewrite a row of durabletask-go's own SQLite schema
@@ -532,9 +536,12 @@ def test_a_rerun_links_to_its_source_and_its_copied_prefix_is_checked_there(
         daprd_rig: Rig) -> None:
     """``order`` rerun from its second activity (event 2, ``charge``): daprd copies the
     first result and runs charge and ship again. The new chain signs where it came from
-    (``workflow.rerun``: source, event, the source's scheduling entry and head);
-    ``verify --engine`` checks the copied result against the source's signed one —
-    clean — and, once that copy is altered in daprd's store, reports the mismatch."""
+    (``workflow.rerun``: source, event, the source's scheduling entry and head); the
+    copied result is checked against the source's signed one, live and by ``verify
+    --engine`` — clean. Then the source's stored result is altered (daprd stopped) and
+    the source rerun again: the copy carries the altered result, and both the live check
+    (a signed ``replay.mismatch`` naming the source) and ``--engine``
+    (``rerun-prefix-mismatch``) catch it."""
     from histaudit.replay.history import rerun_from_event
 
     rig = daprd_rig
@@ -551,6 +558,7 @@ def test_a_rerun_links_to_its_source_and_its_copied_prefix_is_checked_there(
     assert link.data["source_head"] == {"seq": head.seq, "hash": head.hash}
     assert [e.data["activity"] for e in entries if e.kind == "activity.started"] == [
         "charge", "ship"]  # reserve's result was copied, not run again
+    assert not only(entries, "replay.mismatch")
 
     verified = rig.cli("verify", new, "--engine", rig.engine.address, "--json")
     assert verified.returncode == 0, verified.stdout[-3000:]
@@ -564,13 +572,22 @@ def test_a_rerun_links_to_its_source_and_its_copied_prefix_is_checked_there(
 
     rig.kill_app()
     rig.engine.stop()
-    _alter_copied_result(rig.engine, new, 1, '{"items": ["table"]}')
+    _alter_copied_result(rig.engine, source, 1, '{"items": ["table"]}')
     rig.engine.restart()
-    altered = rig.cli("verify", new, "--engine", rig.engine.address, "--json")
+    rig.start_app()
+    again = rerun_from_event(rig.engine.address, source, 2, new_instance_id=f"{source}-again")
+    rig.wait(again)
+    (live,) = only(rig.entries(again), "replay.mismatch")
+    assert (live.data["task_id"], live.data["source"]) == (1, source)
+    plain = rig.cli("verify", again, "--json")
+    assert plain.returncode == 1, plain.stdout[-3000:]
+    (finding,) = json.loads(plain.stdout)["reports"][0]["findings"]
+    assert finding["code"] == "replay-mismatch" and f"the source {source!r}" in finding["message"]
+    altered = rig.cli("verify", again, "--engine", rig.engine.address, "--json")
     assert altered.returncode == 1, altered.stdout[-3000:]
-    (finding,) = json.loads(altered.stdout)["reports"][0]["findings"]
-    assert finding["code"] == "rerun-prefix-mismatch" and finding["task_id"] == 1
-    assert f"copied from the source {source!r}" in finding["message"]
+    codes = {f["code"]: f for f in json.loads(altered.stdout)["reports"][0]["findings"]}
+    assert codes["rerun-prefix-mismatch"]["task_id"] == 1
+    assert f"copied from the source {source!r}" in codes["rerun-prefix-mismatch"]["message"]
 
 
 # --- a propagated history (daprd only: the standalone engine never delivers one) -------

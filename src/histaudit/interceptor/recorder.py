@@ -524,6 +524,24 @@ class AuditRecorder:
             if slot.state is not None:
                 slot.state.tokens.discard(token)
 
+    def rerun_of(self, instance: str) -> tuple[str, int] | None:
+        """(source, event id) when ``instance`` is a rerun (its chain's
+        ``workflow.rerun``), from the incremental fold: answered from memory once found."""
+        def init() -> list[tuple[str, int] | None]:
+            return [None]
+
+        def step(state: list[tuple[str, int] | None], entry: rec.Entry) -> None:
+            source, event = entry.data.get("source"), entry.data.get("event_id")
+            if entry.kind == Kind.WORKFLOW_RERUN and state[0] is None \
+                    and isinstance(source, str) and isinstance(event, int):
+                state[0] = (source, event)
+
+        def found(state: list[tuple[str, int] | None]) -> tuple[str, int] | None:
+            return state[0]
+
+        return self.fold(instance, "rerun", init, step, found,
+                         known=lambda state: state[0] is not None)
+
     def prior_starts(self, instance: str, execution_id: str, task_id: int) -> int:
         """How many times this activity call already started, according to the ledger.
 

@@ -198,7 +198,8 @@ class ReplayedResultCheck:
             if not mine:
                 if not final:
                     return None  # perhaps signed by another process: read before judging
-                continue  # not signed here: for verify --engine to judge
+                count += self._copied(instance, key, text, seen)
+                continue
             raw = text.encode("utf-8") if text != "" else None
             if any(self._same(instance, e, raw) for e in mine):
                 with self._lock:
@@ -214,6 +215,36 @@ class ReplayedResultCheck:
                 "expected_digest": last.data.get("output_digest"), "completed_seq": last.seq,
             }, f"a result that is not the signed completion at entry {last.seq}")
         return count
+
+    def _copied(self, instance: str, key: tuple[str, int, str], text: str,
+                seen: str | bytes) -> int:
+        """A result with no completion signed in ``instance``: when ``instance`` is a
+        rerun (its ``workflow.rerun``) and the task lies before the event it reruns from,
+        the engine copied the result from the source, so it is judged against the
+        source's signed completions (a ``replay.mismatch`` naming the source when none
+        matches); otherwise it is for ``verify --engine`` to judge."""
+        _, task_id, execution_id = key
+        link = self.recorder.rerun_of(instance)
+        if link is None or task_id >= link[1]:
+            return 0
+        source = link[0]
+        theirs = [e for e in self._signed(source, {task_id}, fresh=True)[0].get(task_id, ())
+                  if not (execution_id and e.data.get("execution_id"))
+                  or e.data.get("execution_id") == execution_id]
+        raw = text.encode("utf-8") if text != "" else None
+        if any(self._same(source, e, raw) for e in theirs):
+            with self._lock:
+                self._good[key] = seen
+            return 0
+        if not theirs:
+            return 0  # signed nowhere: verify --engine says so
+        last = theirs[-1]
+        recorded = self._signed(instance, {task_id}, fresh=True)[1]
+        return self._record(instance, recorded, task_id, execution_id or None, text, {
+            "activity": last.data.get("activity"), "source": source,
+            "expected_digest": last.data.get("output_digest"), "completed_seq": last.seq,
+        }, f"a result copied from {source} that is not its signed completion at entry "
+           f"{last.seq}")
 
     def _record_other(self, instance: str, other: list[tuple[int, str, str, str]]) -> int:
         """Record results of another execution than the one scheduled (see the class);

@@ -125,9 +125,11 @@ class BehaviourCheck:
                       f"{signed}), not of execution {data.get('scheduled_execution_id')} "
                       f"that the workflow's history scheduled")
         else:
+            source = data.get("source")
+            where = f"the source {source!r}'s entry" if isinstance(source, str) else "entry"
             detail = (f"{what}: on replay the engine fed back a result (digest "
                       f"{_short(data.get('seen_digest'))}) that is not the completion signed "
-                      f"at entry {data.get('completed_seq')} (digest "
+                      f"at {where} {data.get('completed_seq')} (digest "
                       f"{_short(data.get('expected_digest'))})")
         self._mismatches.append(Finding.make(
             "replay-mismatch", self.instance, seq, detail,
