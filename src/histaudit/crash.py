@@ -48,7 +48,8 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
 
-__all__ = ["CRASH_EXIT_CODE", "CRASH_MODE_ENGINE", "ENV_CRASH_AT", "ENV_CRASH_MODE",
+__all__ = ["CRASH_EXIT_CODE", "CRASH_MODE_ENGINE", "ENV_CRASH_AT", "ENV_CRASH_INSTANCE",
+           "ENV_CRASH_MODE",
            "ENV_CRASH_SIGNAL", "ENV_CRASH_SWEEP", "ENV_CRASH_TRACE", "crash_point",
            "crash_scope", "fired_path", "read_trace", "read_trace_entries", "scoped_name",
            "step_aliases"]
@@ -67,6 +68,10 @@ ENV_CRASH_SIGNAL = "HISTAUDIT_CRASH_SIGNAL"
 
 ENV_CRASH_SWEEP = "HISTAUDIT_CRASH_SWEEP"
 """A file of scoped aliases: crash at the first one reached, noting it in ``<file>.fired``."""
+
+ENV_CRASH_INSTANCE = "HISTAUDIT_CRASH_INSTANCE"
+"""Only points passed inside this instance's activity scopes count (traced, fired): the
+crash matrix of a rerun runs the rerun's source to completion in the same workers first."""
 
 CRASH_MODE_ENGINE = "engine"
 
@@ -162,6 +167,11 @@ def crash_point(name: str, aliases: tuple[str, ...] = ()) -> None:
     sweep = os.environ.get(ENV_CRASH_SWEEP, "")
     if not spec and not trace and not sweep:
         return
+    only = os.environ.get(ENV_CRASH_INSTANCE, "")
+    if only:
+        scope = _SCOPE.get()
+        if scope is None or not scope.key.startswith(f"{only}/"):
+            return
     marker = os.environ.get(ENV_CRASH_SIGNAL, "")
     if os.environ.get(ENV_CRASH_MODE, "") != CRASH_MODE_ENGINE or not marker:
         with _lock:

@@ -1,8 +1,9 @@
 """The crash matrix on real daprd (``--engine daprd``) beside the same matrix on
 durabletask-go: two triage points, app and engine crashes, judged the same on both, and
 right; the JSON, the JUnit properties, the header and the rerun commands name the engine.
-Split from ``test_crashtest.py`` (stop 47) to keep each file inside its CPU budget.
-Cost: ≈ 30 s of CPU, 40–65 s of wall on a slow 2-core machine.
+Split from ``test_crashtest.py`` (stop 47) to keep each file inside its CPU budget; and a
+rerun (``--rerun-from``) crashed at its own points.
+Cost: ≈ 35 s of CPU, 45–75 s of wall on a slow 2-core machine.
 """
 
 from __future__ import annotations
@@ -81,3 +82,30 @@ def test_a_spec_names_a_known_engine() -> None:
                         lock_timeout=9)
     rerun = shlex.split(spec.rerun_command("after_post", engine_crash=True))
     assert rerun[-2:] == ["--engine", "daprd"] and "--lock-timeout" not in rerun
+
+
+SWEEP_APP = Path(__file__).resolve().parent / "apps" / "sweep_app.py"
+
+
+@pytest.mark.daprd
+@pytest.mark.timeout(300)
+def test_a_rerun_is_crashed_at_its_own_points(tmp_path: Path) -> None:
+    """``--rerun-from 5``: every run completes ``steps`` as a source, then reruns it from
+    event 5 (``fragile``); only the rerun's passes are points (fragile and the last add —
+    the copied ``stamp`` is declared but never reached), and a crash at each recovers to
+    the clean rerun's output, whose stamp is the source's (copied, not run again)."""
+    json_file = tmp_path / "rerun.json"
+    run = cli("crashtest", f"{SWEEP_APP}:steps", "--input", "0", "--engine", "daprd",
+              "--rerun-from", "5", "--no-engine-points", "--json", json_file,
+              cwd=tmp_path, timeout=280)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    doc = json.loads(json_file.read_text())
+    assert doc["clean"]["output"] == {"x": 4, "stamp": {"x": 3, "runs": 1}}
+    # the rerun's own passes, numbered in the rerun's process: its add is its first
+    assert [p["point"] for p in doc["points"]] == [
+        "before:fragile", "after:fragile", "before:add", "after:add"]
+    assert {p["outcome"] for p in doc["points"]} == {"identical"}
+    assert all("--rerun-from 5" in p["rerun"] for p in doc["points"])
+    refused = cli("crashtest", f"{SWEEP_APP}:steps", "--input", "0", "--rerun-from", "5",
+                  cwd=tmp_path)
+    assert refused.returncode == 2 and "--rerun-from needs --engine daprd" in refused.stderr

@@ -17,6 +17,7 @@ import pytest
 from histaudit.crash import (
     CRASH_EXIT_CODE,
     ENV_CRASH_AT,
+    ENV_CRASH_INSTANCE,
     ENV_CRASH_SWEEP,
     ENV_CRASH_TRACE,
     fired_path,
@@ -108,6 +109,31 @@ def test_trace_keeps_each_pass_aliases(tmp_path: Path) -> None:
     assert point_aliases(entries) == {"after:step:1": "loop", "step:1": "loop",
                                       "after:step:2": "loop#2", "step:2": "loop#2",
                                       "after:step:3": "loop#3", "step:3": "loop#3"}
+
+
+GATED = textwrap.dedent("""
+    from histaudit import crash_point
+    from histaudit.crash import crash_scope
+
+    crash_point("outside")
+    for instance in ("source", "rerun"):
+        with crash_scope(f"{instance}/3"):
+            crash_point("before:step")
+            print(f"passed {instance}", flush=True)
+""")
+
+
+def test_an_instance_gate_keeps_other_instances_passes_out(tmp_path: Path) -> None:
+    """``$HISTAUDIT_CRASH_INSTANCE``: a rerun's source runs in the same worker first;
+    its passes (and those outside any activity) are neither traced nor fired at."""
+    trace = tmp_path / "points.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_CRASH")}
+    env.update({ENV_CRASH_TRACE: str(trace), ENV_CRASH_AT: "before:step",
+                ENV_CRASH_INSTANCE: "rerun"})
+    r = subprocess.run([sys.executable, "-c", GATED], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == CRASH_EXIT_CODE and r.stdout == "passed source\n", r
+    assert read_trace_entries(trace) == [("before:step", ("before:step@rerun/3",))]
 
 
 POINTS = ["before:fetch", "after:fetch", "before:fetch#2", "after:fetch#2", "before:post",

@@ -67,12 +67,16 @@ from .options import Seconds, check_writable, write_file
               help="Run only K of the selected points, chosen with --seed.")
 @click.option("--seed", type=int, metavar="N", help="Seed of the --sample choice "
               "(default: a random one, shown in the reports).")
+@click.option("--rerun-from", "rerun_from", type=click.IntRange(min=0), metavar="EVENT_ID",
+              help="With --engine daprd: crash a rerun. Every run first completes the "
+              "workflow as a source instance, then reruns it from this history event "
+              "(rerun_workflow_from_event); the rerun is crashed and judged.")
 def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: int,
               junit_file: str | None, json_file: str | None, points: tuple[str, ...],
               engine: str, engine_crash: bool, no_engine_points: bool, timeout: float,
               lock_timeout: float, env_pairs: tuple[str, ...], ignore: tuple[str, ...],
               sample: int | None, seed: int | None, resources: str | None,
-              event_pairs: tuple[str, ...], fail_on: str) -> int:
+              event_pairs: tuple[str, ...], fail_on: str, rerun_from: int | None) -> int:
     """Crash the workflow at every crash point it reaches, recover, compare with a clean
     run. Exit 1 if any point diverged, got stuck, failed (the workflow too), did a side
     effect more often than the clean run (a crash at after-effect:X counts X's cut
@@ -109,7 +113,8 @@ def crashtest(target: str, input_json: str, app: str | None, mode: str, jobs: in
     spec = ct.CrashSpec(target=target, input=inp, app=app, env=env, timeout=timeout,
                         lock_timeout=lock_timeout, engine=engine,
                         ignore=ignore, sample=sample, seed=seed, resources=resources,
-                        events=events, fail_on=Severity.parse(fail_on))
+                        events=events, fail_on=Severity.parse(fail_on),
+                        rerun_from=rerun_from)
     # On a terminal, say what happens from the first second (the clean run can take a
     # while); piped output stays one line per point.
     tty = sys.stderr.isatty()

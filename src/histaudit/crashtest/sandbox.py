@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from histaudit.crash import ENV_CRASH_INSTANCE
+from histaudit.errors import EngineError
 from histaudit.testing.daprd import DaprdStack
 from histaudit.testing.daprd_wait import stranded, when_hosted
 from histaudit.testing.engine import EngineProcess
@@ -373,8 +375,10 @@ class Sandbox:
             base.update({"HISTAUDIT_DB": self.db_url, "HISTAUDIT_KEY": str(key),
                          "DATA_DIR": str(self.data), "PYTHONUNBUFFERED": "1"})
             base.update(spec.env)
-            self._base_env = base
             self.instance = f"crashtest-{uuid.uuid4().hex[:12]}"
+            if spec.rerun_from is not None:  # the source's own passes are not points
+                base[ENV_CRASH_INSTANCE] = self.instance
+            self._base_env = base
         except BaseException:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise
@@ -494,12 +498,38 @@ class Sandbox:
         # start_at: durabletask-go queues it at once, whether or not a worker is connected;
         # daprd holds the call until one is (ADR 0008), so every caller has a worker
         # ready first.
-        self.client.schedule_new_workflow(self.spec.workflow, input=self.spec.input,
-                                          instance_id=self.instance,
-                                          start_at=datetime.now(UTC))
+        if self.spec.rerun_from is not None:
+            self._rerun()
+        else:
+            self.client.schedule_new_workflow(self.spec.workflow, input=self.spec.input,
+                                              instance_id=self.instance,
+                                              start_at=datetime.now(UTC))
         if self.spec.events:
             self._events = _EventRaiser(self.engine.address, self.instance, self.spec.events,
                                         self.spec.timeout)
+
+    def _rerun(self) -> None:
+        """Run the workflow to completion as ``<instance>-source``, then rerun it from
+        the spec's event as the run's instance (its crash points gated to it)."""
+        from histaudit.replay.history import rerun_from_event
+
+        source = f"{self.instance}-source"
+        self.client.schedule_new_workflow(self.spec.workflow, input=self.spec.input,
+                                          instance_id=source, start_at=datetime.now(UTC))
+        deadline = time.monotonic() + self.spec.timeout
+        status = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):  # daprd settling: ask again
+                st = self.client.get_workflow_state(source)
+                status = st.runtime_status.name if st is not None else None
+            if status in ("COMPLETED", "FAILED", "TERMINATED"):
+                break
+            time.sleep(0.05)
+        if status != "COMPLETED":
+            raise EngineError(f"the rerun's source {source} did not complete within "
+                              f"{self.spec.timeout:g}s (status {status or 'unknown'})")
+        rerun_from_event(self.engine.address, source, int(self.spec.rerun_from or 0),
+                         new_instance_id=self.instance)
 
     def _restart_if_stranded(self, daprd: DaprdStack) -> None:
         """Restart daprd when its log since its last start shows the dapr 1.18.3

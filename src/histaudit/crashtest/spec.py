@@ -128,7 +128,10 @@ class CrashSpec:
     for it, so an approval path runs in every run, crashed or not; ``fail_on`` the lowest
     finding severity that makes a point fail (a :class:`Severity` or its name, as
     ``verify --fail-on``; a doubled effect, a divergence, a stuck or failed run fail
-    whatever it is).
+    whatever it is); ``rerun_from`` (daprd only) an event id: every run first runs the
+    workflow to completion as a source instance, then reruns it from that event
+    (``rerun_workflow_from_event``) as the instance that is crashed and judged — the
+    crash points are those of the rerun alone.
 
     Made, it is checked: UsageError or InputError (one line) when it cannot run.
     """
@@ -147,6 +150,7 @@ class CrashSpec:
     resources: str | None = None
     events: tuple[tuple[str, str], ...] = ()
     fail_on: Severity = DEFAULT_FAIL_ON
+    rerun_from: int | None = None
 
     # Derived when the spec is made (not arguments): the target resolved, the input's text,
     # the commit.
@@ -173,6 +177,12 @@ class CrashSpec:
             raise UsageError(f"--sample must be at least 1, not {self.sample}")
         if self.seed is not None and self.sample is None:
             raise UsageError("--seed without --sample: there is no sample to choose")
+        if self.rerun_from is not None and self.engine != "daprd":
+            raise UsageError("--rerun-from needs --engine daprd: the standalone engine "
+                             "does not rerun from an event")
+        if self.rerun_from is not None and self.rerun_from < 0:
+            raise UsageError(f"--rerun-from must be an event id (0 or more), not "
+                             f"{self.rerun_from}")
         ignore = check_paths(self.ignore)
         fail_on = Severity.threshold(self.fail_on)
         resources = self._resources()
@@ -234,6 +244,8 @@ class CrashSpec:
             argv += ["--resources", self.resources]
         for name, text in self.events:
             argv += ["--event", f"{name}={text}"]
+        if self.rerun_from is not None:
+            argv += ["--rerun-from", str(self.rerun_from)]
         if engine_crash and self.engine == DEFAULT_ENGINE \
                 and self.lock_timeout != ENGINE_LOCK_TIMEOUT_S:
             argv += ["--lock-timeout", f"{self.lock_timeout:g}"]
