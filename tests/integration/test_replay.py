@@ -45,6 +45,9 @@ from histaudit.testing import DAPRD, DURABLETASK, Sidecar, start_engine, teardow
 from histaudit.testing.engine import EngineProcess, free_port
 from support.apps import AppProcess, AppRig, wait_until
 from support.cli import cli, one_error_line
+from support.dapr_audit import put as daprd_put
+from support.dapr_audit import rows as daprd_rows
+from support.dapr_audit import value as daprd_value
 from support.ledgers import only, read_entries, verify_url
 from support.repo import REPO, app_env
 
@@ -154,18 +157,23 @@ def rig(engine: Sidecar, tmp_path: Path) -> Iterator[Rig]:
         yield r
 
 
-@pytest.fixture
-def durabletask_rig(engine_binary: Path, tmp_path: Path) -> Iterator[Rig]:
-    """A rig on the standalone engine only, for the tests that rewrite its SQLite rows."""
+def _rig_on(kind: str, tmp_path: Path, **start: Any) -> Iterator[Rig]:
+    """A rig on one engine only (``start_engine``'s ``kind``), torn down afterwards."""
     try:
-        sidecar = start_engine(DURABLETASK, tmp_path / "engine", engine_binary=engine_binary)
+        sidecar = start_engine(kind, tmp_path / "engine", **start)
     except EngineError as exc:
-        pytest.fail(f"cannot start the workflow engine: {exc}", pytrace=False)
+        pytest.fail(f"cannot start the {kind} engine: {exc}", pytrace=False)
     try:
         with Rig(sidecar, tmp_path) as r:
             yield r
     finally:
         teardown(sidecar)
+
+
+@pytest.fixture
+def durabletask_rig(engine_binary: Path, tmp_path: Path) -> Iterator[Rig]:
+    """A rig on the standalone engine only, for the tests that rewrite its SQLite rows."""
+    yield from _rig_on(DURABLETASK, tmp_path, engine_binary=engine_binary)
 
 
 def task_of(entries: list[fmt.Entry], activity: str) -> int:
@@ -499,34 +507,20 @@ def test_a_versioned_workflow_signs_its_version(rig: Rig) -> None:
 
 @pytest.fixture
 def daprd_rig(tmp_path: Path) -> Iterator[Rig]:
-    try:
-        sidecar = start_engine(DAPRD, tmp_path / "engine")
-    except EngineError as exc:
-        pytest.fail(f"cannot start daprd: {exc}", pytrace=False)
-    try:
-        with Rig(sidecar, tmp_path) as r:
-            yield r
-    finally:
-        teardown(sidecar)
+    yield from _rig_on(DAPRD, tmp_path)
 
 
 def _alter_copied_result(stack: Any, instance: str, task_id: int, result: str) -> None:
     """Rewrite one TaskCompleted of ``instance`` in daprd's (stopped) SQLite actor store."""
-    import base64
-
     from dapr.ext.workflow._durabletask.internal import history_events_pb2 as hpb
 
-    with sqlite3.connect(stack.db_path) as db:
-        rows = db.execute("SELECT key, value FROM state WHERE key LIKE ?",
-                          (f"%||{instance}||history-%",)).fetchall()
-        for key, value in rows:
-            event = hpb.HistoryEvent()
-            event.ParseFromString(base64.b64decode(value))
-            if event.HasField("taskCompleted") and event.taskCompleted.taskScheduledId == task_id:
-                event.taskCompleted.result.value = result
-                db.execute("UPDATE state SET value = ? WHERE key = ?",
-                           (base64.b64encode(event.SerializeToString()).decode(), key))
-                return
+    for key, _value, _binary in daprd_rows(stack.db_path, instance, "history-%"):
+        event = hpb.HistoryEvent()
+        event.ParseFromString(daprd_value(stack.db_path, key))
+        if event.HasField("taskCompleted") and event.taskCompleted.taskScheduledId == task_id:
+            event.taskCompleted.result.value = result
+            daprd_put(stack.db_path, key, event.SerializeToString())
+            return
     raise AssertionError(f"no TaskCompleted of task {task_id} in {instance}")
 
 
@@ -598,27 +592,22 @@ PROPAGATION_APP = Path(__file__).resolve().parent / "apps" / "propagation_app.py
 def _alter_propagated(stack: Any, child: str, old: str, new: str) -> None:
     """Rewrite one result inside the history daprd keeps for ``child`` (its stopped store's
     ``propagated-history`` row: a PropagatedHistory of chunks of serialized events)."""
-    import base64
-
     from dapr.ext.workflow._durabletask.internal import history_events_pb2 as hpb
 
     from histaudit import sdk
 
-    with sqlite3.connect(stack.db_path) as db:
-        [(key, value)] = db.execute("SELECT key, value FROM state WHERE key LIKE ?",
-                                    (f"%||{child}||propagated-history",)).fetchall()
-        kept = sdk.protos.PropagatedHistory()
-        kept.ParseFromString(base64.b64decode(value))
-        for chunk in kept.chunks:
-            for i, raw in enumerate(chunk.rawEvents):
-                event = hpb.HistoryEvent()
-                event.ParseFromString(raw)
-                if event.HasField("taskCompleted") and event.taskCompleted.result.value == old:
-                    event.taskCompleted.result.value = new
-                    chunk.rawEvents[i] = event.SerializeToString()
-                    db.execute("UPDATE state SET value = ? WHERE key = ?",
-                               (base64.b64encode(kept.SerializeToString()).decode(), key))
-                    return
+    [(key, _value, _binary)] = daprd_rows(stack.db_path, child, "propagated-history")
+    kept = sdk.protos.PropagatedHistory()
+    kept.ParseFromString(daprd_value(stack.db_path, key))
+    for chunk in kept.chunks:
+        for i, raw in enumerate(chunk.rawEvents):
+            event = hpb.HistoryEvent()
+            event.ParseFromString(raw)
+            if event.HasField("taskCompleted") and event.taskCompleted.result.value == old:
+                event.taskCompleted.result.value = new
+                chunk.rawEvents[i] = event.SerializeToString()
+                daprd_put(stack.db_path, key, kept.SerializeToString())
+                return
     raise AssertionError(f"no result {old} in {child}'s propagated history")
 
 
