@@ -50,11 +50,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from histaudit.ledger.kinds import Kind
-from histaudit.ledger.records import Entry, StoredEntry, commitment_matches
+from histaudit.ledger.records import Entry, StoredEntry
 
 from .check import Parsed
 from .findings import Finding
-from .payloads import PayloadLookup
+from .payloads import SAME, UNKNOWN, PayloadLookup, compare_committed
 
 __all__ = ["EngineCrossCheck", "Lineage"]
 
@@ -62,7 +62,6 @@ Lineage = Callable[[str], Iterable[Entry]]
 """The parsed entries of another instance's chain (a rerun's source), from the snapshot
 the verifier reads."""
 
-_SAME, _DIFFERENT, _UNKNOWN = "same", "different", "unknown"
 _ENDED = {1: "COMPLETED", 3: "FAILED", 4: "CANCELED"}
 """The engine's OrchestrationStatus values of a workflow that ended by its own code."""
 _TERMINATED = 5
@@ -80,19 +79,7 @@ class _Signed:
 
 
 def _compare(lookup: PayloadLookup, signed: _Signed, raw: bytes | None) -> str:
-    ref = signed.output
-    if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
-        return _SAME if raw is None else _DIFFERENT
-    if raw is None:
-        return _DIFFERENT
-    stored = lookup(ref["c"])
-    if stored is not None:
-        salt, _data = stored
-        return _SAME if commitment_matches(ref["c"], raw, salt) else _DIFFERENT
-    size = ref.get("n")
-    if isinstance(size, int) and size != len(raw):
-        return _DIFFERENT
-    return _UNKNOWN
+    return compare_committed(signed.output, raw, lookup)
 
 
 def _same_task(signed: _Signed, task_id: int, execution_id: str) -> bool:
@@ -213,9 +200,9 @@ def _crosscheck(instance: str, signed: list[_Signed], history: Iterable[Any],
             continue
         verdicts = [_compare(lookup, s, raw) for s in mine]
         last = mine[-1]
-        if _SAME in verdicts:
+        if SAME in verdicts:
             continue
-        if _UNKNOWN in verdicts:
+        if UNKNOWN in verdicts:
             findings.append(Finding.make(
                 "engine-completion-unverifiable", instance, last.seq,
                 f"activity {last.activity} (task {task_id}): unverifiable (payload erased); "
@@ -257,9 +244,9 @@ def _copied(instance: str, inherited: _Inherited, task_id: int, execution_id: st
             task_id=task_id)]
     verdicts = [_compare(lookup, s, raw) for s in theirs]
     last = theirs[-1]
-    if _SAME in verdicts:
+    if SAME in verdicts:
         return []
-    if _UNKNOWN in verdicts:
+    if UNKNOWN in verdicts:
         return [Finding.make(
             "engine-completion-unverifiable", instance, inherited.seq,
             f"activity {last.activity} (task {task_id}), copied from {source}: "

@@ -60,7 +60,7 @@ from .dapr_history import (
     verify_dapr_history,
 )
 from .findings import ENTRIES_LISTED, Finding
-from .payloads import PayloadLookup
+from .payloads import DIFFERENT, PayloadLookup, compare_committed
 
 __all__ = ["DaprEvent", "DaprLedgerResult", "crosscheck_dapr", "instance_missing",
            "parse_history_event", "verify_with_ledger"]
@@ -351,15 +351,7 @@ def _differs(ref: Any, result: str | None, lookup: PayloadLookup) -> bool:
     """Whether Dapr's ``result`` provably differs from the signed output ``ref``: by the
     salted commitment while the payload is stored, by size once it is erased."""
     raw = None if result is None or result == "" else result.encode("utf-8")
-    if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
-        return raw is not None
-    if raw is None:
-        return True
-    stored = lookup(ref["c"])
-    if stored is not None:
-        return not commitment_matches(ref["c"], raw, stored[0])
-    size = ref.get("n")
-    return isinstance(size, int) and size != len(raw)
+    return compare_committed(ref, raw, lookup) == DIFFERENT
 
 
 def instance_missing(instance: str, entries: int) -> Finding:

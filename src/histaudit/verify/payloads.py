@@ -27,6 +27,26 @@ PayloadBatchLookup = Callable[[Sequence[str]], "Mapping[str, tuple[bytes, bytes]
 """commitments -> {commitment: (salt, payload bytes)} of those stored (the others absent)."""
 
 
+SAME, DIFFERENT, UNKNOWN = "same", "different", "unknown"
+
+
+def compare_committed(ref: object, raw: bytes | None, lookup: PayloadLookup) -> str:
+    """Whether ``raw`` (None: no payload) is what the payload reference ``ref`` commits to:
+    :data:`SAME` or :data:`DIFFERENT` by the salted commitment while the payload is stored
+    (its salt beside it); once erased, only a different committed size can prove a
+    difference, and an equal one is :data:`UNKNOWN`. A value that is no reference commits
+    to no payload."""
+    if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
+        return SAME if raw is None else DIFFERENT
+    if raw is None:
+        return DIFFERENT
+    stored = lookup(ref["c"])
+    if stored is not None:
+        return SAME if commitment_matches(ref["c"], raw, stored[0]) else DIFFERENT
+    size = ref.get("n")
+    return DIFFERENT if isinstance(size, int) and size != len(raw) else UNKNOWN
+
+
 def is_kept(ref: object) -> bool:
     """Whether a payload reference signs that its payload was stored (``"k": true``)."""
     return isinstance(ref, dict) and ref.get("k") is True

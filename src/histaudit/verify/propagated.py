@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from histaudit.ledger.kinds import Kind
-from histaudit.ledger.records import Entry, commitment_matches
+from histaudit.ledger.records import Entry
 
-from .payloads import PayloadLookup
+from .payloads import DIFFERENT, PayloadLookup, compare_committed
 
 __all__ = ["Chunk", "PropagatedCheck", "check_propagated"]
 
@@ -123,7 +123,8 @@ def _chunk_problems(chunk: Chunk, point: int | None, entries: list[Entry],
         if not theirs:
             problems.append(f"task {task} has a result ({_size(raw)}) no signed "
                             f"activity.completed records")
-        elif not any(_same(e.data.get("output"), raw, lookup) for e in theirs):
+        elif all(compare_committed(e.data.get("output"), raw, lookup) == DIFFERENT
+                 for e in theirs):
             problems.append(f"task {task}'s result ({_size(raw)}) is not the output signed "
                             f"at entry {theirs[-1].seq}")
     if point is not None:
@@ -134,18 +135,6 @@ def _chunk_problems(chunk: Chunk, point: int | None, entries: list[Entry],
                             + (f" and {len(cut) - _LISTED} more" if len(cut) > _LISTED else "")
                             + f", signed as scheduled before task {point}")
     return problems
-
-
-def _same(ref: Any, raw: bytes | None, lookup: PayloadLookup) -> bool:
-    """Whether ``raw`` is the output ``ref`` commits to (by size once erased)."""
-    if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
-        return raw is None
-    if raw is None:
-        return False
-    stored = lookup(ref["c"])
-    if stored is not None:
-        return commitment_matches(ref["c"], raw, stored[0])
-    return ref.get("n") == len(raw)
 
 
 def _size(raw: bytes | None) -> str:
