@@ -37,9 +37,11 @@ from .dapr_history import (
     WireError,
     chain_problem,
     event_timestamp,
+    int32,
     read_message,
     signature_problem,
     split_der,
+    string_value,
 )
 
 __all__ = ["Attestation", "attestations_of", "canonical_failure", "check_attestations",
@@ -123,16 +125,6 @@ class Attestation:
     """The completion event's timestamp (None when unreadable)."""
 
 
-def _int32(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _string_value(raw: bytes | None) -> str | None:
-    if raw is None:
-        return None
-    return bytes(read_message(raw, {1: bytes}).get(1, b"")).decode("utf-8")
-
-
 def attestations_of(history: Sequence[bytes]) -> tuple[list[Attestation], list[int]]:
     """The attestations of ``history`` (stored events, exact bytes), and the indices of
     completion events that carry none. WireError when an event does not read."""
@@ -142,24 +134,24 @@ def attestations_of(history: Sequence[bytes]) -> tuple[list[Attestation], list[i
     for index, raw in enumerate(history):
         f = read_message(raw, {1: int, _SCHEDULED: bytes, _CHILD_CREATED: bytes,
                                **dict.fromkeys(_COMPLETIONS, bytes)})
-        event_id = _int32(f.get(1, 0))
+        event_id = int32(f.get(1, 0))
         if _SCHEDULED in f:
             s = read_message(f[_SCHEDULED], {1: bytes, 3: bytes})
-            scheduled[event_id] = (bytes(s.get(1, b"")).decode("utf-8"), _string_value(s.get(3)))
+            scheduled[event_id] = (bytes(s.get(1, b"")).decode("utf-8"), string_value(s.get(3)))
         elif _CHILD_CREATED in f:
             c = read_message(f[_CHILD_CREATED], {2: bytes, 4: bytes})
-            scheduled[event_id] = (bytes(c.get(2, b"")).decode("utf-8"), _string_value(c.get(4)))
+            scheduled[event_id] = (bytes(c.get(2, b"")).decode("utf-8"), string_value(c.get(4)))
         for number, (kind, status) in _COMPLETIONS.items():
             if number not in f:
                 continue
             field_no = 4 if kind == "activity" else 3
             done = read_message(f[number], {1: int, 2: bytes, field_no: bytes})
-            task_id = _int32(done.get(1, 0))
+            task_id = int32(done.get(1, 0))
             if field_no not in done:
                 bare.append(index)
                 continue
             wrapper = read_message(done[field_no], {1: bytes, 2: bytes})
-            returned = (canonical_output(_string_value(done.get(2))) if status == "COMPLETED"
+            returned = (canonical_output(string_value(done.get(2))) if status == "COMPLETED"
                         else canonical_failure(done.get(2)))
             name, given = scheduled.get(task_id, (None, None))
             found.append(Attestation(index, kind, status, task_id, name, given, returned,
@@ -233,8 +225,8 @@ def _problems(instance: str, att: Attestation, chains: Mapping[bytes, list[x509.
     if _STATUS.get(status) != att.status:
         problems.append(f"says {_STATUS.get(status, status)}, the event says {att.status}")
     parent = bytes(p.get(1, b"")).decode("utf-8", "replace")
-    if parent != instance or _int32(p.get(2, 0)) != att.task_id:
-        problems.append(f"names task {_int32(p.get(2, 0))} of {parent!r}")
+    if parent != instance or int32(p.get(2, 0)) != att.task_id:
+        problems.append(f"names task {int32(p.get(2, 0))} of {parent!r}")
     if att.kind == "activity" and att.name is not None \
             and bytes(name or b"").decode("utf-8", "replace") != att.name:
         problems.append(f"names activity {bytes(name or b'')!r}, scheduled as {att.name!r}")

@@ -56,7 +56,9 @@ from .dapr_history import (
     DaprWorkflowRows,
     WireError,
     events_digest,
+    int32,
     read_message,
+    string_value,
     verify_dapr_history,
 )
 from .findings import ENTRIES_LISTED, Finding
@@ -118,28 +120,16 @@ class DaprEvent:
         return self.event_id
 
 
-def _int32(value: int) -> int:
-    """A varint-encoded int32 (negatives are sign-extended to 64 bits on the wire)."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _string_value(raw: bytes | None) -> str | None:
-    if raw is None:
-        return None
-    return bytes(read_message(raw, {1: bytes}).get(1, b"")).decode("utf-8")
-
-
 def parse_history_event(raw: bytes, index: int) -> DaprEvent:
     """One stored ``history-NNNNNN`` row (its exact bytes) as a :class:`DaprEvent`;
     :class:`WireError` (or UnicodeDecodeError) when it is not a HistoryEvent."""
     f = read_message(raw, {1: int, _EXECUTION_COMPLETED: bytes, _TASK_SCHEDULED: bytes,
                            _TASK_COMPLETED: bytes, _TASK_FAILED: bytes,
                            _CONTINUE_AS_NEW: bytes})
-    event_id = _int32(f.get(1, 0))
+    event_id = int32(f.get(1, 0))
     if _TASK_COMPLETED in f:
         done = read_message(f[_TASK_COMPLETED], {1: int, 2: bytes, 3: bytes})
-        task = _TaskCompleted(_int32(done.get(1, 0)), _StringValue(_string_value(done.get(2))
+        task = _TaskCompleted(int32(done.get(1, 0)), _StringValue(string_value(done.get(2))
                                                                     or ""),
                               bytes(done.get(3, b"")).decode("utf-8"))
         return DaprEvent(index, event_id, "taskCompleted", taskCompleted=task,
@@ -147,7 +137,7 @@ def parse_history_event(raw: bytes, index: int) -> DaprEvent:
     if _EXECUTION_COMPLETED in f:
         ended = read_message(f[_EXECUTION_COMPLETED], {1: int, 2: bytes})
         return DaprEvent(index, event_id, "executionCompleted",
-                         result=_string_value(ended.get(2)), status=_int32(ended.get(1, 0)),
+                         result=string_value(ended.get(2)), status=int32(ended.get(1, 0)),
                          members=frozenset({"executionCompleted"}))
     if _TASK_SCHEDULED in f:
         ordered = read_message(f[_TASK_SCHEDULED], {5: bytes})

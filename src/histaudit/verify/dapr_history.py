@@ -35,9 +35,9 @@ from histaudit.errors import InputError
 from .findings import Finding
 
 __all__ = ["ROW_NAME", "DaprHistoryResult", "DaprWorkflowRows", "HistorySignature",
-           "SpiffeId", "WireError", "events_digest", "load_anchors", "parse_history_signature",
-           "parse_signing_certificate", "read_message", "signature_input",
-           "verify_dapr_history"]
+           "SpiffeId", "WireError", "events_digest", "int32", "load_anchors",
+           "parse_history_signature", "parse_signing_certificate", "read_message",
+           "signature_input", "split_der", "string_value", "verify_dapr_history"]
 
 
 class WireError(ValueError):
@@ -126,6 +126,19 @@ def parse_history_signature(raw: bytes) -> HistorySignature:
     return HistorySignature(start_event_index=f.get(1, 0), event_count=f.get(2, 0),
                             previous_signature_digest=f.get(3), events_digest=f.get(4, b""),
                             certificate_index=f.get(5, 0), signature=f.get(6, b""))
+
+
+def int32(value: int) -> int:
+    """A varint-encoded int32 (negatives are sign-extended to 64 bits on the wire)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def string_value(raw: bytes | None) -> str | None:
+    """A ``google.protobuf.StringValue`` message's text (None: the field is absent)."""
+    if raw is None:
+        return None
+    return bytes(read_message(raw, {1: bytes}).get(1, b"")).decode("utf-8")
 
 
 def parse_signing_certificate(raw: bytes) -> bytes:
