@@ -28,7 +28,7 @@ from histaudit.ledger.kinds import Kind
 from histaudit.ledger.records import Entry, StoredEntry, commitment_matches, parse_entry
 from histaudit.verify.crosscheck import EngineCrossCheck
 from histaudit.verify.findings import Finding
-from histaudit.verify.payloads import PayloadLookup
+from histaudit.verify.payloads import SAME, UNKNOWN, PayloadLookup, compare_committed
 
 from .result import ReplayResult
 
@@ -106,16 +106,8 @@ NOT_COMPARED = OutputCheck(OutputStatus.NOT_COMPARED,
 
 def _same(ref: Any, text: str | None, lookup: PayloadLookup) -> bool | None:
     """Whether ``text`` is the payload ``ref`` commits to; None when that cannot be told."""
-    raw = None if text is None else text.encode("utf-8")
-    if not (isinstance(ref, dict) and isinstance(ref.get("c"), str)):
-        return raw is None  # signed as no payload
-    if raw is None:
-        return False
-    stored = lookup(ref["c"])
-    if stored is not None:
-        return commitment_matches(ref["c"], raw, stored[0])
-    size = ref.get("n")
-    return False if isinstance(size, int) and size != len(raw) else None
+    verdict = compare_committed(ref, None if text is None else text.encode("utf-8"), lookup)
+    return None if verdict == UNKNOWN else verdict == SAME
 
 
 def compare_signed(result: ReplayResult, history: Sequence[Any], rows: Iterable[StoredEntry],
