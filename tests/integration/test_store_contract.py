@@ -97,3 +97,28 @@ def test_a_driver_tells_a_write_that_the_append_lock_is_held(store_url: str) -> 
             pytest.raises(StoreError, match="waiting for the write lock"):
         chain.append(ledger, "wf", "step.done", {}, signer=KeyFileSigner.generate())
     assert told == ["wait"]
+
+
+def test_following_a_chain_sees_every_writer_s_rows_after_a_seq(store_url: str) -> None:
+    """``Ledger.follow`` (the recorder's folds keeping up with a chain) returns the rows
+    after a seq in leaf order, those another opener committed since included; on SQLite
+    it reads on the thread's own write connection, also right after that connection's
+    own write and after a read left unfinished."""
+    signer = KeyFileSigner.generate()
+    with Ledger.open(store_url, create=True) as ledger, Ledger.open(store_url) as other:
+        for i in range(3):
+            chain.append(ledger, "wf", "step.done", {"i": i}, signer=signer)
+        assert [r.seq for r in ledger.follow("wf", 0)] == [1, 2, 3]
+        assert list(ledger.follow("wf", 3)) == []
+        chain.append(other, "wf", "step.done", {"i": 3}, signer=signer)
+        chain.append(other, "wf-other", "step.done", {}, signer=signer)
+        rows = list(ledger.follow("wf", 2))
+        assert [(r.instance, r.seq) for r in rows] == [("wf", 3), ("wf", 4)]
+        assert rows == list(ledger.entries("wf", after_seq=2))
+        chain.append(ledger, "wf", "step.done", {"i": 4}, signer=signer)
+        assert [r.seq for r in ledger.follow("wf", 4)] == [5]
+        half = ledger.follow("wf", 0)
+        assert next(iter(half)).seq == 1
+        del half  # left unfinished: the next write on this thread still goes through
+        chain.append(ledger, "wf", "step.done", {"i": 5}, signer=signer)
+        assert [r.seq for r in ledger.follow("wf", 5)] == [6]

@@ -454,7 +454,7 @@ class AuditRecorder:
 
             def catch_up() -> None:
                 # made again after a dropped connection: from the last row it folded
-                for row in self.ledger.entries(instance, after_seq=slot.seq):
+                for row in self.ledger.follow(instance, slot.seq):
                     slot.seq = max(slot.seq, row.seq)
                     try:
                         entry = rec.parse_entry(row.body)

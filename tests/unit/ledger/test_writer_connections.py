@@ -113,3 +113,21 @@ def test_a_forked_child_writes_on_a_connection_of_its_own(tmp_path: Path) -> Non
         assert os.waitstatus_to_exitcode(status) == 0
         chain.append(ledger, "wf", "step.done", {"i": 3}, signer=signer)
         _clean(ledger, signer, "wf", 3)
+
+
+def test_following_a_chain_reads_on_the_thread_s_write_connection(tmp_path: Path) -> None:
+    """``Ledger.follow`` reads on the connection this thread writes on (no pool checkout);
+    a read that fails is a StoreError naming the ledger, the connection is dropped, and
+    the thread's next write and read go through on a fresh one."""
+    signer = KeyFileSigner.generate()
+    with _ledger(tmp_path) as ledger:
+        chain.append(ledger, "wf", "step.done", {}, signer=signer)
+        held = ledger.writer_connections.get()
+        assert [r.seq for r in ledger.follow("wf", 0)] == [1]
+        assert ledger.writer_connections.get() is held
+        with pytest.raises(StoreError, match=r"^ledger sqlite:///.*l\.db: "):
+            list(ledger.follow("wf", 2 ** 70))  # a seq SQLite cannot bind
+        assert ledger.writer_connections.get() is not held
+        chain.append(ledger, "wf", "step.done", {}, signer=signer)
+        assert [r.seq for r in ledger.follow("wf", 1)] == [2]
+        _clean(ledger, signer, "wf", 2)

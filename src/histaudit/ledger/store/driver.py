@@ -18,7 +18,8 @@ What a driver decides:
   :meth:`Driver.rekey_cosignatures`), and refusing tables that are not stored
   (:meth:`Driver.not_stored_tables`);
 * **reading**: a snapshot's first statement and its streaming cursor
-  (:meth:`Driver.begin_snapshot`, :meth:`Driver.stream_cursor`, :meth:`Driver.fetch_size`);
+  (:meth:`Driver.begin_snapshot`, :meth:`Driver.stream_cursor`, :meth:`Driver.fetch_size`),
+  and a cheaper read for a reader that keeps up with a chain (:meth:`Driver.follow`);
 * **writing**: the write transaction with its lock, pipelining and flush
   (:meth:`Driver.write`), the lock a schema change takes (:meth:`Driver.schema_lock`);
 * **errors**: a connection the server dropped (:meth:`Driver.connect_lost`), what a
@@ -43,6 +44,8 @@ from histaudit.errors import StoreError
 from .sql import Statements
 
 if TYPE_CHECKING:
+    from histaudit.ledger.records import StoredEntry
+
     from .writetx import TipMemo, WriteTx
 
 __all__ = ["DRIVERS", "Driver", "DriverContext", "OnLockWait", "driver_for"]
@@ -145,6 +148,13 @@ class Driver(ABC):
 
     def fetch_size(self, chunk: int) -> int:
         return chunk
+
+    def follow(self, ledger: DriverContext, failed: Callable[[BaseException], str],
+               instance: str, after_seq: int) -> Iterator[StoredEntry] | None:
+        """``instance``'s rows after ``after_seq`` read without a snapshot, where the
+        driver has a cheaper consistent read (see :meth:`.rows.Ledger.follow`); None:
+        read them through one."""
+        return None
 
     # --- writing and errors ---------------------------------------------------------
 

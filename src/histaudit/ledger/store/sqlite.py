@@ -21,11 +21,12 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from histaudit.errors import StoreError
+from histaudit.ledger.records import StoredEntry
 
 from .columns import _sqlite_text
 from .driver import Driver, DriverContext
 from .schema import HEAD_MISMATCH, cosignatures
-from .sql import QMARK
+from .sql import QMARK, instance_rows
 from .writetx import WriteTx
 
 # --- the append-only guards (installed by SqliteDriver.install_guards) ----------------
@@ -449,6 +450,35 @@ class SqliteDriver(Driver):
 
     def fetch_size(self, chunk: int) -> int:
         return _FETCH
+
+    def follow(self, ledger: DriverContext, failed: Callable[[BaseException], str],
+               instance: str, after_seq: int) -> Iterator[StoredEntry] | None:
+        """One statement on this thread's held write connection, outside any transaction:
+        SQLite reads one committed state for as long as the statement steps, and the
+        connection needs no checkout from the pool nor an explicit transaction."""
+        writers = ledger.writer_connections
+        if writers is None or ledger.read_only:
+            return None
+        return self._follow(writers, failed, ledger.db_errors(), instance, after_seq)
+
+    def _follow(self, writers: WriterConnections, failed: Callable[[BaseException], str],
+                errors: tuple[type[BaseException], ...], instance: str, after_seq: int
+                ) -> Iterator[StoredEntry]:
+        try:
+            held = writers.get()
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(failed(exc)) from None
+        try:
+            cur = held.conn.cursor()
+            try:
+                cur.execute(self.statements.entries_of_after, (instance, after_seq))
+                while rows := cur.fetchmany(_FETCH):
+                    yield from instance_rows(instance, rows)
+            finally:
+                cur.close()
+        except errors as exc:
+            writers.drop(held)
+            raise StoreError(failed(exc)) from None
 
     # --- writing and errors ---
 
