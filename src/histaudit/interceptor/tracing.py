@@ -152,15 +152,28 @@ def _tracer(schema_url: str | None) -> Any:
     return _otel.get_tracer("histaudit", _VERSION, schema_url=schema_url)
 
 
-@contextlib.contextmanager
+_UNTRACED = contextlib.nullcontext(_NOT_TRACED)
+
+
 def span(name: str, attributes: Mapping[str, Any] | None = None, *, client: bool = False,
-         start_ns: int | None = None) -> Iterator[Traced]:
+         start_ns: int | None = None) -> contextlib.AbstractContextManager[Traced]:
     """A span ``name``, current inside the block (child spans nest under it); ended when
     the block ends, failed with the exception's type when it raises. ``start_ns`` starts
-    it in the past (a call recorded once it has returned)."""
-    if not _HAVE_OTEL:
-        yield _NOT_TRACED
-        return
+    it in the past (a call recorded once it has returned).
+
+    While the app has set no tracer provider (the API's proxy, or its no-op one, is the
+    global provider), no span is started at all: the API's would be a non-recording span
+    that carries the current span's context, i.e. changes nothing, yet costs a context
+    switch in and out on every activity, LLM call and tool call (figure 7)."""
+    if not _HAVE_OTEL or isinstance(_otel.get_tracer_provider(),
+                                    (_otel.ProxyTracerProvider, _otel.NoOpTracerProvider)):
+        return _UNTRACED
+    return _span(name, attributes, client=client, start_ns=start_ns)
+
+
+@contextlib.contextmanager
+def _span(name: str, attributes: Mapping[str, Any] | None, *, client: bool,
+          start_ns: int | None) -> Iterator[Traced]:
     tracer = _tracer(None if _Conventions.latest else SCHEMA_URL)
     kind = _otel.SpanKind.CLIENT if client else _otel.SpanKind.INTERNAL
     with tracer.start_as_current_span(name, kind=kind, start_time=start_ns,

@@ -54,13 +54,14 @@ TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "write_note
 
 @pytest.fixture
 def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    """The app's tracer provider, for this test only: histaudit asks the API for its
-    tracer, so the API's ``get_tracer`` is pointed at a private SDK provider (the global
-    one can be set once per process)."""
+    """The app's tracer provider, for this test only: histaudit asks the API for the
+    provider (to start no span while there is none) and its tracer, so both are pointed at
+    a private SDK provider (the global one can be set once per process)."""
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
     monkeypatch.setattr(tracing._otel, "get_tracer", provider.get_tracer)
+    monkeypatch.setattr(tracing._otel, "get_tracer_provider", lambda: provider)
     tracing._tracer.cache_clear()
     try:
         yield memory
@@ -179,3 +180,35 @@ def test_the_setting_reads_opentelemetry_s_opt_in_list(value: str | None,
     settings = Settings.from_env({**environ, "UNRELATED": "x"})
     assert settings.genai_latest_experimental is latest
     assert "UNRELATED" not in settings.environ
+
+
+def test_with_no_provider_set_no_span_is_started_and_the_context_stays_the_callers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the app sets a provider (the API's proxy is the global one) a span would be
+    a non-recording one carrying the caller's context, so none is started: the block gets
+    the untraced handle and the current span inside is the caller's own. Once a provider
+    answers, the same call starts a span."""
+    from opentelemetry import trace
+
+    outer = trace.NonRecordingSpan(trace.SpanContext(
+        trace_id=0x1234, span_id=0x5678, is_remote=True,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)))
+    monkeypatch.setattr(tracing._otel, "get_tracer_provider",
+                        lambda: trace.ProxyTracerProvider())
+    with trace.use_span(outer), tracing.span("activity ask") as traced:
+        assert traced is tracing._NOT_TRACED
+        assert trace.get_current_span() is outer
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    monkeypatch.setattr(tracing._otel, "get_tracer_provider", lambda: provider)
+    monkeypatch.setattr(tracing._otel, "get_tracer", provider.get_tracer)
+    tracing._tracer.cache_clear()
+    try:
+        with trace.use_span(outer), tracing.span("activity ask") as traced:
+            assert traced is not tracing._NOT_TRACED
+            assert trace.get_current_span().get_span_context().trace_id == 0x1234
+    finally:
+        tracing._tracer.cache_clear()
+        provider.shutdown()
+    assert [s.name for s in memory.get_finished_spans()] == ["activity ask"]
