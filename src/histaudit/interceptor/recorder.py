@@ -107,7 +107,7 @@ def payload_digest(signer: Signer, instance: str, payload: bytes) -> str:
     not JSON, so the signature can never double as a signature over a ledger record, and
     it is hashed, never stored.
     """
-    return hmac.new(_instance_secret(signer, instance), payload, hashlib.sha256).hexdigest()
+    return hmac.digest(_instance_secret(signer, instance), payload, "sha256").hex()
 
 
 def _instance_secret(signer: Signer, instance: str) -> bytes:
@@ -340,7 +340,7 @@ class AuditRecorder:
 
     def digest(self, instance: str, payload: bytes) -> str:
         """See :func:`payload_digest`; cached per instance."""
-        return hmac.new(self._secret(instance), payload, hashlib.sha256).hexdigest()
+        return hmac.digest(self._secret(instance), payload, "sha256").hex()
 
     def commit(self, instance: str, text: str | None) -> Payload:
         """Commit to one JSON text (``None``: no payload, so no reference either)."""

@@ -55,7 +55,9 @@ class _Request:
         self.durable = durable
         self.settled = settled
         """Set for a deferred entry (:meth:`GroupWriter.defer`): nobody waits for it."""
-        self.done = threading.Event()
+        self.done: threading.Event | None = None
+        """Made, under the writer's lock, for a caller that waits for another's batch (a
+        lone caller leads its own and waits for nothing)."""
         self.lead = False
         self.entry: rec.Entry | None = None
         self.error: BaseException | None = None
@@ -92,8 +94,10 @@ class GroupWriter:
             self._queue.append(req)
             lead = not self._leading
             self._leading = True
+            if not lead:
+                req.done = threading.Event()
             self._lock.notify()
-        if not lead:
+        if req.done is not None:
             req.done.wait()  # woken with its result, or to lead the next batch (which holds req)
         if lead or req.lead:
             self._lead(req)  # req is in the batch it commits: its result is set when this returns
@@ -164,6 +168,7 @@ class GroupWriter:
                 nxt = next((r for r in self._queue if r.settled is None), None)
                 if nxt is not None:
                     nxt.lead = True
+                    assert nxt.done is not None  # a waiting caller's
                     nxt.done.set()
                 else:
                     self._leading = False
@@ -172,7 +177,8 @@ class GroupWriter:
             for req in batch:
                 if req.settled is not None:
                     req.settled(req.entry, req.error)
-                req.done.set()
+                if req.done is not None:
+                    req.done.set()
 
     def _commit(self, batch: list[_Request]) -> None:
         durable = any(r.durable for r in batch)

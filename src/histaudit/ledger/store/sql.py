@@ -38,6 +38,9 @@ class Statements:
     top_leaf: str
     payload: str
     last_of_instance: str
+    top_leaf_and_last_of: str
+    """:attr:`top_leaf` and :attr:`last_of_instance` of one instance in one statement: an
+    append's start (one statement fewer on the path of every append; figure 7)."""
     tips_of: str
     """The newest row of each of many instances in one statement (PostgreSQL: an array
     parameter); "" where :attr:`last_of_instance` is run once per instance instead."""
@@ -83,6 +86,9 @@ _QMARK = Statements(
     payload="SELECT salt, data FROM histaudit_payloads WHERE commitment = ?",
     last_of_instance="SELECT body FROM histaudit_entries WHERE instance = ? "
                      "ORDER BY seq DESC LIMIT 1",
+    top_leaf_and_last_of="SELECT (SELECT max(leaf) FROM histaudit_entries), "
+                         "(SELECT body FROM histaudit_entries WHERE instance = ? "
+                         "ORDER BY seq DESC LIMIT 1)",
     tips_of="",  # SQLite runs in the process: a statement per instance costs no round trip
     insert_entry=f"INSERT INTO histaudit_entries ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
     insert_head="INSERT INTO histaudit_heads (instance, seq, body, sig) VALUES (?, ?, ?, ?)",

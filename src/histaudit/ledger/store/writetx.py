@@ -85,15 +85,21 @@ class WriteTx:
     def start(self, instances: Sequence[str]) -> tuple[int, dict[str, tuple[int, str]]]:
         """:meth:`next_leaf` and :meth:`tips` of ``instances``, as a batch begins.
 
-        On PostgreSQL one round trip, the append lock included when it is still to be
+        For one instance one statement (a lone append, the common case). On PostgreSQL
+        one round trip, the append lock included when it is still to be
         taken: the lock, the top leaf and the tips go to the server together, which runs
         them in that order, so both reads see what the lock holder may rely on. Every
         round trip spent under the ledger-wide lock is one that no other appender of any
         process can use (benchmarks/README.md, figure 2a).
         """
-        if not self._pipelined or not self._sql.tips_of:
-            return self.next_leaf(), self.tips(instances)
         wanted = _checked_ids(instances)
+        if len(wanted) == 1 and not self._pipelined:
+            self._cur.execute(self._sql.top_leaf_and_last_of, (wanted[0],))
+            top, body = self._cur.fetchone()
+            return (0 if top is None else _top_leaf(top) + 1), \
+                self._tips_of([] if body is None else [(wanted[0], body)])
+        if not self._pipelined or not self._sql.tips_of:
+            return self.next_leaf(), self.tips(wanted)
         conn = self._cursor.connection
         leaf_cur, tips_cur = conn.cursor(), conn.cursor()
         try:
