@@ -97,6 +97,7 @@ def measure(stack: DaprdStack, work: Path, delays: list[float], rounds: int,
             per_variant: dict[str, list[float]] = {v: [] for v in VARIANTS}
             appends = {m: {"appends": 0.0, "wall_s": 0.0, "cpu_s": 0.0}
                        for m in ("durable", "riding")}
+            sections: dict[str, float] = {}
             appended_rounds = 0
             ratios = []
             with StubLLM(delay=delay) as llm:
@@ -114,7 +115,11 @@ def measure(stack: DaprdStack, work: Path, delays: list[float], rounds: int,
                             proc.wait(timeout=30)
                         stats = work / f"{name}.appends.json"
                         if stats.exists():  # the audited worker's, over 1 + turns turns
-                            for mode, t in json.loads(stats.read_text()).items():
+                            timed = json.loads(stats.read_text())
+                            for label, t in timed.pop("sections").items():
+                                sections[label] = sections.get(label, 0.0) + \
+                                    t["wall_s"] / (1 + turns)
+                            for mode, t in timed.items():
                                 for k, v in t.items():
                                     appends[mode][k] += v / (1 + turns)
                             appended_rounds += 1
@@ -132,7 +137,11 @@ def measure(stack: DaprdStack, work: Path, delays: list[float], rounds: int,
                 # per audited turn, averaged over the rounds (warm-up turn included)
                 "appends_per_turn": {m: {k: round(v / max(appended_rounds, 1), 5)
                                          for k, v in t.items()}
-                                     for m, t in appends.items()}}
+                                     for m, t in appends.items()},
+                # the rest of the interceptor's work on the path (agent_appends.SECTIONS),
+                # each section's wall time without the appends and sections inside it
+                "sections_per_turn_s": {label: round(v / max(appended_rounds, 1), 5)
+                                        for label, v in sections.items()}}
     finally:
         client.close()
     return out
@@ -172,6 +181,12 @@ def main() -> int:
         print("  the audited turn's appends: " + ", ".join(
             f"{t['appends']:.0f} {m} {t['wall_s'] * 1000:.1f} ms ({t['cpu_s'] * 1000:.1f} ms "
             f"CPU)" for m, t in a.items()))
+        sections = sorted(fig["sections_per_turn_s"].items(), key=lambda kv: -kv[1])
+        print("  and the interceptor's other work on it: " + ", ".join(
+            f"{label} {wall * 1000:.1f} ms" for label, wall in sections
+            if not label.startswith("(")) + "; " + ", ".join(
+            f"{label[1:-1]}: {wall * 1000:.1f} ms" for label, wall in sections
+            if label.startswith("(")))
     return 0
 
 
