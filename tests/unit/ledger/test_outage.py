@@ -50,6 +50,39 @@ def test_a_write_that_landed_is_not_made_again() -> None:
     assert got == "stored already" and len(calls) == 1
 
 
+def test_a_write_is_not_made_again_before_landed_has_answered() -> None:
+    """The server is still away when ``landed`` first asks, and back by the next moment:
+    the write must not be made again on a guess, only once ``landed`` can say. (Seen in CI
+    as a PostgreSQL restart that ended between the two: the batch that had committed was
+    signed again and its payloads' keys collided.)"""
+    calls, fn = _failing(1)
+    asked: list[int] = []
+
+    def landed() -> str | None:
+        asked.append(1)
+        if len(asked) == 1:
+            raise GONE
+        return "stored already"
+
+    got = Outage("ledger x", wait=10).call(fn, landed=landed)  # type: ignore[arg-type]
+    assert got == "stored already" and len(calls) == 1 and len(asked) == 2
+
+
+def test_a_write_that_did_not_land_is_made_again_once_landed_says_so() -> None:
+    calls, fn = _failing(2)
+    asked: list[int] = []
+
+    def landed() -> str | None:
+        asked.append(1)
+        if len(asked) == 2:
+            raise GONE
+        return None
+
+    got = Outage("ledger x", wait=10).call(fn, landed=landed)  # type: ignore[arg-type]
+    # fn fails; landed: no; fn fails; landed: away; landed: no; fn works
+    assert got == "done" and len(calls) == 3 and len(asked) == 3
+
+
 def test_past_the_wait_the_call_fails_saying_how_long() -> None:
     calls, fn = _failing(1000)
     with pytest.raises(StoreUnavailableError, match=r"unreachable for 0\.\d s"):

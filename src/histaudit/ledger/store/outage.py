@@ -8,7 +8,8 @@ the same error, saying how long the ledger was unreachable.
 Reads are simply asked again. A write whose connection dropped may have committed all
 the same (the server can go away after the COMMIT but before its answer), so before each
 new try the write's own ``landed()`` looks whether it is already stored, and only a write
-that is not is made again: every record is stored once.
+that is not is made again: every record is stored once. While ``landed()`` cannot answer
+(the server still away) it is asked again, never passed over.
 
 One line is logged when an outage begins and one when it ends, however many calls wait
 through it. ``$HISTAUDIT_STORE_OUTAGE_WAIT`` sets the wait (seconds, 0 to 3600; default
@@ -55,10 +56,21 @@ class Outage:
         (None when it did not), and is asked before every new try."""
         began: float | None = None
         pause = _FIRST_PAUSE_S
+        unsure = False  # a try of the write failed and landed() has not said how it ended
         while True:
             try:
+                if unsure and landed is not None:
+                    done = landed()
+                    unsure = False
+                    if done is not None:
+                        self._ended()
+                        return done
                 result = fn()
             except StoreUnavailableError as exc:
+                # fn failed, or landed could not answer: either way it is landed's turn
+                # next, never fn's on a guess (a server back between the two would store
+                # the write twice)
+                unsure = True
                 now = time.monotonic()
                 began = now if began is None else began
                 self._begun(exc, now)
@@ -68,14 +80,6 @@ class Outage:
                         f"{OUTAGE_WAIT_ENV}={self.wait:g})") from None
                 time.sleep(min(pause, max(0.0, began + self.wait - now)))
                 pause = min(pause * 2, _LONGEST_PAUSE_S)
-                if landed is not None:
-                    try:
-                        done = landed()
-                    except StoreUnavailableError:
-                        continue  # still away: the next try fails the same way, or works
-                    if done is not None:
-                        self._ended()
-                        return done
                 continue
             if began is not None:
                 self._ended()
