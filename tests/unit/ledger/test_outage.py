@@ -6,6 +6,7 @@ tests/integration/test_ledger_outage.py. Cost: under 2 s."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,21 @@ def _failing(times: int, result: str = "done") -> tuple[list[int], object]:
     return calls, fn
 
 
+def _answers(*replies: str | StoreUnavailableError | None
+             ) -> tuple[list[int], Callable[[], str | None]]:
+    """A ``landed`` that gives ``replies`` in turn (an error is raised), and its calls."""
+    asked: list[int] = []
+
+    def landed() -> str | None:
+        reply = replies[len(asked)]
+        asked.append(1)
+        if isinstance(reply, StoreUnavailableError):
+            raise reply
+        return reply
+
+    return asked, landed
+
+
 def test_a_call_is_made_again_until_the_ledger_answers(caplog: pytest.LogCaptureFixture
                                                        ) -> None:
     calls, fn = _failing(2)
@@ -56,28 +72,14 @@ def test_a_write_is_not_made_again_before_landed_has_answered() -> None:
     as a PostgreSQL restart that ended between the two: the batch that had committed was
     signed again and its payloads' keys collided.)"""
     calls, fn = _failing(1)
-    asked: list[int] = []
-
-    def landed() -> str | None:
-        asked.append(1)
-        if len(asked) == 1:
-            raise GONE
-        return "stored already"
-
+    asked, landed = _answers(GONE, "stored already")
     got = Outage("ledger x", wait=10).call(fn, landed=landed)  # type: ignore[arg-type]
     assert got == "stored already" and len(calls) == 1 and len(asked) == 2
 
 
 def test_a_write_that_did_not_land_is_made_again_once_landed_says_so() -> None:
     calls, fn = _failing(2)
-    asked: list[int] = []
-
-    def landed() -> str | None:
-        asked.append(1)
-        if len(asked) == 2:
-            raise GONE
-        return None
-
+    asked, landed = _answers(None, GONE, None)
     got = Outage("ledger x", wait=10).call(fn, landed=landed)  # type: ignore[arg-type]
     # fn fails; landed: no; fn fails; landed: away; landed: no; fn works
     assert got == "done" and len(calls) == 3 and len(asked) == 3

@@ -250,7 +250,7 @@ class Ledger:
         up with a chain (the recorder's folds, asked before every activity): nearly always
         nothing new, so the read's setup is its cost. On SQLite it is one statement on the
         thread's own write connection, with no pool checkout and no explicit transaction
-        (figure 7: a fifth of a snapshot's setup); elsewhere a snapshot, as
+        (figure 7: a quarter of a snapshot's setup); elsewhere a snapshot, as
         :meth:`entries`. Database failures are StoreErrors."""
         rows = self.driver.follow(
             self, lambda exc: f"ledger {_redact_url(self.url)}: {_one_line(exc)}",
