@@ -56,7 +56,12 @@ def _int(value: Any) -> int:
     return -1
 
 
-def _top_leaf(top: Any) -> int:
+def _leaf_count(top: Any) -> int:
+    """The leaves a ledger holds whose ``max(leaf)`` read ``top`` (None: none), which is
+    also the index the next entry gets; a top that is no integer, or one whose count would
+    not fit a BIGINT, is refused naming it."""
+    if top is None:
+        return 0
     if type(top) is not int:
         raise StoreError(f"the ledger's leaf column holds {_text(top)[:40]!r}, not an "
                          f"integer: run `histaudit verify --all`")
@@ -64,7 +69,7 @@ def _top_leaf(top: Any) -> int:
         raise StoreError(f"the ledger's leaf column holds {top}, the largest 64-bit "
                          f"integer: no tree has that size (the database was edited): run "
                          f"`histaudit verify --all`")
-    return top
+    return top + 1
 
 
 def _entry(r: Any) -> StoredEntry:

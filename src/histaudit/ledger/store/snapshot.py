@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from histaudit.ledger.records import InstanceSummary, StoredEntry, StoredHead
 
-from .columns import _blob, _int, _text, _top_leaf
+from .columns import _blob, _int, _leaf_count, _text
 from .sql import entry_row, instance_entry, instance_rows
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class Snapshot:
     def leaf_count(self) -> int:
         """Number of leaves in the ledger-wide tree: max(leaf) + 1 (leaves are contiguous)."""
         top = self._one(self._sql.top_leaf, ())[0]
-        return 0 if top is None else _top_leaf(top) + 1
+        return _leaf_count(top)
 
     def payload(self, commitment: str) -> tuple[bytes, bytes] | None:
         """The (salt, bytes) stored for a commitment, or None once erased."""

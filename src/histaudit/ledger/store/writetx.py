@@ -15,7 +15,7 @@ from histaudit.ledger.records import (
     shown_id,
 )
 
-from .columns import _blob, _text, _top_leaf
+from .columns import _blob, _leaf_count, _text
 from .sql import Statements
 
 
@@ -96,8 +96,7 @@ class WriteTx:
         if len(wanted) == 1 and not self._pipelined:
             self._cur.execute(self._sql.top_leaf_and_last_of, (wanted[0],))
             top, body = self._cur.fetchone()
-            return (0 if top is None else _top_leaf(top) + 1), \
-                self._tips_of([] if body is None else [(wanted[0], body)])
+            return _leaf_count(top), self._tips_of([] if body is None else [(wanted[0], body)])
         if not self._pipelined or not self._sql.tips_of:
             return self.next_leaf(), self.tips(wanted)
         conn = self._cursor.connection
@@ -111,7 +110,7 @@ class WriteTx:
         finally:
             leaf_cur.close()
             tips_cur.close()
-        return (0 if top is None else _top_leaf(top) + 1), self._tips_of(rows)
+        return _leaf_count(top), self._tips_of(rows)
 
     def _tips_of(self, rows: Sequence[tuple[str, Any]]) -> dict[str, tuple[int, str]]:
         """{instance: (seq, hash)} of (instance, newest stored body) rows."""
@@ -128,7 +127,7 @@ class WriteTx:
         """The ledger-wide index the next entry gets: max(leaf) + 1."""
         self._cur.execute(self._sql.top_leaf)
         top = self._cur.fetchone()[0]
-        return 0 if top is None else _top_leaf(top) + 1
+        return _leaf_count(top)
 
     def insert_entries(self, rows: Sequence[StoredEntry]) -> None:
         self._cur.executemany(self._sql.insert_entry, [
