@@ -43,6 +43,7 @@ from histaudit import sdk
 from histaudit.config import DEFAULT_MAX_PAYLOAD_BYTES, ENGINE_GRPC_LIMIT
 from histaudit.errors import HistauditError, StoreError, UsageError
 from histaudit.ledger import records as rec
+from histaudit.ledger import sha
 from histaudit.ledger.checkpoint import origin_of
 from histaudit.ledger.keys import Signer
 from histaudit.ledger.kinds import Kind
@@ -260,7 +261,7 @@ class AuditRecorder:
         """Workflow ends the ledger could not take when they were made (:mod:`.late`)."""
         self.keep_payloads = keep_payloads
         self._bound: _Bound | None = None
-        self._secret = functools.lru_cache(maxsize=4096)(self._derive_secret)
+        self._hmac = functools.lru_cache(maxsize=4096)(self._instance_hmac)
         self._folds: OrderedDict[str, dict[str, _Fold]] = OrderedDict()
         self._folds_lock = threading.Lock()
         self._turn = threading.local()
@@ -287,7 +288,7 @@ class AuditRecorder:
         dropped.
         """
         limit = DEFAULT_MAX_PAYLOAD_BYTES if max_payload is None else max_payload
-        self._secret.cache_clear()
+        self._hmac.cache_clear()
         with self._folds_lock:
             self._folds.clear()
         self._bound = _Bound(ledger, signer, GroupWriter(ledger, signer), limit)
@@ -335,12 +336,13 @@ class AuditRecorder:
         """Activity outputs larger than this (bytes) fail instead of completing."""
         return self._binding().max_payload
 
-    def _derive_secret(self, instance: str) -> bytes:
-        return _instance_secret(self.signer, instance)
+    def _instance_hmac(self, instance: str) -> sha.Hmac:
+        return sha.Hmac(_instance_secret(self.signer, instance))
 
     def digest(self, instance: str, payload: bytes) -> str:
-        """See :func:`payload_digest`; cached per instance."""
-        return hmac.digest(self._secret(instance), payload, "sha256").hex()
+        """:func:`payload_digest`, the key's HMAC states kept per instance (one payload at
+        a time: see :mod:`histaudit.ledger.sha`)."""
+        return self._hmac(instance).hexdigest(payload)
 
     def commit(self, instance: str, text: str | None) -> Payload:
         """Commit to one JSON text (``None``: no payload, so no reference either)."""
@@ -348,7 +350,7 @@ class AuditRecorder:
             return Payload(None, None, {})
         raw = text.encode("utf-8")
         salt = rec.new_salt()
-        commitment = rec.commit(raw, salt)
+        commitment = rec.commit(raw, salt, sha256=sha.single)
         if not self.keep_payloads:
             return Payload({"c": commitment, "n": len(raw)}, self.digest(instance, raw), {})
         # "k": true signs that the row is stored with the entry (docs/format.md §8.3), so

@@ -7,7 +7,6 @@ the signed completion of that task; a result that is not the one signed is recor
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import itertools
 import logging
@@ -18,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from histaudit.ledger import records as rec
+from histaudit.ledger import sha
 from histaudit.ledger.kinds import Kind
 
 from .recorder import AuditRecorder, worker_id
@@ -328,4 +328,4 @@ class ReplayedResultCheck:
 
 
 def _digest(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8")).digest()
+    return sha.single(text.encode("utf-8")).digest()  # type: ignore[no-any-return]

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol
 
 from histaudit.errors import InputError
 
-from . import merkle
+from . import merkle, sha
 from . import records as rec
 from .checkpoint import Checkpoint, origin_of, sign_note
 from .keys import Signer
@@ -109,7 +109,7 @@ class _Batch:
         seq, leaf, ts, kid = last_seq + 1, self._leaf, rec.now_ts(), self._signer.kid
         body, parses = rec.entry_body_parses(instance=instance, seq=seq, leaf=leaf, prev=prev,
                                              kind=kind, ts=ts, kid=kid, data=data)
-        digest = rec.sha256_hex(body)
+        digest = sha.single_hex(body)  # one body at a time: see .sha
         if parses:
             self._tx.remember(instance, body, seq, digest)
         self._rows.append((leaf, instance, seq, digest, body))

@@ -23,7 +23,7 @@ import hmac
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -72,15 +72,20 @@ def sha256_hex(data: bytes) -> str:
 
 # --- payload commitments ------------------------------------------------------------
 
-def commit(payload: bytes, salt: bytes) -> str:
+def commit(payload: bytes, salt: bytes, *,
+           sha256: Callable[[bytes], Any] = hashlib.sha256) -> str:
     """Salted commitment: hex SHA-256(domain || 32-byte salt || payload bytes).
 
     The random salt is what keeps a short erased value (``"yes"``, a small number) from
     being recovered by hashing guesses against the commitment left in the chain.
+    ``sha256``: the recorder, committing one payload at a time, passes
+    :func:`histaudit.ledger.sha.single`.
     """
     if len(salt) != SALT_BYTES:
         raise FormatError(f"salt must be {SALT_BYTES} bytes, got {len(salt)}")
-    return hashlib.sha256(COMMIT_DOMAIN + salt + payload).hexdigest()
+    h = sha256(COMMIT_DOMAIN + salt)
+    h.update(payload)
+    return h.hexdigest()  # type: ignore[no-any-return]
 
 
 def new_salt() -> bytes:
