@@ -1,9 +1,10 @@
 """Run an app with every ledger append timed: ``python agent_appends.py APP.py [ARGS]``.
 
-``bench_agent.py`` starts its audited worker through this, so figure 7a can say how much
-of a turn the ledger's appends take inside the real worker (not in a loop of their own):
-each :meth:`AuditRecorder.append <histaudit.interceptor.recorder.AuditRecorder.append>`
-is timed in wall and thread CPU time, split by whether its kind must be durable. The
+``bench_agent.py`` starts one more audited worker through this after figure 7a's rounds
+(the ratio's own workers run untimed), to say how much of a turn the ledger's appends
+take inside the real worker (not in a loop of their own): each
+:meth:`AuditRecorder.append <histaudit.interceptor.recorder.AuditRecorder.append>` is
+timed in wall and thread CPU time, split by whether its kind must be durable. The
 rest of what the interceptor does on the turn's path is timed too, in wall time, each
 section without the timed sections inside it (an activity's start without its append):
 the :data:`SECTIONS`. On SIGTERM the totals go to the JSON file ``$BENCH_APPEND_STATS``

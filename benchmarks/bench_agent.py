@@ -21,7 +21,10 @@ The stub LLM answers after 0 ms (the interceptor's cost laid bare) and after 200
 fast real model). In each round each variant's worker is started, warmed with one turn,
 then timed over ``--turns`` turns; the variants alternate which goes first. The ratio
 audited ÷ plain of the median turns is taken per round; the figure is the median round
-with the spread. Results: JSON at ``--out`` (``run.py`` reads it).
+with the spread. After the rounds, one more audited worker runs ``--turns`` turns with its
+appends and the rest of the interceptor's path timed (``agent_appends.py``): that timing
+costs ≈ 200 clock reads a turn, so it is kept out of the ratio's workers. Results: JSON
+at ``--out`` (``run.py`` reads it).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ VARIANTS = ("plain", "audited")
 
 
 def start_worker(stack: DaprdStack, work: Path, llm: StubLLM, variant: str,
-                 log: Path) -> subprocess.Popen[bytes]:
+                 log: Path, *, timed: bool = False) -> subprocess.Popen[bytes]:
     key = work / "keys" / "bench.key"
     env = stack.env({k: v for k, v in os.environ.items() if not k.startswith("HISTAUDIT_")})
     env.update({"DATA_DIR": str(work), "STUB_LLM_URL": llm.url, "PYTHONUNBUFFERED": "1",
@@ -64,7 +67,7 @@ def start_worker(stack: DaprdStack, work: Path, llm: StubLLM, variant: str,
     command = [sys.executable, str(EXAMPLE / "app.py")]
     if variant == "plain":
         env["HISTAUDIT_ENABLED"] = "0"
-    else:  # its appends timed inside the worker (agent_appends.py)
+    elif timed:  # its appends timed inside the worker (agent_appends.py)
         env["BENCH_APPEND_STATS"] = str(log.with_suffix(".appends.json"))
         command.insert(1, str(BENCH_DIR / "agent_appends.py"))
     with open(log, "wb") as fh:
@@ -87,6 +90,18 @@ def one_turn(client: Any, instance: str) -> float:
     return (state.last_updated_at - state.created_at).total_seconds()
 
 
+def run_worker(stack: DaprdStack, client: Any, work: Path, llm: StubLLM, variant: str,
+               name: str, turns: int, *, timed: bool = False) -> list[float]:
+    """Start one worker, warm it with a turn, and time ``turns`` turns on it."""
+    proc = start_worker(stack, work, llm, variant, work / f"{name}.log", timed=timed)
+    try:
+        one_turn(client, f"{name}-warm")
+        return [one_turn(client, f"{name}-{t}") for t in range(turns)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def measure(stack: DaprdStack, work: Path, delays: list[float], rounds: int,
             turns: int) -> dict[str, Any]:
     host, port = stack.address.rsplit(":", 1)
@@ -95,10 +110,6 @@ def measure(stack: DaprdStack, work: Path, delays: list[float], rounds: int,
     try:
         for delay in delays:
             per_variant: dict[str, list[float]] = {v: [] for v in VARIANTS}
-            appends = {m: {"appends": 0.0, "wall_s": 0.0, "cpu_s": 0.0}
-                       for m in ("durable", "riding")}
-            sections: dict[str, float] = {}
-            appended_rounds = 0
             ratios = []
             with StubLLM(delay=delay) as llm:
                 for r in range(rounds):
@@ -106,42 +117,32 @@ def measure(stack: DaprdStack, work: Path, delays: list[float], rounds: int,
                     medians = {}
                     for variant in order:
                         name = f"d{int(delay * 1000)}-r{r}-{variant}"
-                        proc = start_worker(stack, work, llm, variant, work / f"{name}.log")
-                        try:
-                            one_turn(client, f"{name}-warm")
-                            times = [one_turn(client, f"{name}-{t}") for t in range(turns)]
-                        finally:
-                            proc.terminate()
-                            proc.wait(timeout=30)
-                        stats = work / f"{name}.appends.json"
-                        if stats.exists():  # the audited worker's, over 1 + turns turns
-                            timed = json.loads(stats.read_text())
-                            for label, t in timed.pop("sections").items():
-                                sections[label] = sections.get(label, 0.0) + \
-                                    t["wall_s"] / (1 + turns)
-                            for mode, t in timed.items():
-                                for k, v in t.items():
-                                    appends[mode][k] += v / (1 + turns)
-                            appended_rounds += 1
+                        times = run_worker(stack, client, work, llm, variant, name, turns)
                         per_variant[variant] += times
                         medians[variant] = statistics.median(times)
                         print(f"  delay {delay * 1000:.0f} ms, round {r + 1}, {variant}: "
                               f"median turn {medians[variant] * 1000:.0f} ms", flush=True)
                     ratios.append(medians["audited"] / medians["plain"])
+                name = f"d{int(delay * 1000)}-timed"
+                run_worker(stack, client, work, llm, "audited", name, turns, timed=True)
+                # the timed worker's totals, over its 1 + turns turns
+                timed = json.loads((work / f"{name}.appends.json").read_text())
+                sections = {label: t["wall_s"] / (1 + turns)
+                            for label, t in timed.pop("sections").items()}
+                appends = {mode: {k: v / (1 + turns) for k, v in t.items()}
+                           for mode, t in timed.items()}
             out[f"{int(delay * 1000)}ms"] = {
                 "llm_delay_s": delay,
                 "turn_s": {v: {"median": statistics.median(t), "min": min(t), "max": max(t)}
                            for v, t in per_variant.items()},
                 "ratio": {"median": statistics.median(ratios), "min": min(ratios),
                           "max": max(ratios), "rounds": ratios},
-                # per audited turn, averaged over the rounds (warm-up turn included)
-                "appends_per_turn": {m: {k: round(v / max(appended_rounds, 1), 5)
-                                         for k, v in t.items()}
+                # per turn of the timed audited worker (its warm-up turn included)
+                "appends_per_turn": {m: {k: round(v, 5) for k, v in t.items()}
                                      for m, t in appends.items()},
                 # the rest of the interceptor's work on the path (agent_appends.SECTIONS),
                 # each section's wall time without the appends and sections inside it
-                "sections_per_turn_s": {label: round(v / max(appended_rounds, 1), 5)
-                                        for label, v in sections.items()}}
+                "sections_per_turn_s": {label: round(v, 5) for label, v in sections.items()}}
     finally:
         client.close()
     return out
