@@ -117,8 +117,17 @@ def _instance_secret(signer: Signer, instance: str) -> bytes:
 
 
 def worker_id() -> str:
-    """Who ran it: ``host:pid`` (computed per record, so a fork reports its own pid)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Who ran it: ``host:pid``, made once per process. The pid is asked on every call
+    (a fork reports its own); the host name, a ``uname`` system call, only then."""
+    global _worker
+    pid, known = os.getpid(), _worker
+    if known[0] != pid:
+        known = _worker = (pid, f"{socket.gethostname()}:{pid}")
+    return known[1]
+
+
+_worker: tuple[int, str] = (-1, "")
+"""(pid, :func:`worker_id`) of the process that made it: one tuple, replaced whole."""
 
 
 @dataclass(frozen=True, slots=True)
