@@ -328,4 +328,4 @@ class ReplayedResultCheck:
 
 
 def _digest(text: str) -> bytes:
-    return sha.single(text.encode("utf-8")).digest()  # type: ignore[no-any-return]
+    return sha.single(text.encode("utf-8")).digest()

@@ -33,6 +33,7 @@ import orjson
 from histaudit.errors import FormatError
 
 from .canonical import canonical_bytes
+from .sha import Hash
 
 FORMAT_VERSION = 1
 GENESIS_PREV = "0" * 64
@@ -73,7 +74,7 @@ def sha256_hex(data: bytes) -> str:
 # --- payload commitments ------------------------------------------------------------
 
 def commit(payload: bytes, salt: bytes, *,
-           sha256: Callable[[bytes], Any] = hashlib.sha256) -> str:
+           sha256: Callable[[bytes], Hash] = hashlib.sha256) -> str:
     """Salted commitment: hex SHA-256(domain || 32-byte salt || payload bytes).
 
     The random salt is what keeps a short erased value (``"yes"``, a small number) from
@@ -85,7 +86,7 @@ def commit(payload: bytes, salt: bytes, *,
         raise FormatError(f"salt must be {SALT_BYTES} bytes, got {len(salt)}")
     h = sha256(COMMIT_DOMAIN + salt)
     h.update(payload)
-    return h.hexdigest()  # type: ignore[no-any-return]
+    return h.hexdigest()
 
 
 def new_salt() -> bytes:

@@ -21,27 +21,37 @@ from __future__ import annotations
 import hashlib
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
-__all__ = ["Hmac", "single", "single_hex"]
+__all__ = ["Hash", "Hmac", "single", "single_hex"]
 
 
-def _builtin() -> Callable[[bytes], Any]:
+class Hash(Protocol):
+    """What both give: a hash object (``hashlib``'s interface)."""
+
+    def update(self, data: bytes, /) -> None: ...
+    def digest(self) -> bytes: ...
+    def hexdigest(self) -> str: ...
+    def copy(self) -> Hash: ...
+
+
+def _builtin() -> Callable[[bytes], Hash]:
     for module in ("_sha2", "_sha256"):  # CPython >= 3.12, 3.11
         try:
-            return importlib.import_module(module).sha256  # type: ignore[no-any-return]
+            found: Callable[[bytes], Hash] = importlib.import_module(module).sha256
         except (ImportError, AttributeError):
             continue
+        return found
     return hashlib.sha256
 
 
-single: Callable[[bytes], Any] = _builtin()
-"""A SHA-256 hash object of its argument (``digest()``, ``hexdigest()``, ``copy()``,
-``update()``), from CPython's builtin module when it has one."""
+single: Callable[[bytes], Hash] = _builtin()
+"""The SHA-256 hash object of its argument, from CPython's builtin module when it has
+one."""
 
 
 def single_hex(data: bytes) -> str:
-    return single(data).hexdigest()  # type: ignore[no-any-return]
+    return single(data).hexdigest()
 
 
 class Hmac:
@@ -68,7 +78,7 @@ class Hmac:
         inner.update(message)
         outer = self._outer.copy()
         outer.update(inner.digest())
-        return outer.hexdigest()  # type: ignore[no-any-return]
+        return outer.hexdigest()
 
     def __repr__(self) -> str:  # never show key material
         return "Hmac(...)"
