@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import platform
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -52,7 +53,7 @@ def test_a_commitment_is_the_same_through_either_hash(payload: bytes, salt: byte
 
 
 def test_the_recorder_s_digests_and_commitments_are_those_a_verifier_recomputes(
-        tmp_path) -> None:  # type: ignore[no-untyped-def]
+        tmp_path: Path) -> None:
     signer = KeyFileSigner.generate()
     recorder = AuditRecorder(Ledger.open(f"sqlite:///{tmp_path}/l.db", create=True), signer)
     for instance, text in [("wf-1", '{"a": 1}'), ("wf-2", '{"a": 1}'), ("wf-1", "é" * 300)]:
